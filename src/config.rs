@@ -1,0 +1,1848 @@
+//! `routes.toml`: parsed once into typed, validated structs (DESIGN §5); nothing after
+//! [`Config::parse`] looks at TOML again.
+//!
+//! Every error names the file, the 1-based line and the key path (`routes[1].translate.model`).
+//! Errors found while deserializing carry toml's byte span; errors found afterwards (duplicates,
+//! cross-field rules) carry a key path. A second, span-only pass over the same text (`spans`) turns
+//! either one into the other, so neither kind of check has to track positions by hand.
+//!
+//! Choices the design leaves open, made here:
+//! - `${VAR}` expands from the environment in `upstream`, `upstream_headers` values and `store.url`;
+//!   `$$` is an escaped `$` (so `$${X}` is the literal `${X}`); any other `$` is literal.
+//! - A route cannot be mounted at `/`: inbounds mount sub-paths under their path (`path/stream`,
+//!   `path/.well-known/agent.json`, `path/v1/sessions/...`), which a root mount would mix with every
+//!   other route's paths.
+//! - Zero is rejected for every duration (`timeout`, `connect_timeout`, `store.idle_ttl`) and for
+//!   `max_body`: each would make the proxy refuse all work.
+//! - Keys that the chosen setting would ignore are errors, never dropped silently: `upstream` or
+//!   `upstream_headers` on an `echo` route, `store.path` unless redb, `store.url` unless redis.
+//!   `[routes.card]` is the exception: DESIGN §5's own example puts one on an ag-ui route, so it is
+//!   accepted on any route and used by a2a inbound ones.
+//! - Upstream headers that the proxy itself must own (framing and hop-by-hop) are rejected, and all
+//!   configured header values are marked sensitive because they usually carry credentials.
+//! - A file with no routes is valid (the caller decides whether to serve an embedded default).
+
+use std::collections::HashMap;
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use http::{HeaderName, HeaderValue, Uri};
+use serde::Deserialize;
+
+/// The default `listen` address.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
+
+/// An agent protocol, spelled in routes.toml as `ag-ui`, `a2a`, `agentscope`, `ag-kit`, `cmdc`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Protocol {
+    AgUi,
+    A2a,
+    Agentscope,
+    AgKit,
+    Cmdc,
+}
+
+impl Protocol {
+    /// Every protocol, in the order the design lists them.
+    pub const ALL: [Protocol; 5] = [
+        Protocol::AgUi,
+        Protocol::A2a,
+        Protocol::Agentscope,
+        Protocol::AgKit,
+        Protocol::Cmdc,
+    ];
+
+    /// The routes.toml spelling.
+    pub fn name(self) -> &'static str {
+        match self {
+            Protocol::AgUi => "ag-ui",
+            Protocol::A2a => "a2a",
+            Protocol::Agentscope => "agentscope",
+            Protocol::AgKit => "ag-kit",
+            Protocol::Cmdc => "cmdc",
+        }
+    }
+
+    /// The protocol spelled `name` in routes.toml, if any.
+    pub fn from_name(name: &str) -> Option<Protocol> {
+        Protocol::ALL.into_iter().find(|p| p.name() == name)
+    }
+}
+
+impl fmt::Display for Protocol {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// What a route talks to: an upstream speaking a protocol, or the built-in echo agent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outbound {
+    Protocol(Protocol),
+    Echo,
+}
+
+impl Outbound {
+    /// The routes.toml spelling: a protocol name or `echo`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Outbound::Protocol(protocol) => protocol.name(),
+            Outbound::Echo => "echo",
+        }
+    }
+}
+
+impl fmt::Display for Outbound {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl<'de> Deserialize<'de> for Outbound {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        const NAMES: &[&str] = &["ag-ui", "a2a", "agentscope", "ag-kit", "cmdc", "echo"];
+        let name = String::deserialize(deserializer)?;
+        match name.as_str() {
+            "echo" => Ok(Outbound::Echo),
+            other => Protocol::from_name(other)
+                .map(Outbound::Protocol)
+                .ok_or_else(|| serde::de::Error::unknown_variant(other, NAMES)),
+        }
+    }
+}
+
+/// The whole file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    pub listen: SocketAddr,
+    pub store: StoreConfig,
+    pub routes: Vec<RouteConfig>,
+}
+
+/// `[store]`: where conversation state lives.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct StoreConfig {
+    pub backend: StoreBackend,
+    /// The redb file; required for, and only allowed with, `backend = "redb"`.
+    pub path: Option<PathBuf>,
+    /// `redis://` or `rediss://`; required for, and only allowed with, `backend = "redis"`.
+    #[serde(deserialize_with = "de::redis_url")]
+    pub url: Option<String>,
+    /// Records idle this long expire; default 24h.
+    #[serde(deserialize_with = "de::duration")]
+    pub idle_ttl: Duration,
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        StoreConfig {
+            backend: StoreBackend::Memory,
+            path: None,
+            url: None,
+            idle_ttl: Duration::from_secs(24 * 60 * 60),
+        }
+    }
+}
+
+/// `store.backend`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StoreBackend {
+    #[default]
+    Memory,
+    Redb,
+    Redis,
+}
+
+/// One `[[routes]]` entry.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RouteConfig {
+    /// Unique and non-empty; used in logs and metrics.
+    #[serde(deserialize_with = "de::non_empty")]
+    pub name: String,
+    /// The inbound mount point: starts with `/`, no trailing `/`, no query or fragment, unique.
+    #[serde(deserialize_with = "de::mount_path")]
+    pub path: String,
+    pub inbound: Protocol,
+    pub outbound: Outbound,
+    /// Absolute http(s) URL; `Some` exactly when `outbound` is not echo.
+    #[serde(default, deserialize_with = "de::upstream_url")]
+    pub upstream: Option<Uri>,
+    /// The whole upstream run.
+    #[serde(default = "default_timeout", deserialize_with = "de::duration")]
+    pub timeout: Duration,
+    #[serde(default = "default_connect_timeout", deserialize_with = "de::duration")]
+    pub connect_timeout: Duration,
+    /// Largest accepted request body, in bytes.
+    #[serde(default = "default_max_body", deserialize_with = "de::byte_size")]
+    pub max_body: usize,
+    /// Sent on every upstream request, in file order; values are marked sensitive.
+    #[serde(default, deserialize_with = "de::headers")]
+    pub upstream_headers: Vec<(HeaderName, HeaderValue)>,
+    #[serde(default)]
+    pub translate: Translate,
+    /// What an a2a inbound route advertises in its agent card; accepted, unused, on other inbounds.
+    pub card: Option<Card>,
+}
+
+fn default_timeout() -> Duration {
+    Duration::from_secs(120)
+}
+
+fn default_connect_timeout() -> Duration {
+    Duration::from_secs(10)
+}
+
+fn default_max_body() -> usize {
+    1024 * 1024
+}
+
+/// `[routes.translate]`: the pair's options.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Translate {
+    /// The AG-UI frontend tool that carries approval interrupts.
+    #[serde(deserialize_with = "de::non_empty")]
+    pub approval_tool: String,
+    /// The AG-UI frontend tool that carries question interrupts.
+    #[serde(deserialize_with = "de::non_empty")]
+    pub question_tool: String,
+    /// For upstreams that need one (CMDC sessions, AgentScope).
+    pub model: Option<String>,
+    /// true: pause AG-UI clients with `RUN_FINISHED.outcome.interrupt` (0.0.59+ clients) instead of a call of
+    /// the approval or question tool.
+    pub agui_interrupts: bool,
+    /// true: send reasoning as `REASONING_*` events (0.0.59+ clients; 0.0.36 rejects them) instead of
+    /// `CUSTOM agent-bridge.reasoning` events.
+    pub agui_reasoning: bool,
+    /// e.g. "1.0": sent upstream as `protocolVersion` when the upstream is AG-UI 1.0.
+    pub agui_protocol_version: Option<String>,
+}
+
+impl Default for Translate {
+    fn default() -> Self {
+        Translate {
+            approval_tool: "confirmAction".to_owned(),
+            question_tool: "ask_user".to_owned(),
+            model: None,
+            agui_interrupts: false,
+            agui_reasoning: false,
+            agui_protocol_version: None,
+        }
+    }
+}
+
+/// `[routes.card]`: what an A2A inbound route advertises in its agent card.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Card {
+    pub name: Option<String>,
+    pub description: Option<String>,
+    pub version: Option<String>,
+    pub skills: Vec<Skill>,
+}
+
+/// One entry of `skills = [{ id, name, description }]`; ids are unique within a card.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Skill {
+    #[serde(deserialize_with = "de::non_empty")]
+    pub id: String,
+    #[serde(deserialize_with = "de::non_empty")]
+    pub name: String,
+    pub description: Option<String>,
+    #[serde(default)]
+    pub tags: Vec<String>,
+    #[serde(default)]
+    pub examples: Vec<String>,
+}
+
+/// The file's top level as written; becomes a [`Config`] only after validation, so a `Config`
+/// cannot be deserialized around the checks.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Document {
+    #[serde(default = "default_listen", deserialize_with = "de::socket_addr")]
+    listen: SocketAddr,
+    #[serde(default)]
+    store: StoreConfig,
+    #[serde(default)]
+    routes: Vec<RouteConfig>,
+}
+
+/// [`DEFAULT_LISTEN`] as an address (a test keeps the two equal).
+fn default_listen() -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], 8080))
+}
+
+impl Config {
+    /// Reads and parses the file at `path`; errors name it as given.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let file = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|err| ConfigError {
+            file: file.clone(),
+            line: None,
+            key: None,
+            message: format!("cannot read the file: {err}"),
+        })?;
+        Config::parse(&text, &file)
+    }
+
+    /// Parses and validates `text`; `file` names the source in errors.
+    pub fn parse(text: &str, file: &str) -> Result<Config, ConfigError> {
+        let document: Document =
+            toml::from_str(text).map_err(|err| ConfigError::from_toml(&err, text, file))?;
+        validate(document).map_err(|issue| issue.locate(text, file))
+    }
+}
+
+/// A config error: where (file, line, key path) and what.
+#[derive(Debug, thiserror::Error)]
+#[error("{}: {message}", self.location())]
+pub struct ConfigError {
+    file: String,
+    line: Option<usize>,
+    key: Option<String>,
+    message: String,
+}
+
+impl ConfigError {
+    /// The file as named to [`Config::load`] or [`Config::parse`].
+    pub fn file(&self) -> &str {
+        &self.file
+    }
+
+    /// 1-based; `None` when the file could not be read (or toml gave no position, which the
+    /// tests have not seen).
+    pub fn line(&self) -> Option<usize> {
+        self.line
+    }
+
+    /// The key path, e.g. `routes[0].timeout`; `None` for TOML syntax errors and unreadable files.
+    pub fn key(&self) -> Option<&str> {
+        self.key.as_deref()
+    }
+
+    /// What is wrong, without the location.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+
+    fn location(&self) -> String {
+        let mut location = self.file.clone();
+        if let Some(line) = self.line {
+            location.push_str(&format!(":{line}"));
+        }
+        if let Some(key) = &self.key {
+            location.push_str(&format!(": {key}"));
+        }
+        location
+    }
+
+    fn from_toml(err: &toml::de::Error, text: &str, file: &str) -> ConfigError {
+        let message = err.message().trim_end().to_owned();
+        let offset = err.span().map(|span| span.start);
+        let key = offset
+            .and_then(|offset| spans::Node::parse(text)?.path_at(offset))
+            .map(|path| match missing_field(&message) {
+                // toml points a missing field at its table; name the field itself.
+                Some(field) => path.key(field),
+                None => path,
+            })
+            .filter(|path| !path.is_root());
+        ConfigError {
+            file: file.to_owned(),
+            line: offset.map(|offset| line_of(text, offset)),
+            key: key.map(|path| path.to_string()),
+            message,
+        }
+    }
+}
+
+/// The field named by serde's standard "missing field `x`" message.
+fn missing_field(message: &str) -> Option<&str> {
+    message
+        .strip_prefix("missing field `")?
+        .split_once('`')
+        .map(|(field, _)| field)
+}
+
+/// The 1-based line holding byte `offset`.
+fn line_of(text: &str, offset: usize) -> usize {
+    let before = &text.as_bytes()[..offset.min(text.len())];
+    1 + before.iter().filter(|&&byte| byte == b'\n').count()
+}
+
+/// A validation failure before it is placed in the file.
+#[derive(Debug)]
+struct Issue {
+    path: KeyPath,
+    message: String,
+}
+
+impl Issue {
+    fn new(path: KeyPath, message: impl Into<String>) -> Issue {
+        Issue {
+            path,
+            message: message.into(),
+        }
+    }
+
+    /// Places the issue at its key, or at the nearest enclosing key present in the file when the
+    /// key itself is missing (e.g. a required `upstream` reports its route's `[[routes]]` line).
+    fn locate(self, text: &str, file: &str) -> ConfigError {
+        let offset = spans::Node::parse(text).map_or(0, |tree| tree.offset_of(&self.path));
+        ConfigError {
+            file: file.to_owned(),
+            line: Some(line_of(text, offset)),
+            key: Some(self.path.to_string()),
+            message: self.message,
+        }
+    }
+}
+
+/// The checks that need more than one value at a time.
+fn validate(document: Document) -> Result<Config, Issue> {
+    check_store(&document.store)?;
+    for (index, route) in document.routes.iter().enumerate() {
+        check_route(route, &KeyPath::route(index))?;
+    }
+    check_unique(&document.routes, "name", |route| &route.name)?;
+    check_unique(&document.routes, "path", |route| &route.path)?;
+    Ok(Config {
+        listen: document.listen,
+        store: document.store,
+        routes: document.routes,
+    })
+}
+
+fn check_store(store: &StoreConfig) -> Result<(), Issue> {
+    let at = |key: &str| KeyPath::default().key("store").key(key);
+    match (store.backend, &store.path) {
+        (StoreBackend::Redb, None) => return Err(Issue::new(at("path"), "required for redb")),
+        (StoreBackend::Redb, Some(path)) if path.as_os_str().is_empty() => {
+            return Err(Issue::new(at("path"), "must not be empty"))
+        }
+        (StoreBackend::Memory | StoreBackend::Redis, Some(_)) => {
+            return Err(Issue::new(at("path"), "only used by the redb backend"))
+        }
+        _ => {}
+    }
+    match (store.backend, &store.url) {
+        (StoreBackend::Redis, None) => Err(Issue::new(at("url"), "required for redis")),
+        (StoreBackend::Memory | StoreBackend::Redb, Some(_)) => {
+            Err(Issue::new(at("url"), "only used by the redis backend"))
+        }
+        _ => Ok(()),
+    }
+}
+
+fn check_route(route: &RouteConfig, at: &KeyPath) -> Result<(), Issue> {
+    match (route.outbound, &route.upstream) {
+        (Outbound::Echo, Some(_)) => {
+            return Err(Issue::new(
+                at.clone().key("upstream"),
+                "echo has no upstream",
+            ))
+        }
+        (Outbound::Protocol(protocol), None) => {
+            return Err(Issue::new(
+                at.clone().key("upstream"),
+                format!("required for outbound {protocol}"),
+            ))
+        }
+        _ => {}
+    }
+    if route.outbound == Outbound::Echo && !route.upstream_headers.is_empty() {
+        return Err(Issue::new(
+            at.clone().key("upstream_headers"),
+            "echo has no upstream to send headers to",
+        ));
+    }
+    if let Some(card) = &route.card {
+        let skills = at.clone().key("card").key("skills");
+        for (index, skill) in card.skills.iter().enumerate() {
+            let earlier = card.skills[..index].iter().position(|s| s.id == skill.id);
+            if let Some(first) = earlier {
+                return Err(Issue::new(
+                    skills.clone().index(index).key("id"),
+                    format!("duplicate skill id {:?} (also skills[{first}])", skill.id),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Rejects the second route whose `key` (read by `value`) repeats an earlier one.
+fn check_unique(
+    routes: &[RouteConfig],
+    key: &str,
+    value: impl Fn(&RouteConfig) -> &String,
+) -> Result<(), Issue> {
+    let mut seen: HashMap<&String, usize> = HashMap::new();
+    for (index, route) in routes.iter().enumerate() {
+        if let Some(first) = seen.insert(value(route), index) {
+            return Err(Issue::new(
+                KeyPath::route(index).key(key),
+                format!(
+                    "duplicate route {key} {:?} (also routes[{first}])",
+                    value(route)
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A dotted key path such as `routes[1].upstream_headers.Authorization`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct KeyPath(Vec<Segment>);
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Segment {
+    Key(String),
+    Index(usize),
+}
+
+impl KeyPath {
+    fn route(index: usize) -> KeyPath {
+        KeyPath::default().key("routes").index(index)
+    }
+
+    fn key(mut self, key: &str) -> KeyPath {
+        self.0.push(Segment::Key(key.to_owned()));
+        self
+    }
+
+    fn index(mut self, index: usize) -> KeyPath {
+        self.0.push(Segment::Index(index));
+        self
+    }
+
+    fn is_root(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl fmt::Display for KeyPath {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (position, segment) in self.0.iter().enumerate() {
+            match segment {
+                Segment::Index(index) => write!(f, "[{index}]")?,
+                Segment::Key(key) => {
+                    if position > 0 {
+                        f.write_str(".")?;
+                    }
+                    // Quote as TOML would, so the path can be pasted back into the file.
+                    let bare = !key.is_empty()
+                        && key
+                            .bytes()
+                            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+                    if bare {
+                        f.write_str(key)?;
+                    } else {
+                        write!(f, "{key:?}")?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Value checks that run inside deserialization, so toml attaches the offending value's span.
+mod de {
+    use std::fmt;
+    use std::net::SocketAddr;
+    use std::time::Duration;
+
+    use http::{HeaderName, HeaderValue, Uri};
+    use serde::de::{Error, MapAccess, Visitor};
+    use serde::{Deserialize, Deserializer};
+
+    const DURATION_EXAMPLES: &str = r#"(expected e.g. "30s", "2m", "1h", "250ms")"#;
+    const SIZE_EXAMPLES: &str = r#"(expected a number of bytes or e.g. "512KiB", "1MiB", "2MB")"#;
+
+    /// Headers the proxy sets itself (body framing, connection management); a configured value
+    /// would corrupt the upstream request.
+    const MANAGED_HEADERS: &[&str] = &[
+        "connection",
+        "content-length",
+        "keep-alive",
+        "proxy-connection",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+    ];
+
+    pub(super) fn non_empty<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+        let value = String::deserialize(d)?;
+        if value.trim().is_empty() {
+            return Err(D::Error::custom("must not be empty"));
+        }
+        Ok(value)
+    }
+
+    pub(super) fn socket_addr<'de, D: Deserializer<'de>>(d: D) -> Result<SocketAddr, D::Error> {
+        let value = String::deserialize(d)?;
+        value.parse().map_err(|_| {
+            D::Error::custom(format!(
+                r#"invalid socket address {value:?} (expected e.g. "127.0.0.1:8080" or "[::]:8080")"#
+            ))
+        })
+    }
+
+    pub(super) fn mount_path<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+        let path = String::deserialize(d)?;
+        check_mount_path(&path)
+            .map_err(|why| D::Error::custom(format!("invalid path {path:?}: {why}")))?;
+        Ok(path)
+    }
+
+    fn check_mount_path(path: &str) -> Result<(), &'static str> {
+        if !path.starts_with('/') {
+            return Err("must start with \"/\"");
+        }
+        if path == "/" {
+            return Err("a route cannot be mounted at the root; use e.g. \"/agent\"");
+        }
+        if path.contains(['?', '#']) {
+            return Err("must not contain a query or fragment");
+        }
+        if path.ends_with('/') {
+            return Err("must not end with \"/\"");
+        }
+        if path[1..]
+            .split('/')
+            .any(|s| s.is_empty() || s == "." || s == "..")
+        {
+            return Err("must not contain empty, \".\" or \"..\" segments");
+        }
+        if http::uri::PathAndQuery::try_from(path).is_err() {
+            return Err("contains characters not allowed in a URL path");
+        }
+        Ok(())
+    }
+
+    pub(super) fn upstream_url<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Uri>, D::Error> {
+        // Messages quote the text as written, before expansion, so secrets stay out of logs.
+        let raw = String::deserialize(d)?;
+        let url = expand_env(&raw).map_err(D::Error::custom)?;
+        let uri: Uri = url
+            .parse()
+            .map_err(|err| D::Error::custom(format!("invalid URL {raw:?}: {err}")))?;
+        let http = matches!(uri.scheme_str(), Some("http" | "https"));
+        let Some(authority) = uri.authority().filter(|_| http) else {
+            return Err(D::Error::custom(format!(
+                "{raw:?} is not an absolute http:// or https:// URL"
+            )));
+        };
+        // hyper ignores user info, so credentials written there would silently not be sent.
+        if authority.as_str().contains('@') {
+            return Err(D::Error::custom(format!(
+                "{raw:?} has credentials in the URL; send them with [routes.upstream_headers]"
+            )));
+        }
+        Ok(Some(uri))
+    }
+
+    pub(super) fn redis_url<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+        let raw = String::deserialize(d)?;
+        let url = expand_env(&raw).map_err(D::Error::custom)?;
+        if !(url.starts_with("redis://") || url.starts_with("rediss://")) {
+            return Err(D::Error::custom(format!(
+                "{raw:?} is not a redis:// or rediss:// URL"
+            )));
+        }
+        Ok(Some(url))
+    }
+
+    pub(super) fn headers<'de, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<Vec<(HeaderName, HeaderValue)>, D::Error> {
+        d.deserialize_map(HeadersVisitor)
+    }
+
+    struct HeadersVisitor;
+
+    impl<'de> Visitor<'de> for HeadersVisitor {
+        type Value = Vec<(HeaderName, HeaderValue)>;
+
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a table of header names to values")
+        }
+
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+            let mut headers = Vec::new();
+            // Name and value are separate types so each error carries its own span.
+            while let Some(Name(name)) = map.next_key()? {
+                let Value(value) = map.next_value()?;
+                headers.push((name, value));
+            }
+            Ok(headers)
+        }
+    }
+
+    struct Name(HeaderName);
+
+    impl<'de> Deserialize<'de> for Name {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            let raw = String::deserialize(d)?;
+            let name = HeaderName::from_bytes(raw.as_bytes())
+                .map_err(|_| D::Error::custom(format!("invalid header name {raw:?}")))?;
+            if MANAGED_HEADERS.contains(&name.as_str()) {
+                return Err(D::Error::custom(format!(
+                    "header {raw:?} is managed by the proxy and cannot be configured"
+                )));
+            }
+            Ok(Name(name))
+        }
+    }
+
+    struct Value(HeaderValue);
+
+    impl<'de> Deserialize<'de> for Value {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            let raw = String::deserialize(d)?;
+            let expanded = expand_env(&raw).map_err(D::Error::custom)?;
+            // The value is not quoted: after expansion it is likely a secret.
+            let mut value = HeaderValue::try_from(expanded).map_err(|_| {
+                D::Error::custom("invalid header value (control characters or non-visible bytes)")
+            })?;
+            value.set_sensitive(true);
+            Ok(Value(value))
+        }
+    }
+
+    /// An integer or a string, as written; durations and sizes accept both.
+    enum Scalar {
+        Int(i64),
+        Str(String),
+    }
+
+    impl fmt::Display for Scalar {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            match self {
+                Scalar::Int(n) => write!(f, "{n}"),
+                Scalar::Str(s) => write!(f, "{s:?}"),
+            }
+        }
+    }
+
+    impl<'de> Deserialize<'de> for Scalar {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            d.deserialize_any(ScalarVisitor)
+        }
+    }
+
+    struct ScalarVisitor;
+
+    impl Visitor<'_> for ScalarVisitor {
+        type Value = Scalar;
+
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("an integer or a string")
+        }
+
+        fn visit_i64<E: Error>(self, n: i64) -> Result<Scalar, E> {
+            Ok(Scalar::Int(n))
+        }
+
+        fn visit_u64<E: Error>(self, n: u64) -> Result<Scalar, E> {
+            i64::try_from(n)
+                .map(Scalar::Int)
+                .map_err(|_| E::custom(format!("{n} is too large")))
+        }
+
+        fn visit_str<E: Error>(self, s: &str) -> Result<Scalar, E> {
+            Ok(Scalar::Str(s.to_owned()))
+        }
+    }
+
+    /// A non-zero duration: "250ms", "30s", "2m", "1h", "1d", or an integer number of seconds.
+    pub(super) fn duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        let scalar = Scalar::deserialize(d)?;
+        let parsed = match &scalar {
+            Scalar::Int(secs) => u64::try_from(*secs).ok().map(Duration::from_secs),
+            Scalar::Str(s) => parse_duration(s),
+        };
+        match parsed {
+            None => Err(D::Error::custom(format!(
+                "invalid duration {scalar} {DURATION_EXAMPLES}"
+            ))),
+            Some(duration) if duration.is_zero() => Err(D::Error::custom(format!(
+                "duration must be greater than zero, got {scalar}"
+            ))),
+            Some(duration) => Ok(duration),
+        }
+    }
+
+    pub(super) fn parse_duration(s: &str) -> Option<Duration> {
+        let (count, unit) = split_number(s)?;
+        let millis_per_unit: u64 = match unit {
+            "ms" => 1,
+            "" | "s" => 1_000,
+            "m" => 60_000,
+            "h" => 3_600_000,
+            "d" => 86_400_000,
+            _ => return None,
+        };
+        count
+            .checked_mul(millis_per_unit)
+            .map(Duration::from_millis)
+    }
+
+    /// A non-zero byte count: an integer, or "512KiB", "1MiB", "2MB", ... (units case-insensitive).
+    pub(super) fn byte_size<'de, D: Deserializer<'de>>(d: D) -> Result<usize, D::Error> {
+        let scalar = Scalar::deserialize(d)?;
+        let parsed = match &scalar {
+            Scalar::Int(bytes) => usize::try_from(*bytes).ok(),
+            Scalar::Str(s) => parse_size(s),
+        };
+        match parsed {
+            None => Err(D::Error::custom(format!(
+                "invalid size {scalar} {SIZE_EXAMPLES}"
+            ))),
+            Some(0) => Err(D::Error::custom("size must be greater than zero")),
+            Some(bytes) => Ok(bytes),
+        }
+    }
+
+    pub(super) fn parse_size(s: &str) -> Option<usize> {
+        let (count, unit) = split_number(s)?;
+        let bytes_per_unit: u64 = match unit.to_ascii_lowercase().as_str() {
+            "" | "b" => 1,
+            "kb" => 1_000,
+            "kib" => 1 << 10,
+            "mb" => 1_000_000,
+            "mib" => 1 << 20,
+            "gb" => 1_000_000_000,
+            "gib" => 1 << 30,
+            _ => return None,
+        };
+        usize::try_from(count.checked_mul(bytes_per_unit)?).ok()
+    }
+
+    /// Splits "250ms" into (250, "ms"); `None` without leading digits or on overflow.
+    fn split_number(s: &str) -> Option<(u64, &str)> {
+        let digits = s.bytes().take_while(u8::is_ascii_digit).count();
+        let (count, unit) = s.split_at(digits);
+        Some((count.parse().ok()?, unit))
+    }
+
+    /// Expands `${VAR}` from the environment; `$$` is a literal `$`, as is `$` before anything
+    /// but `{` or `$`.
+    pub(super) fn expand_env(raw: &str) -> Result<String, String> {
+        let mut out = String::with_capacity(raw.len());
+        let mut rest = raw;
+        while let Some(dollar) = rest.find('$') {
+            out.push_str(&rest[..dollar]);
+            let after = &rest[dollar + 1..];
+            if let Some(tail) = after.strip_prefix('$') {
+                out.push('$');
+                rest = tail;
+            } else if let Some(tail) = after.strip_prefix('{') {
+                let (name, tail) = tail
+                    .split_once('}')
+                    .ok_or_else(|| format!("unterminated \"${{\" in {raw:?}"))?;
+                out.push_str(&env_var(name)?);
+                rest = tail;
+            } else {
+                out.push('$');
+                rest = after;
+            }
+        }
+        out.push_str(rest);
+        Ok(out)
+    }
+
+    fn env_var(name: &str) -> Result<String, String> {
+        let valid = name.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
+            && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
+        if !valid {
+            return Err(format!(
+                "invalid environment variable name {name:?} in \"${{...}}\""
+            ));
+        }
+        std::env::var(name).map_err(|err| match err {
+            std::env::VarError::NotPresent => format!("environment variable {name} is not set"),
+            std::env::VarError::NotUnicode(_) => {
+                format!("environment variable {name} is not valid UTF-8")
+            }
+        })
+    }
+}
+
+/// Where every key and value of a parsed file sits, read in a second pass over the text only when
+/// an error needs a line or a key path.
+///
+/// toml reports spans through `toml::Spanned`, but only for values that have one: tables made by
+/// dotted keys (`translate.model = ...`) or implied by a header (`[a.b]` implies `a`) have none, and
+/// `toml::Spanned` then fails. So this reads toml's span protocol itself and treats a missing span
+/// as "no position" rather than an error. If a toml upgrade changed the protocol, positions would
+/// degrade to unknown (the `spans_*` tests would fail), never to wrong.
+mod spans {
+    use std::fmt;
+    use std::ops::Range;
+
+    use serde::de::{DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
+    use serde::Deserialize;
+
+    use super::{KeyPath, Segment};
+
+    // toml's (serde_spanned's) span protocol: a struct with these names is answered with a map
+    // of start, end and the value.
+    const SPANNED: &str = "$__serde_spanned_private_Spanned";
+    const START: &str = "$__serde_spanned_private_start";
+    const END: &str = "$__serde_spanned_private_end";
+    const VALUE: &str = "$__serde_spanned_private_value";
+    const FIELDS: &[&str] = &[START, END, VALUE];
+
+    #[derive(Debug)]
+    pub(super) struct Node {
+        span: Option<Range<usize>>,
+        kind: Kind,
+    }
+
+    #[derive(Debug)]
+    enum Kind {
+        Table(Vec<(Key, Node)>),
+        Array(Vec<Node>),
+        Leaf,
+    }
+
+    /// A child of a node: its path segment, its key's span (tables only), and the node.
+    type Child<'a> = (Segment, Option<&'a Range<usize>>, &'a Node);
+
+    #[derive(Debug)]
+    struct Key {
+        name: String,
+        span: Option<Range<usize>>,
+    }
+
+    impl Node {
+        /// `None` when the text is not valid TOML.
+        pub(super) fn parse(text: &str) -> Option<Node> {
+            toml::from_str(text).ok()
+        }
+
+        /// The path of the deepest key or value whose span holds `offset`.
+        pub(super) fn path_at(&self, offset: usize) -> Option<KeyPath> {
+            let mut path = KeyPath::default();
+            self.find(offset, &mut path).then_some(path)
+        }
+
+        fn find(&self, offset: usize, path: &mut KeyPath) -> bool {
+            for (segment, key_span, child) in self.children() {
+                path.0.push(segment);
+                if contains(key_span, offset) || child.find(offset, path) {
+                    return true;
+                }
+                path.0.pop();
+            }
+            contains(self.span.as_ref(), offset)
+        }
+
+        /// Where `path` starts, or its deepest ancestor present in the file when it is absent.
+        pub(super) fn offset_of(&self, path: &KeyPath) -> usize {
+            let mut node = self;
+            let mut offset = node.first_offset();
+            for segment in &path.0 {
+                let Some((key_span, child)) = node.child(segment) else {
+                    break;
+                };
+                node = child;
+                offset = child
+                    .span
+                    .as_ref()
+                    .or(key_span)
+                    .map(|span| span.start)
+                    .or(child.first_offset())
+                    .or(offset);
+            }
+            offset.unwrap_or(0)
+        }
+
+        fn child(&self, segment: &Segment) -> Option<(Option<&Range<usize>>, &Node)> {
+            match (&self.kind, segment) {
+                (Kind::Table(entries), Segment::Key(name)) => entries
+                    .iter()
+                    .find(|(key, _)| key.name == *name)
+                    .map(|(key, node)| (key.span.as_ref(), node)),
+                (Kind::Array(items), Segment::Index(index)) => {
+                    items.get(*index).map(|node| (None, node))
+                }
+                _ => None,
+            }
+        }
+
+        /// The earliest position inside this node, for nodes without a span of their own.
+        fn first_offset(&self) -> Option<usize> {
+            let inner = self.children().filter_map(|(_, key_span, child)| {
+                let key_start = key_span.map(|span| span.start);
+                key_start.into_iter().chain(child.first_offset()).min()
+            });
+            self.span
+                .as_ref()
+                .map(|span| span.start)
+                .into_iter()
+                .chain(inner)
+                .min()
+        }
+
+        fn children(&self) -> Box<dyn Iterator<Item = Child<'_>> + '_> {
+            match &self.kind {
+                Kind::Table(entries) => {
+                    Box::new(entries.iter().map(|(key, node)| {
+                        (Segment::Key(key.name.clone()), key.span.as_ref(), node)
+                    }))
+                }
+                Kind::Array(items) => Box::new(
+                    items
+                        .iter()
+                        .enumerate()
+                        .map(|(index, node)| (Segment::Index(index), None, node)),
+                ),
+                Kind::Leaf => Box::new(std::iter::empty()),
+            }
+        }
+    }
+
+    fn contains(span: Option<&Range<usize>>, offset: usize) -> bool {
+        span.is_some_and(|span| span.contains(&offset))
+    }
+
+    impl<'de> Deserialize<'de> for Node {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            d.deserialize_struct(SPANNED, FIELDS, NodeVisitor)
+        }
+    }
+
+    /// Reads a spanned value, or a plain one when toml has no span for it.
+    struct NodeVisitor;
+
+    impl<'de> Visitor<'de> for NodeVisitor {
+        type Value = Node;
+
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("any TOML value")
+        }
+
+        fn visit_bool<E>(self, _: bool) -> Result<Node, E> {
+            Ok(unspanned(Kind::Leaf))
+        }
+
+        fn visit_i64<E>(self, _: i64) -> Result<Node, E> {
+            Ok(unspanned(Kind::Leaf))
+        }
+
+        fn visit_u64<E>(self, _: u64) -> Result<Node, E> {
+            Ok(unspanned(Kind::Leaf))
+        }
+
+        fn visit_f64<E>(self, _: f64) -> Result<Node, E> {
+            Ok(unspanned(Kind::Leaf))
+        }
+
+        fn visit_str<E>(self, _: &str) -> Result<Node, E> {
+            Ok(unspanned(Kind::Leaf))
+        }
+
+        fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Node, A::Error> {
+            KindVisitor.visit_seq(seq).map(unspanned)
+        }
+
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Node, A::Error> {
+            match map.next_key::<Key>()? {
+                Some(key) if key.span.is_none() && key.name == START => {
+                    let (span, kind) = spanned_rest(map, KindSeed)?;
+                    Ok(Node {
+                        span: Some(span),
+                        kind,
+                    })
+                }
+                first => table(first, map).map(unspanned),
+            }
+        }
+    }
+
+    fn unspanned(kind: Kind) -> Node {
+        Node { span: None, kind }
+    }
+
+    /// Reads the rest of a span map whose START key was just read: start, END, end, VALUE, value.
+    fn spanned_rest<'de, A, S>(mut map: A, value: S) -> Result<(Range<usize>, S::Value), A::Error>
+    where
+        A: MapAccess<'de>,
+        S: DeserializeSeed<'de>,
+    {
+        let start: usize = map.next_value()?;
+        map.next_key::<String>()?;
+        let end: usize = map.next_value()?;
+        map.next_key::<String>()?;
+        let value = map.next_value_seed(value)?;
+        Ok((start..end, value))
+    }
+
+    /// Reads a table's entries; `first` is its first key, already read.
+    fn table<'de, A: MapAccess<'de>>(first: Option<Key>, mut map: A) -> Result<Kind, A::Error> {
+        let mut entries = Vec::new();
+        let mut next = first;
+        while let Some(key) = next {
+            entries.push((key, map.next_value()?));
+            next = map.next_key()?;
+        }
+        Ok(Kind::Table(entries))
+    }
+
+    /// The value inside a span map; asking for a span again would loop.
+    struct KindSeed;
+
+    impl<'de> DeserializeSeed<'de> for KindSeed {
+        type Value = Kind;
+
+        fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Kind, D::Error> {
+            d.deserialize_any(KindVisitor)
+        }
+    }
+
+    struct KindVisitor;
+
+    impl<'de> Visitor<'de> for KindVisitor {
+        type Value = Kind;
+
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("any TOML value")
+        }
+
+        fn visit_bool<E>(self, _: bool) -> Result<Kind, E> {
+            Ok(Kind::Leaf)
+        }
+
+        fn visit_i64<E>(self, _: i64) -> Result<Kind, E> {
+            Ok(Kind::Leaf)
+        }
+
+        fn visit_u64<E>(self, _: u64) -> Result<Kind, E> {
+            Ok(Kind::Leaf)
+        }
+
+        fn visit_f64<E>(self, _: f64) -> Result<Kind, E> {
+            Ok(Kind::Leaf)
+        }
+
+        fn visit_str<E>(self, _: &str) -> Result<Kind, E> {
+            Ok(Kind::Leaf)
+        }
+
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Kind, A::Error> {
+            let mut items = Vec::new();
+            while let Some(item) = seq.next_element()? {
+                items.push(item);
+            }
+            Ok(Kind::Array(items))
+        }
+
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Kind, A::Error> {
+            let first = map.next_key()?;
+            table(first, map)
+        }
+    }
+
+    impl<'de> Deserialize<'de> for Key {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            d.deserialize_struct(SPANNED, FIELDS, KeyVisitor)
+        }
+    }
+
+    /// Reads a spanned key, or a plain string (span-map field names, keys without a span).
+    struct KeyVisitor;
+
+    impl<'de> Visitor<'de> for KeyVisitor {
+        type Value = Key;
+
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a TOML key")
+        }
+
+        fn visit_str<E>(self, name: &str) -> Result<Key, E> {
+            Ok(Key {
+                name: name.to_owned(),
+                span: None,
+            })
+        }
+
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Key, A::Error> {
+            map.next_key::<String>()?;
+            let (span, name) = spanned_rest(map, std::marker::PhantomData::<String>)?;
+            Ok(Key {
+                name,
+                span: Some(span),
+            })
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const FULL: &str = include_str!("../tests/fixtures/config/full.toml");
+
+    fn parse(text: &str) -> Result<Config, ConfigError> {
+        Config::parse(text, "routes.toml")
+    }
+
+    /// Parses `text`, expects an error at `line` and `key` whose message contains `fragment`,
+    /// and checks the rendered form names all three.
+    #[track_caller]
+    fn assert_error(text: &str, line: usize, key: &str, fragment: &str) -> ConfigError {
+        let err = match parse(text) {
+            Ok(config) => panic!("expected an error at {key}, parsed {config:?}"),
+            Err(err) => err,
+        };
+        let rendered = err.to_string();
+        assert_eq!(err.file(), "routes.toml", "{rendered}");
+        assert_eq!(err.line(), Some(line), "{rendered}");
+        assert_eq!(err.key(), Some(key), "{rendered}");
+        assert!(err.message().contains(fragment), "{rendered}");
+        assert!(
+            rendered.starts_with(&format!("routes.toml:{line}: {key}: ")),
+            "{rendered}"
+        );
+        err
+    }
+
+    /// A one-route file with `extra` appended to the route table (which starts on line 1).
+    fn route_with(extra: &str) -> String {
+        format!(
+            "[[routes]]\nname = \"r\"\npath = \"/r\"\ninbound = \"ag-ui\"\noutbound = \"a2a\"\n\
+             upstream = \"http://127.0.0.1:9001/\"\n{extra}"
+        )
+    }
+
+    /// Line 7 is the first line of `extra` in [`route_with`].
+    const EXTRA: usize = 7;
+
+    fn header(name: &'static str, value: &str) -> (HeaderName, HeaderValue) {
+        (
+            HeaderName::from_static(name),
+            HeaderValue::from_str(value).expect("valid test header"),
+        )
+    }
+
+    #[test]
+    fn full_file_parses_into_expected_structs() {
+        std::env::set_var("WEATHER_AGENT_KEY", "weather-secret");
+        let config = Config::load(Path::new("tests/fixtures/config/full.toml"))
+            .unwrap_or_else(|err| panic!("{err}"));
+        assert_eq!(config, parse(FULL).expect("same text parses the same"));
+        assert_eq!(config.listen, "127.0.0.1:8080".parse().unwrap());
+        assert_eq!(config.store, StoreConfig::default());
+
+        let weather = &config.routes[0];
+        let expected = RouteConfig {
+            name: "copilot-to-weather".into(),
+            path: "/agents/weather".into(),
+            inbound: Protocol::AgUi,
+            outbound: Outbound::Protocol(Protocol::A2a),
+            upstream: Some(Uri::from_static("http://127.0.0.1:9001/")),
+            timeout: Duration::from_secs(120),
+            connect_timeout: Duration::from_secs(10),
+            max_body: 1 << 20,
+            upstream_headers: vec![header("authorization", "Bearer weather-secret")],
+            translate: Translate {
+                model: Some("deepseek:deepseek-chat".into()),
+                ..Translate::default()
+            },
+            card: Some(Card {
+                name: Some("Weather agent".into()),
+                description: Some("Answers weather questions".into()),
+                version: None,
+                skills: vec![Skill {
+                    id: "weather".into(),
+                    name: "Weather".into(),
+                    description: Some("Current weather by city".into()),
+                    tags: vec![],
+                    examples: vec![],
+                }],
+            }),
+        };
+        assert_eq!(*weather, expected);
+
+        let echo = &config.routes[1];
+        assert_eq!(echo.name, "try-echo");
+        assert_eq!(echo.path, "/echo/a2a");
+        assert_eq!(echo.inbound, Protocol::A2a);
+        assert_eq!(echo.outbound, Outbound::Echo);
+        assert_eq!(echo.upstream, None);
+        assert_eq!(echo.timeout, Duration::from_millis(2500));
+        assert_eq!(echo.connect_timeout, Duration::from_secs(3));
+        assert_eq!(echo.max_body, 512 * 1024);
+        assert!(echo.translate.agui_interrupts);
+        assert_eq!(echo.translate.question_tool, "askHuman");
+        assert_eq!(echo.translate.agui_protocol_version.as_deref(), Some("1.0"));
+        let card = echo.card.as_ref().expect("echo route has a card");
+        assert_eq!(card.version.as_deref(), Some("0.1.0"));
+        assert_eq!(card.skills[0].tags, ["echo", "test"]);
+        assert_eq!(card.skills[0].examples, ["hello"]);
+    }
+
+    #[test]
+    fn upstream_header_values_are_sensitive() {
+        let config = parse(&route_with("[routes.upstream_headers]\nX-Key = \"k\"\n")).unwrap();
+        assert!(config.routes[0].upstream_headers[0].1.is_sensitive());
+    }
+
+    #[test]
+    fn empty_file_takes_every_default() {
+        let config = parse("").unwrap();
+        assert_eq!(config.listen, DEFAULT_LISTEN.parse().unwrap());
+        assert_eq!(config.store.backend, StoreBackend::Memory);
+        assert_eq!(config.store.idle_ttl, Duration::from_secs(86_400));
+        assert!(config.routes.is_empty());
+    }
+
+    #[test]
+    fn route_omitting_optional_keys_takes_defaults() {
+        let text =
+            "[[routes]]\nname = \"e\"\npath = \"/e\"\ninbound = \"cmdc\"\noutbound = \"echo\"\n";
+        let route = &parse(text).unwrap().routes[0];
+        assert_eq!(route.timeout, Duration::from_secs(120));
+        assert_eq!(route.connect_timeout, Duration::from_secs(10));
+        assert_eq!(route.max_body, 1024 * 1024);
+        assert!(route.upstream_headers.is_empty());
+        assert_eq!(route.translate, Translate::default());
+        assert_eq!(route.translate.approval_tool, "confirmAction");
+        assert_eq!(route.translate.question_tool, "ask_user");
+        assert!(!route.translate.agui_interrupts);
+        assert_eq!(route.card, None);
+    }
+
+    #[test]
+    fn default_listen_matches_the_constant() {
+        assert_eq!(default_listen().to_string(), DEFAULT_LISTEN);
+    }
+
+    #[test]
+    fn store_backends_take_their_settings() {
+        let redb = parse("[store]\nbackend = \"redb\"\npath = \"data/c.redb\"\nidle_ttl = 90\n")
+            .unwrap()
+            .store;
+        assert_eq!(redb.backend, StoreBackend::Redb);
+        assert_eq!(redb.path, Some(PathBuf::from("data/c.redb")));
+        assert_eq!(redb.idle_ttl, Duration::from_secs(90));
+        let redis = parse("[store]\nbackend = \"redis\"\nurl = \"rediss://cache:6380/0\"\n")
+            .unwrap()
+            .store;
+        assert_eq!(redis.url.as_deref(), Some("rediss://cache:6380/0"));
+    }
+
+    #[test]
+    fn protocol_names_round_trip() {
+        for protocol in Protocol::ALL {
+            assert_eq!(Protocol::from_name(protocol.name()), Some(protocol));
+            let text = route_with("").replace("\"ag-ui\"", &format!("{:?}", protocol.name()));
+            assert_eq!(parse(&text).unwrap().routes[0].inbound, protocol);
+        }
+        assert_eq!(Outbound::Echo.name(), "echo");
+        assert_eq!(Outbound::Protocol(Protocol::AgKit).to_string(), "ag-kit");
+    }
+
+    #[test]
+    fn durations_accept_units_and_integer_seconds() {
+        let cases = [
+            ("250ms", Duration::from_millis(250)),
+            ("30s", Duration::from_secs(30)),
+            ("2m", Duration::from_secs(120)),
+            ("1h", Duration::from_secs(3600)),
+            ("24h", Duration::from_secs(86_400)),
+            ("1d", Duration::from_secs(86_400)),
+            ("45", Duration::from_secs(45)),
+        ];
+        for (text, expected) in cases {
+            assert_eq!(de::parse_duration(text), Some(expected), "{text}");
+        }
+        for bad in [
+            "",
+            "s",
+            "12x",
+            "1.5s",
+            "-1s",
+            " 1s",
+            "1 s",
+            "99999999999999999999d",
+        ] {
+            assert_eq!(de::parse_duration(bad), None, "{bad:?}");
+        }
+        let route = parse(&route_with("timeout = 7\n")).unwrap();
+        assert_eq!(route.routes[0].timeout, Duration::from_secs(7));
+    }
+
+    #[test]
+    fn sizes_accept_units_and_integer_bytes() {
+        let cases = [
+            ("512KiB", 512 * 1024),
+            ("1MiB", 1 << 20),
+            ("2MB", 2_000_000),
+            ("10kb", 10_000),
+            ("1GiB", 1 << 30),
+            ("100", 100),
+            ("100B", 100),
+        ];
+        for (text, expected) in cases {
+            assert_eq!(de::parse_size(text), Some(expected), "{text}");
+        }
+        for bad in ["", "MiB", "1.5MiB", "1 MiB", "1TB", "-1"] {
+            assert_eq!(de::parse_size(bad), None, "{bad:?}");
+        }
+        let route = parse(&route_with("max_body = 4096\n")).unwrap();
+        assert_eq!(route.routes[0].max_body, 4096);
+    }
+
+    #[test]
+    fn env_vars_expand_and_dollars_stay_literal() {
+        std::env::set_var("AGENT_BRIDGE_CONFIG_TEST_TOKEN", "t0k$n");
+        let expand = |raw: &str| de::expand_env(raw);
+        assert_eq!(
+            expand("a ${AGENT_BRIDGE_CONFIG_TEST_TOKEN} b").unwrap(),
+            "a t0k$n b"
+        );
+        assert_eq!(
+            expand("$$${AGENT_BRIDGE_CONFIG_TEST_TOKEN}").unwrap(),
+            "$t0k$n"
+        );
+        assert_eq!(expand("$${NOT_EXPANDED}").unwrap(), "${NOT_EXPANDED}");
+        assert_eq!(expand("cost $5 $").unwrap(), "cost $5 $");
+        assert!(expand("${UNTERMINATED")
+            .unwrap_err()
+            .contains("unterminated"));
+        assert!(expand("${1BAD}").unwrap_err().contains("invalid"));
+        assert!(expand("${}").unwrap_err().contains("invalid"));
+    }
+
+    #[test]
+    fn env_vars_expand_in_upstream_headers_and_store_url() {
+        std::env::set_var("AGENT_BRIDGE_CONFIG_TEST_HOST", "agent.internal:9443");
+        std::env::set_var("AGENT_BRIDGE_CONFIG_TEST_KEY", "s3cret");
+        let text =
+            "[store]\nbackend = \"redis\"\nurl = \"redis://${AGENT_BRIDGE_CONFIG_TEST_HOST}\"\n"
+                .to_owned()
+                + &route_with(
+                    "[routes.upstream_headers]\nX-Api-Key = \"${AGENT_BRIDGE_CONFIG_TEST_KEY}\"\n",
+                )
+                .replace(
+                    "http://127.0.0.1:9001/",
+                    "https://${AGENT_BRIDGE_CONFIG_TEST_HOST}/rpc",
+                );
+        let config = parse(&text).unwrap();
+        assert_eq!(
+            config.store.url.as_deref(),
+            Some("redis://agent.internal:9443")
+        );
+        let route = &config.routes[0];
+        assert_eq!(
+            route.upstream,
+            Some(Uri::from_static("https://agent.internal:9443/rpc"))
+        );
+        assert_eq!(route.upstream_headers, [header("x-api-key", "s3cret")]);
+    }
+
+    #[test]
+    fn unset_env_var_is_an_error_naming_it() {
+        let unset = "AGENT_BRIDGE_CONFIG_TEST_UNSET_7F3A";
+        std::env::remove_var(unset);
+        let upstream =
+            route_with("").replace("http://127.0.0.1:9001/", &format!("http://${{{unset}}}/"));
+        assert_error(&upstream, 6, "routes[0].upstream", unset);
+        let headers = route_with(&format!(
+            "[routes.upstream_headers]\nAuthorization = \"Bearer ${{{unset}}}\"\n"
+        ));
+        assert_error(
+            &headers,
+            EXTRA + 1,
+            "routes[0].upstream_headers.Authorization",
+            &format!("environment variable {unset} is not set"),
+        );
+        let store = format!("[store]\nbackend = \"redis\"\nurl = \"redis://${{{unset}}}\"\n");
+        assert_error(&store, 3, "store.url", unset);
+    }
+
+    #[test]
+    fn error_display_names_file_line_and_key() {
+        let err = assert_error(
+            &route_with("timeout = \"12x\"\n"),
+            EXTRA,
+            "routes[0].timeout",
+            "",
+        );
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "routes.toml:{EXTRA}: routes[0].timeout: invalid duration \"12x\" \
+                 (expected e.g. \"30s\", \"2m\", \"1h\", \"250ms\")"
+            )
+        );
+    }
+
+    #[test]
+    fn zero_or_negative_durations_are_rejected() {
+        assert_error(
+            &route_with("timeout = \"0s\"\n"),
+            EXTRA,
+            "routes[0].timeout",
+            "greater than zero",
+        );
+        assert_error(
+            &route_with("connect_timeout = 0\n"),
+            EXTRA,
+            "routes[0].connect_timeout",
+            "greater than zero",
+        );
+        assert_error(
+            &route_with("timeout = -5\n"),
+            EXTRA,
+            "routes[0].timeout",
+            "invalid duration -5",
+        );
+        assert_error(
+            "[store]\nidle_ttl = \"0ms\"\n",
+            2,
+            "store.idle_ttl",
+            "greater than zero",
+        );
+        assert_error(
+            &route_with("timeout = true\n"),
+            EXTRA,
+            "routes[0].timeout",
+            "invalid type",
+        );
+    }
+
+    #[test]
+    fn bad_max_body_is_rejected() {
+        assert_error(
+            &route_with("max_body = \"1 MiB\"\n"),
+            EXTRA,
+            "routes[0].max_body",
+            "invalid size \"1 MiB\"",
+        );
+        assert_error(
+            &route_with("max_body = 0\n"),
+            EXTRA,
+            "routes[0].max_body",
+            "greater than zero",
+        );
+        assert_error(
+            &route_with("max_body = -1\n"),
+            EXTRA,
+            "routes[0].max_body",
+            "invalid size -1",
+        );
+    }
+
+    #[test]
+    fn unknown_keys_are_rejected_everywhere() {
+        assert_error(
+            "lissen = \"127.0.0.1:1\"\n",
+            1,
+            "lissen",
+            "unknown field `lissen`",
+        );
+        assert_error(
+            "[store]\nbackend = \"memory\"\nttl = \"1h\"\n",
+            3,
+            "store.ttl",
+            "unknown field",
+        );
+        assert_error(
+            &route_with("retries = 3\n"),
+            EXTRA,
+            "routes[0].retries",
+            "unknown field",
+        );
+        let text = format!(
+            "{}{}",
+            route_with(""),
+            route_with("[routes.translate]\napproval_tol = \"x\"\n")
+        );
+        assert_error(
+            &text,
+            6 + EXTRA + 1,
+            "routes[1].translate.approval_tol",
+            "unknown field `approval_tol`",
+        );
+        let skills = route_with("[routes.card]\nskills = [\n  { id = \"a\", name = \"A\" },\n  { id = \"b\", nme = \"B\" },\n]\n");
+        assert_error(
+            &skills,
+            EXTRA + 3,
+            "routes[0].card.skills[1].nme",
+            "unknown field `nme`",
+        );
+    }
+
+    #[test]
+    fn errors_under_dotted_keys_name_the_full_path() {
+        let text = route_with("translate.approval_tol = \"x\"\n");
+        assert_error(
+            &text,
+            EXTRA,
+            "routes[0].translate.approval_tol",
+            "unknown field",
+        );
+        let text = route_with("translate.agui_interrupts = \"yes\"\n");
+        assert_error(
+            &text,
+            EXTRA,
+            "routes[0].translate.agui_interrupts",
+            "invalid type",
+        );
+    }
+
+    #[test]
+    fn missing_required_keys_name_the_key_at_its_table() {
+        let text =
+            "[[routes]]\nname = \"a\"\npath = \"/a\"\ninbound = \"ag-ui\"\noutbound = \"echo\"\n\
+                    [[routes]]\npath = \"/b\"\ninbound = \"ag-ui\"\noutbound = \"echo\"\n";
+        assert_error(text, 6, "routes[1].name", "missing field `name`");
+        let first = text.replacen("name = \"a\"\n", "", 1);
+        assert_error(&first, 1, "routes[0].name", "missing field `name`");
+        let skill =
+            route_with("[routes.card]\nskills = [{ id = \"a\" }]\n").replace("ag-ui", "a2a");
+        assert_error(
+            &skill,
+            EXTRA + 1,
+            "routes[0].card.skills[0].name",
+            "missing field `name`",
+        );
+    }
+
+    #[test]
+    fn protocols_must_be_known_and_inbound_cannot_be_echo() {
+        let text = route_with("").replace("inbound = \"ag-ui\"", "inbound = \"echo\"");
+        assert_error(&text, 4, "routes[0].inbound", "unknown variant `echo`");
+        let text = route_with("").replace("outbound = \"a2a\"", "outbound = \"grpc\"");
+        assert_error(&text, 5, "routes[0].outbound", "unknown variant `grpc`");
+    }
+
+    #[test]
+    fn upstream_is_required_unless_echo() {
+        let text = route_with("").replace("upstream = \"http://127.0.0.1:9001/\"\n", "");
+        assert_error(&text, 1, "routes[0].upstream", "required for outbound a2a");
+    }
+
+    #[test]
+    fn echo_routes_reject_upstream_settings() {
+        let text = route_with("").replace("\"a2a\"", "\"echo\"");
+        assert_error(&text, 6, "routes[0].upstream", "echo has no upstream");
+        let text =
+            "[[routes]]\nname = \"e\"\npath = \"/e\"\ninbound = \"ag-ui\"\noutbound = \"echo\"\n\
+                    [routes.upstream_headers]\nX-A = \"b\"\n";
+        assert_error(
+            text,
+            6,
+            "routes[0].upstream_headers",
+            "echo has no upstream",
+        );
+    }
+
+    #[test]
+    fn upstream_must_be_an_absolute_http_url() {
+        for bad in [
+            "ftp://host/x",
+            "/relative",
+            "127.0.0.1:9001",
+            "http://",
+            "not a url",
+        ] {
+            let text = route_with("").replace("http://127.0.0.1:9001/", bad);
+            assert_error(&text, 6, "routes[0].upstream", bad);
+        }
+        let text = route_with("").replace("http://", "http://user:pw@");
+        assert_error(&text, 6, "routes[0].upstream", "credentials");
+    }
+
+    #[test]
+    fn header_names_and_values_must_be_valid() {
+        let name = route_with("[routes.upstream_headers]\n\"Bad Name\" = \"x\"\n");
+        assert_error(
+            &name,
+            EXTRA + 1,
+            "routes[0].upstream_headers.\"Bad Name\"",
+            "invalid header name",
+        );
+        let value = route_with("[routes.upstream_headers]\nX-Ok = \"line\\nbreak\"\n");
+        assert_error(
+            &value,
+            EXTRA + 1,
+            "routes[0].upstream_headers.X-Ok",
+            "invalid header value",
+        );
+        let managed = route_with("[routes.upstream_headers]\nContent-Length = \"5\"\n");
+        assert_error(
+            &managed,
+            EXTRA + 1,
+            "routes[0].upstream_headers.Content-Length",
+            "managed by the proxy",
+        );
+    }
+
+    #[test]
+    fn route_names_must_be_unique_and_non_empty() {
+        let text = route_with("").replace("name = \"r\"", "name = \" \"");
+        assert_error(&text, 2, "routes[0].name", "must not be empty");
+        let twice = format!("{}{}", route_with(""), route_with("").replace("/r", "/s"));
+        assert_error(
+            &twice,
+            8,
+            "routes[1].name",
+            "duplicate route name \"r\" (also routes[0])",
+        );
+    }
+
+    #[test]
+    fn route_paths_must_be_well_formed_and_unique() {
+        let cases = [
+            ("agents", "must start with"),
+            ("/", "root"),
+            ("/agents/", "must not end with"),
+            ("/a?x=1", "query"),
+            ("/a#frag", "fragment"),
+            ("/a//b", "empty"),
+            ("/a/../b", "\"..\""),
+            ("/a b", "characters"),
+        ];
+        for (path, fragment) in cases {
+            let text = route_with("").replace("\"/r\"", &format!("{path:?}"));
+            assert_error(&text, 3, "routes[0].path", fragment);
+        }
+        let twice = format!(
+            "{}{}",
+            route_with(""),
+            route_with("").replace("\"r\"", "\"s\"")
+        );
+        assert_error(&twice, 9, "routes[1].path", "duplicate route path \"/r\"");
+    }
+
+    #[test]
+    fn store_backends_require_and_reject_their_keys() {
+        assert_error(
+            "[store]\nbackend = \"redb\"\n",
+            1,
+            "store.path",
+            "required for redb",
+        );
+        assert_error(
+            "[store]\nbackend = \"redis\"\n",
+            1,
+            "store.url",
+            "required for redis",
+        );
+        assert_error(
+            "[store]\nbackend = \"redis\"\nurl = \"http://cache\"\n",
+            3,
+            "store.url",
+            "redis://",
+        );
+        assert_error(
+            "[store]\nurl = \"redis://cache\"\n",
+            2,
+            "store.url",
+            "only used by the redis backend",
+        );
+        assert_error(
+            "[store]\npath = \"x.redb\"\n",
+            2,
+            "store.path",
+            "only used by the redb backend",
+        );
+        assert_error(
+            "[store]\nbackend = \"sqlite\"\n",
+            2,
+            "store.backend",
+            "unknown variant `sqlite`",
+        );
+        assert_error(
+            "store.backend = \"redb\"\n",
+            1,
+            "store.path",
+            "required for redb",
+        );
+    }
+
+    #[test]
+    fn listen_must_be_a_socket_address() {
+        assert_error(
+            "listen = \"localhost:8080\"\n",
+            1,
+            "listen",
+            "invalid socket address",
+        );
+    }
+
+    #[test]
+    fn card_skill_ids_are_unique() {
+        let skills = route_with("[routes.card]\nskills = [\n{ id = \"a\", name = \"A\" },\n{ id = \"a\", name = \"B\" },\n]\n")
+            .replace("ag-ui", "a2a");
+        assert_error(
+            &skills,
+            EXTRA + 3,
+            "routes[0].card.skills[1].id",
+            "duplicate skill id",
+        );
+    }
+
+    #[test]
+    fn translate_tool_names_must_not_be_empty() {
+        let text = route_with("[routes.translate]\napproval_tool = \"\"\n");
+        assert_error(
+            &text,
+            EXTRA + 1,
+            "routes[0].translate.approval_tool",
+            "must not be empty",
+        );
+    }
+
+    #[test]
+    fn syntax_errors_name_the_line() {
+        let err = parse("listen = \"127.0.0.1:1\"\n[[routes]\n").unwrap_err();
+        assert_eq!(
+            (err.file(), err.line(), err.key()),
+            ("routes.toml", Some(2), None)
+        );
+        assert!(err.to_string().starts_with("routes.toml:2: "), "{err}");
+    }
+
+    #[test]
+    fn unreadable_file_names_the_file() {
+        let err = Config::load(Path::new("tests/fixtures/config/missing.toml")).unwrap_err();
+        assert_eq!(err.file(), "tests/fixtures/config/missing.toml");
+        assert_eq!((err.line(), err.key()), (None, None));
+        assert!(err
+            .to_string()
+            .starts_with("tests/fixtures/config/missing.toml: cannot read"));
+    }
+
+    #[test]
+    fn spans_locate_keys_in_dotted_and_implicit_tables() {
+        let text = "a.b.c = 1\n[x.y]\nz = 1979-05-27\n[[t]]\nv = [1, { w = 2 }]\n";
+        let tree = spans::Node::parse(text).expect("valid TOML");
+        let at = |needle: &str| {
+            let offset = text.find(needle).expect("needle in text");
+            tree.path_at(offset).map(|path| path.to_string())
+        };
+        assert_eq!(at("c =").as_deref(), Some("a.b.c"));
+        assert_eq!(at("1979").as_deref(), Some("x.y.z"));
+        assert_eq!(at("w =").as_deref(), Some("t[0].v[1].w"));
+        let path = KeyPath::default().key("x").key("y");
+        assert_eq!(line_of(text, tree.offset_of(&path)), 2);
+        assert_eq!(line_of(text, tree.offset_of(&path.key("missing"))), 2);
+    }
+}

@@ -1,0 +1,249 @@
+//! One error type for the whole proxy. It records where a failure came from (the client, the upstream, the
+//! configuration, or the proxy itself) and what went wrong, so each protocol can map it to its own native
+//! error (an HTTP status, a `RUN_ERROR`, a JSON-RPC error, ...) in one place.
+
+use std::fmt;
+
+/// Where an error came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    /// The inbound client sent something we cannot serve.
+    Client,
+    /// The upstream agent failed, or answered something we cannot read.
+    Upstream,
+    /// The configuration is wrong.
+    Config,
+    /// A bug or resource failure inside the proxy.
+    Internal,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Kind {
+    BadRequest,
+    NotFound,
+    MethodNotAllowed,
+    UnsupportedMediaType,
+    PayloadTooLarge,
+    Unreachable,
+    Timeout,
+    Status(u16),
+    Malformed,
+    Eof,
+    /// The upstream agent reported a failure of its own, with its own code.
+    Agent(String),
+    Cancelled,
+    Config,
+    Internal,
+}
+
+/// An error with its source. Opaque: ask it with the `is_*` queries, [`Error::code`] and
+/// [`Error::http_status`].
+#[derive(Clone, PartialEq, Eq)]
+pub struct Error {
+    inner: Box<Inner>,
+}
+
+#[derive(Clone, PartialEq, Eq)]
+struct Inner {
+    kind: Kind,
+    message: String,
+}
+
+impl Error {
+    fn new(kind: Kind, message: impl Into<String>) -> Self {
+        Self { inner: Box::new(Inner { kind, message: message.into() }) }
+    }
+
+    /// The client's request is malformed (bad JSON, wrong types, missing fields).
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        Self::new(Kind::BadRequest, message)
+    }
+    pub fn not_found(message: impl Into<String>) -> Self {
+        Self::new(Kind::NotFound, message)
+    }
+    pub fn method_not_allowed(message: impl Into<String>) -> Self {
+        Self::new(Kind::MethodNotAllowed, message)
+    }
+    pub fn unsupported_media_type(message: impl Into<String>) -> Self {
+        Self::new(Kind::UnsupportedMediaType, message)
+    }
+    pub fn payload_too_large(limit: usize) -> Self {
+        Self::new(Kind::PayloadTooLarge, format!("request body is larger than the limit of {limit} bytes"))
+    }
+    /// The upstream could not be reached (refused, DNS, TLS, connect timeout).
+    pub fn upstream_unreachable(message: impl Into<String>) -> Self {
+        Self::new(Kind::Unreachable, message)
+    }
+    /// The upstream run took longer than the route allows.
+    pub fn upstream_timeout(message: impl Into<String>) -> Self {
+        Self::new(Kind::Timeout, message)
+    }
+    /// The upstream answered with a non-success HTTP status.
+    pub fn upstream_status(status: u16, body: &str) -> Self {
+        let body = truncate(body.trim(), 512);
+        let message = if body.is_empty() {
+            format!("upstream answered HTTP {status}")
+        } else {
+            format!("upstream answered HTTP {status}: {body}")
+        };
+        Self::new(Kind::Status(status), message)
+    }
+    /// The upstream sent something that is not its protocol.
+    pub fn upstream_malformed(message: impl Into<String>) -> Self {
+        Self::new(Kind::Malformed, message)
+    }
+    /// The upstream stream ended before the run did.
+    pub fn upstream_eof() -> Self {
+        Self::new(Kind::Eof, "upstream stream ended before the run finished")
+    }
+    /// The upstream agent reported a failure of its own; `code` is its code (or a generic one).
+    pub fn upstream_agent(code: impl Into<String>, message: impl Into<String>) -> Self {
+        Self::new(Kind::Agent(code.into()), message)
+    }
+    /// The run was cancelled (by the client, or by the upstream).
+    pub fn cancelled(message: impl Into<String>) -> Self {
+        Self::new(Kind::Cancelled, message)
+    }
+    pub fn config(message: impl Into<String>) -> Self {
+        Self::new(Kind::Config, message)
+    }
+    pub fn internal(message: impl Into<String>) -> Self {
+        Self::new(Kind::Internal, message)
+    }
+
+    pub fn source(&self) -> Source {
+        match self.inner.kind {
+            Kind::BadRequest
+            | Kind::NotFound
+            | Kind::MethodNotAllowed
+            | Kind::UnsupportedMediaType
+            | Kind::PayloadTooLarge => Source::Client,
+            Kind::Unreachable
+            | Kind::Timeout
+            | Kind::Status(_)
+            | Kind::Malformed
+            | Kind::Eof
+            | Kind::Agent(_)
+            | Kind::Cancelled => Source::Upstream,
+            Kind::Config => Source::Config,
+            Kind::Internal => Source::Internal,
+        }
+    }
+
+    pub fn is_client(&self) -> bool {
+        self.source() == Source::Client
+    }
+    pub fn is_upstream(&self) -> bool {
+        self.source() == Source::Upstream
+    }
+    pub fn is_timeout(&self) -> bool {
+        self.inner.kind == Kind::Timeout
+    }
+    pub fn is_cancelled(&self) -> bool {
+        self.inner.kind == Kind::Cancelled
+    }
+
+    /// The human-readable message.
+    pub fn message(&self) -> &str {
+        &self.inner.message
+    }
+
+    /// A stable, protocol-neutral code (`INVALID_REQUEST`, `UPSTREAM_TIMEOUT`, ...). For an error the
+    /// upstream agent reported itself, its own code.
+    pub fn code(&self) -> &str {
+        match &self.inner.kind {
+            Kind::BadRequest => "INVALID_REQUEST",
+            Kind::NotFound => "NOT_FOUND",
+            Kind::MethodNotAllowed => "METHOD_NOT_ALLOWED",
+            Kind::UnsupportedMediaType => "UNSUPPORTED_MEDIA_TYPE",
+            Kind::PayloadTooLarge => "PAYLOAD_TOO_LARGE",
+            Kind::Unreachable => "UPSTREAM_UNREACHABLE",
+            Kind::Timeout => "UPSTREAM_TIMEOUT",
+            Kind::Status(_) => "UPSTREAM_HTTP_ERROR",
+            Kind::Malformed => "UPSTREAM_MALFORMED",
+            Kind::Eof => "UPSTREAM_EOF",
+            Kind::Agent(code) => code,
+            Kind::Cancelled => "cancelled",
+            Kind::Config => "CONFIG_ERROR",
+            Kind::Internal => "INTERNAL_ERROR",
+        }
+    }
+
+    /// The HTTP status an inbound answers with when the error happens before any stream starts.
+    pub fn http_status(&self) -> http::StatusCode {
+        use http::StatusCode as S;
+        match self.inner.kind {
+            Kind::BadRequest => S::BAD_REQUEST,
+            Kind::NotFound => S::NOT_FOUND,
+            Kind::MethodNotAllowed => S::METHOD_NOT_ALLOWED,
+            Kind::UnsupportedMediaType => S::UNSUPPORTED_MEDIA_TYPE,
+            Kind::PayloadTooLarge => S::PAYLOAD_TOO_LARGE,
+            Kind::Timeout => S::GATEWAY_TIMEOUT,
+            Kind::Unreachable | Kind::Status(_) | Kind::Malformed | Kind::Eof | Kind::Agent(_) => {
+                S::BAD_GATEWAY
+            }
+            Kind::Cancelled => S::SERVICE_UNAVAILABLE,
+            Kind::Config | Kind::Internal => S::INTERNAL_SERVER_ERROR,
+        }
+    }
+}
+
+fn truncate(text: &str, max: usize) -> &str {
+    if text.len() <= max {
+        return text;
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}
+
+impl fmt::Debug for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Error")
+            .field("source", &self.source())
+            .field("code", &self.code())
+            .field("message", &self.inner.message)
+            .finish()
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.inner.message)
+    }
+}
+
+impl std::error::Error for Error {}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sources_and_codes() {
+        let e = Error::bad_request("missing field `threadId`");
+        assert!(e.is_client());
+        assert_eq!(e.code(), "INVALID_REQUEST");
+        assert_eq!(e.http_status(), http::StatusCode::BAD_REQUEST);
+
+        let e = Error::upstream_status(503, "  overloaded ");
+        assert!(e.is_upstream());
+        assert_eq!(e.message(), "upstream answered HTTP 503: overloaded");
+
+        let e = Error::upstream_agent("boom", "agent crashed");
+        assert_eq!(e.code(), "boom");
+        assert_eq!(e.source(), Source::Upstream);
+    }
+
+    #[test]
+    fn long_upstream_bodies_are_cut_on_a_char_boundary() {
+        let body = "北".repeat(400);
+        let e = Error::upstream_status(500, &body);
+        assert!(e.message().len() < 600);
+        assert!(e.message().ends_with('北'));
+    }
+}

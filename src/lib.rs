@@ -1,0 +1,18 @@
+//! agent-bridge: a protocol-translation proxy for AI agents.
+//!
+//! A client speaks one agent protocol to a route; the route's upstream speaks another. Requests and live
+//! event streams are translated through one canonical model ([`model`]): each protocol module under
+//! [`protocol`] decodes into it and encodes from it, and [`translate`] runs a turn between the two faces.
+
+pub mod body;
+pub mod config;
+pub mod error;
+pub mod model;
+pub mod normalize;
+pub mod protocol;
+pub mod route;
+pub mod server;
+pub mod sse;
+pub mod store;
+pub mod translate;
+pub mod upstream;

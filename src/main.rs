@@ -1,0 +1,77 @@
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+use agent_bridge::config::Config;
+use agent_bridge::server::Server;
+
+/// A protocol-translation proxy for AI agents (AG-UI, A2A, AgentScope, AG-Kit, CMDC).
+#[derive(Parser)]
+#[command(version)]
+struct Cli {
+    /// The routes file.
+    #[arg(long, short, global = true, default_value = "routes.toml")]
+    config: PathBuf,
+    /// Listen address, overriding `listen` in the routes file (e.g. 0.0.0.0:8080).
+    #[arg(long, global = true)]
+    listen: Option<std::net::SocketAddr>,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serve the routes (the default).
+    Serve,
+    /// Validate the routes file and exit.
+    Check,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let mut config = match Config::load(&cli.config) {
+        Ok(config) => config,
+        Err(error) => {
+            eprintln!("error: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    if let Some(listen) = cli.listen {
+        config.listen = listen;
+    }
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("error: cannot start the runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = match cli.command.unwrap_or(Command::Serve) {
+        Command::Check => runtime.block_on(agent_bridge::server::check(&config)).map(|()| {
+            println!("{}: ok ({} routes)", cli.config.display(), config.routes.len());
+        }),
+        Command::Serve => runtime.block_on(serve(config)),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn serve(config: Config) -> agent_bridge::error::Result<()> {
+    let server = Server::bind(&config).await?;
+    tracing::info!("agent-bridge listening on http://{}", server.local_addr());
+    server.run(agent_bridge::server::shutdown_signal()).await;
+    Ok(())
+}

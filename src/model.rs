@@ -1,0 +1,342 @@
+//! The hub: the canonical model every protocol decodes into and encodes from.
+//!
+//! A [`Turn`] is what one inbound request asks the agent to do; an [`Event`] is one thing the agent did, in
+//! stream order. Each protocol module translates between its wire and these types, and nothing else.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::error::Error;
+
+/// What one inbound request asks the agent to do.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Turn {
+    /// The inbound's conversation key (AG-UI threadId, A2A contextId, ...).
+    pub conversation: String,
+    /// The inbound's id for this run.
+    pub run_id: String,
+    pub messages: Vec<Message>,
+    /// Whether `messages` is the whole conversation or only what is new.
+    pub history: History,
+    /// Tools the client executes itself.
+    pub tools: Vec<Tool>,
+    pub context: Vec<ContextItem>,
+    pub state: Option<Value>,
+    pub options: GenerationOptions,
+    /// Answers to interrupts of an earlier run.
+    pub resume: Vec<Resume>,
+    /// Pass-through metadata (e.g. AG-UI `forwardedProps`).
+    pub extra: Map<String, Value>,
+}
+
+impl Turn {
+    /// Whether the client executes the tool of that name (a client-side call) rather than the agent.
+    pub fn is_client_tool(&self, name: &str) -> bool {
+        self.tools.iter().any(|tool| tool.name == name)
+    }
+
+    /// The text of the last user message, if any.
+    pub fn last_user_text(&self) -> Option<String> {
+        self.messages.iter().rev().find(|m| m.role == Role::User).map(Message::text)
+    }
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum History {
+    /// Every message of the conversation, every turn (AG-UI, AgentScope).
+    #[default]
+    Full,
+    /// Only the messages that are new since the last turn (A2A, AG-Kit, CMDC).
+    Delta,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct GenerationOptions {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub temperature: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_tokens: Option<u64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ContextItem {
+    pub description: String,
+    pub value: String,
+}
+
+/// A tool the client offers, described by a JSON Schema of its arguments.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Tool {
+    pub name: String,
+    #[serde(default)]
+    pub description: String,
+    #[serde(default = "empty_object_schema")]
+    pub parameters: Value,
+}
+
+pub fn empty_object_schema() -> Value {
+    serde_json::json!({"type": "object", "properties": {}})
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    System,
+    Developer,
+    User,
+    Assistant,
+    Tool,
+}
+
+/// One message of a conversation.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Message {
+    pub id: String,
+    pub role: Role,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub content: Vec<Part>,
+    /// Calls an assistant message made.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tool_calls: Vec<ToolCall>,
+    /// The call a tool message answers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
+    /// A tool message that reports a failure.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub is_error: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+}
+
+impl Message {
+    pub fn new(id: impl Into<String>, role: Role, content: Vec<Part>) -> Self {
+        Self {
+            id: id.into(),
+            role,
+            content,
+            tool_calls: Vec::new(),
+            tool_call_id: None,
+            is_error: false,
+            name: None,
+        }
+    }
+
+    pub fn text_message(id: impl Into<String>, role: Role, text: impl Into<String>) -> Self {
+        Self::new(id, role, vec![Part::Text(text.into())])
+    }
+
+    /// The concatenated text parts.
+    pub fn text(&self) -> String {
+        parts_text(&self.content)
+    }
+}
+
+/// The concatenated text of some parts.
+pub fn parts_text(parts: &[Part]) -> String {
+    let mut text = String::new();
+    for part in parts {
+        if let Part::Text(t) = part {
+            text.push_str(t);
+        }
+    }
+    text
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolCall {
+    pub id: String,
+    pub name: String,
+    /// The arguments as JSON text.
+    pub arguments: String,
+}
+
+/// A piece of message content.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Part {
+    Text(String),
+    Media(Media),
+    /// Structured data.
+    Data(Value),
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Media {
+    pub kind: MediaKind,
+    pub source: MediaSource,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mime_type: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub filename: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MediaKind {
+    Image,
+    Audio,
+    Video,
+    Document,
+}
+
+impl MediaKind {
+    /// The kind a MIME type suggests; documents when it says nothing better.
+    pub fn from_mime(mime: &str) -> Self {
+        match mime.split('/').next() {
+            Some("image") => Self::Image,
+            Some("audio") => Self::Audio,
+            Some("video") => Self::Video,
+            _ => Self::Document,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", content = "value", rename_all = "snake_case")]
+pub enum MediaSource {
+    Url(String),
+    /// Base64 data.
+    Data(String),
+    /// A provider's file id.
+    File { id: String, provider: Option<String> },
+}
+
+/// An answer to an interrupt of an earlier run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Resume {
+    pub interrupt_id: String,
+    pub status: ResumeStatus,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub payload: Option<Value>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ResumeStatus {
+    Resolved,
+    Cancelled,
+}
+
+/// The agent paused and waits for the user.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Interrupt {
+    pub id: String,
+    pub kind: InterruptKind,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum InterruptKind {
+    /// Approve or reject a tool call.
+    Approval {
+        tool: String,
+        args: Value,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        hint: Option<String>,
+    },
+    /// A question, optionally with choices.
+    Question {
+        text: String,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        options: Vec<String>,
+    },
+    /// Free input is needed to go on.
+    InputRequired { text: String },
+}
+
+impl InterruptKind {
+    /// The text a person reads: the hint, the question, or a sentence about the tool.
+    pub fn prompt(&self) -> String {
+        match self {
+            Self::Approval { hint: Some(hint), .. } => hint.clone(),
+            Self::Approval { tool, .. } => format!("Approve the call of `{tool}`?"),
+            Self::Question { text, .. } | Self::InputRequired { text } => text.clone(),
+        }
+    }
+}
+
+/// How a run ended.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Outcome {
+    #[default]
+    Completed,
+    /// Paused on one or more interrupts.
+    Interrupted,
+    Cancelled,
+}
+
+/// Token counts, as far as the upstream reports them.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Usage {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input_tokens: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_tokens: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub total_tokens: Option<u64>,
+}
+
+/// One thing the agent did, in stream order.
+///
+/// Decoders may produce loose streams (deltas without a start, ids left empty, nothing closed);
+/// [`crate::normalize`] makes every stream well formed before an encoder sees it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Event {
+    RunStarted,
+    RunFinished { outcome: Outcome, usage: Option<Usage> },
+    RunError(Error),
+
+    TextStart { message_id: String, role: Role },
+    TextDelta { message_id: String, delta: String },
+    TextEnd { message_id: String },
+
+    ReasoningStart { message_id: String },
+    ReasoningDelta { message_id: String, delta: String },
+    ReasoningEnd { message_id: String },
+
+    ToolCallStart { call_id: String, name: String, parent_message_id: Option<String> },
+    ToolCallArgs { call_id: String, delta: String },
+    ToolCallEnd { call_id: String },
+    ToolResult { call_id: String, message_id: String, content: String, is_error: bool },
+
+    StateSnapshot(Value),
+    /// An RFC 6902 JSON Patch (an array of operations).
+    StateDelta(Value),
+    MessagesSnapshot(Vec<Message>),
+    StepStarted { name: String },
+    StepFinished { name: String },
+
+    Interrupt(Interrupt),
+    /// An output that is not chat text.
+    Artifact(Artifact),
+    Usage(Usage),
+    /// Something with no canonical form, under a name.
+    Custom { name: String, value: Value },
+    /// The upstream's original event, when nothing else fits.
+    Raw { source: Option<String>, event: Value },
+}
+
+impl Event {
+    /// Whether this event ends the run.
+    pub fn is_terminal(&self) -> bool {
+        matches!(self, Self::RunFinished { .. } | Self::RunError(_))
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Artifact {
+    pub id: String,
+    pub name: Option<String>,
+    pub parts: Vec<Part>,
+    /// Adds to an earlier chunk of the same artifact instead of replacing it.
+    pub append: bool,
+    pub last_chunk: bool,
+}
+
+/// A fresh unique id with a readable prefix (`msg_…`, `call_…`).
+pub fn new_id(prefix: &str) -> String {
+    format!("{prefix}_{}", uuid::Uuid::new_v4().simple())
+}

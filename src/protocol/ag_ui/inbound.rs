@@ -1,0 +1,370 @@
+//! AG-UI inbound: we are the AG-UI agent. `POST path` with a `RunAgentInput` becomes a [`Turn`]; the run's
+//! canonical events go back as an SSE stream in the conservative profile of `specs/ag-ui.md` §4.2, which
+//! @ag-ui/client 1.0.0, 0.0.59 and 0.0.36 all accept.
+
+use std::borrow::Cow;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use futures_util::StreamExt;
+use http::{Method, Request, Response};
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use serde_json::json;
+
+use super::wire::{self, TextRole};
+use super::{message_from_wire, message_to_wire};
+use crate::body::{self, Body};
+use crate::config::Translate;
+use crate::error::{Error, Result};
+use crate::model::{
+    ContextItem, Event, History, Interrupt, InterruptKind, Outcome, Resume, ResumeStatus, Role, Tool, Turn,
+};
+use crate::route::Route;
+use crate::sse::{self, SseBody};
+
+/// A comment on an idle stream keeps proxies from closing it; every client version ignores comments.
+const HEARTBEAT: Duration = Duration::from_secs(15);
+
+pub struct Inbound {
+    translate: Translate,
+}
+
+/// What a route's options change in the output.
+struct EncodeOptions {
+    approval_tool: String,
+    question_tool: String,
+    /// Pause with `RUN_FINISHED.outcome.interrupt` (0.0.59+) instead of a frontend tool call.
+    interrupt_outcome: bool,
+    /// Emit `REASONING_*` events (0.0.59+) instead of `agent-bridge.reasoning` custom events.
+    reasoning: bool,
+}
+
+impl EncodeOptions {
+    fn new(translate: &Translate) -> Self {
+        Self {
+            approval_tool: translate.approval_tool.clone(),
+            question_tool: translate.question_tool.clone(),
+            interrupt_outcome: translate.agui_interrupts,
+            reasoning: translate.agui_reasoning,
+        }
+    }
+}
+
+impl Inbound {
+    pub fn new(translate: &Translate) -> Self {
+        Self { translate: translate.clone() }
+    }
+
+    pub async fn handle(&self, request: Request<Incoming>, route: &Route) -> Response<Body> {
+        match self.start(request, route).await {
+            Ok(response) => response,
+            Err(error) => error_response(&error),
+        }
+    }
+
+    async fn start(&self, request: Request<Incoming>, route: &Route) -> Result<Response<Body>> {
+        if route.subpath(request.uri().path()) != Some("") {
+            return Err(Error::not_found(format!("no AG-UI endpoint at {}", request.uri().path())));
+        }
+        body::expect_method(&request, Method::POST)?;
+        body::expect_json(request.headers())?;
+        let bytes = body::read_limited(request.into_body(), route.max_body).await?;
+        let turn = decode(&bytes)?;
+        let mut encoder = Encoder::new(&turn, &self.translate);
+        let events = route.translator.start(turn);
+        let frames = events.map(move |event| encoder.encode(event));
+        Ok(sse::response(BodyExt::boxed(SseBody::new(frames, HEARTBEAT))))
+    }
+}
+
+/// The answer to a request rejected before any stream: the status and `{"error":{"code","message"}}`.
+fn error_response(error: &Error) -> Response<Body> {
+    let body = wire::ErrorBody { error: wire::ErrorDetail { code: error.code(), message: error.message() } };
+    let json = serde_json::to_vec(&body).unwrap_or_default();
+    body::with_allow(body::json_response(error.http_status(), json), "POST")
+}
+
+/// Decodes a `RunAgentInput` body into a turn.
+pub fn decode(bytes: &[u8]) -> Result<Turn> {
+    let deserializer = &mut serde_json::Deserializer::from_slice(bytes);
+    let input: wire::RunAgentInput = serde_path_to_error::deserialize(deserializer).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner();
+        if path == "." || inner.is_syntax() || inner.is_eof() {
+            Error::bad_request(format!("invalid RunAgentInput: {inner}"))
+        } else {
+            Error::bad_request(format!("invalid RunAgentInput at `{path}`: {inner}"))
+        }
+    })?;
+    turn_from_input(input)
+}
+
+fn turn_from_input(input: wire::RunAgentInput) -> Result<Turn> {
+    if input.thread_id.is_empty() || input.run_id.is_empty() {
+        return Err(Error::bad_request("invalid RunAgentInput: `threadId` and `runId` must not be empty"));
+    }
+    let mut extra = serde_json::Map::new();
+    if let Some(props) = input.forwarded_props {
+        extra.insert("forwardedProps".to_owned(), props);
+    }
+    Ok(Turn {
+        conversation: input.thread_id,
+        run_id: input.run_id,
+        messages: input.messages.into_iter().filter_map(message_from_wire).collect(),
+        history: History::Full,
+        tools: input
+            .tools
+            .into_iter()
+            .map(|tool| Tool {
+                name: tool.name,
+                description: tool.description,
+                parameters: tool.parameters.unwrap_or_else(crate::model::empty_object_schema),
+            })
+            .collect(),
+        context: input
+            .context
+            .into_iter()
+            .map(|c| ContextItem { description: c.description, value: c.value })
+            .collect(),
+        state: input.state.filter(|state| !state.is_null()),
+        options: Default::default(),
+        resume: input
+            .resume
+            .into_iter()
+            .map(|entry| Resume {
+                interrupt_id: entry.interrupt_id,
+                status: match entry.status {
+                    wire::ResumeStatus::Resolved => ResumeStatus::Resolved,
+                    wire::ResumeStatus::Cancelled => ResumeStatus::Cancelled,
+                },
+                payload: entry.payload,
+            })
+            .collect(),
+        extra,
+    })
+}
+
+/// Encodes one run's canonical events as AG-UI SSE frames.
+pub struct Encoder {
+    thread_id: String,
+    run_id: String,
+    options: EncodeOptions,
+    interrupts: Vec<wire::Interrupt>,
+    buf: BytesMut,
+}
+
+impl Encoder {
+    /// An encoder for the run of `turn`, with the route's options.
+    pub fn new(turn: &Turn, translate: &Translate) -> Self {
+        Self {
+            thread_id: turn.conversation.clone(),
+            run_id: turn.run_id.clone(),
+            options: EncodeOptions::new(translate),
+            interrupts: Vec::new(),
+            buf: BytesMut::new(),
+        }
+    }
+
+    /// The frames for one event (usually one; an interrupt paused as a tool call takes three).
+    pub fn encode(&mut self, event: Event) -> Bytes {
+        match event {
+            Event::RunStarted => {
+                let started = wire::Event::RunStarted {
+                    thread_id: Cow::Borrowed(&self.thread_id),
+                    run_id: Cow::Borrowed(&self.run_id),
+                };
+                write(&mut self.buf, &started);
+            }
+            Event::RunFinished { outcome, .. } => self.encode_finish(outcome),
+            Event::Interrupt(interrupt) => self.encode_interrupt(interrupt),
+            Event::ReasoningStart { .. } | Event::ReasoningDelta { .. } | Event::ReasoningEnd { .. } => {
+                self.encode_reasoning(&event)
+            }
+            other => {
+                if let Some(wire) = to_wire(&other) {
+                    write(&mut self.buf, &wire);
+                }
+            }
+        }
+        self.buf.split().freeze()
+    }
+
+    /// A pause becomes a call of the route's approval or question tool, answered in the next run — or,
+    /// when the route opts in, an interrupt in `RUN_FINISHED.outcome`, preceded by the question as text
+    /// so that clients that ignore `outcome` still show it.
+    fn encode_interrupt(&mut self, interrupt: Interrupt) {
+        if self.options.interrupt_outcome {
+            let message_id = crate::model::new_id("msg");
+            let prompt = interrupt.kind.prompt();
+            write(&mut self.buf, &wire::Event::TextMessageStart { message_id: (&message_id).into(), role: Some(TextRole::Assistant) });
+            write(&mut self.buf, &wire::Event::TextMessageContent { message_id: (&message_id).into(), delta: prompt.clone().into() });
+            write(&mut self.buf, &wire::Event::TextMessageEnd { message_id: message_id.into() });
+            self.interrupts.push(interrupt_to_wire(interrupt, prompt));
+            return;
+        }
+        let (tool, arguments) = match &interrupt.kind {
+            InterruptKind::Approval { tool, args, hint } => (
+                &self.options.approval_tool,
+                json!({"action": hint.clone().unwrap_or_else(|| interrupt.kind.prompt()), "tool": tool, "arguments": args}),
+            ),
+            InterruptKind::Question { text, options } => {
+                (&self.options.question_tool, json!({"question": text, "options": options}))
+            }
+            InterruptKind::InputRequired { text } => (&self.options.question_tool, json!({"question": text})),
+        };
+        let start = wire::Event::ToolCallStart {
+            tool_call_id: Cow::Borrowed(&interrupt.id),
+            tool_call_name: Cow::Owned(tool.clone()),
+            parent_message_id: None,
+        };
+        write(&mut self.buf, &start);
+        let args = wire::Event::ToolCallArgs { tool_call_id: Cow::Borrowed(&interrupt.id), delta: arguments.to_string().into() };
+        write(&mut self.buf, &args);
+        write(&mut self.buf, &wire::Event::ToolCallEnd { tool_call_id: Cow::Borrowed(&interrupt.id) });
+    }
+
+    fn encode_finish(&mut self, outcome: Outcome) {
+        let outcome = match outcome {
+            Outcome::Interrupted if !self.interrupts.is_empty() => {
+                Some(wire::RunOutcome::Interrupt { interrupts: std::mem::take(&mut self.interrupts) })
+            }
+            // `outcome: cancelled` breaks 0.0.59 clients; a plain finish is what every version reads.
+            _ => None,
+        };
+        let finished = wire::Event::RunFinished {
+            thread_id: Cow::Owned(std::mem::take(&mut self.thread_id)),
+            run_id: Cow::Owned(std::mem::take(&mut self.run_id)),
+            outcome,
+        };
+        write(&mut self.buf, &finished);
+    }
+
+    /// Reasoning as `REASONING_*` events when the route allows them (they break 0.0.36 clients); otherwise
+    /// as namespaced `CUSTOM` events, visible to clients that look for them and harmless to the rest.
+    fn encode_reasoning(&mut self, event: &Event) {
+        if !self.options.reasoning {
+            let value = match event {
+                Event::ReasoningStart { message_id } => json!({"messageId": message_id, "phase": "start"}),
+                Event::ReasoningDelta { message_id, delta } => json!({"messageId": message_id, "delta": delta}),
+                Event::ReasoningEnd { message_id } => json!({"messageId": message_id, "phase": "end"}),
+                _ => return,
+            };
+            let custom = wire::Event::Custom { name: Cow::Borrowed("agent-bridge.reasoning"), value };
+            return write(&mut self.buf, &custom);
+        }
+        match event {
+            Event::ReasoningStart { message_id } => {
+                write(&mut self.buf, &wire::Event::ReasoningStart { message_id: message_id.into() });
+                let start = wire::Event::ReasoningMessageStart {
+                    message_id: message_id.into(),
+                    role: wire::ReasoningRole::Reasoning,
+                };
+                write(&mut self.buf, &start);
+            }
+            Event::ReasoningDelta { message_id, delta } => {
+                let content = wire::Event::ReasoningMessageContent { message_id: message_id.into(), delta: delta.into() };
+                write(&mut self.buf, &content);
+            }
+            Event::ReasoningEnd { message_id } => {
+                write(&mut self.buf, &wire::Event::ReasoningMessageEnd { message_id: message_id.into() });
+                write(&mut self.buf, &wire::Event::ReasoningEnd { message_id: message_id.into() });
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Appends one event as an SSE frame.
+fn write(buf: &mut BytesMut, event: &wire::Event<'_>) {
+    // Serializing our own wire types cannot fail.
+    let json = serde_json::to_string(event).unwrap_or_default();
+    sse::write_event(buf, None, &json);
+}
+
+/// The one-to-one translations, borrowing from the canonical event. What AG-UI has no event for goes into a
+/// namespaced `CUSTOM` event (0.0.59 rejects unknown types). `None` for the events the encoder handles
+/// itself.
+fn to_wire(event: &Event) -> Option<wire::Event<'_>> {
+    let wire = match event {
+        Event::RunError(error) => wire::Event::RunError {
+            message: error.message().into(),
+            code: Some(error.code().into()),
+        },
+        Event::TextStart { message_id, role } => wire::Event::TextMessageStart {
+            message_id: message_id.into(),
+            role: Some(match role {
+                Role::System => TextRole::System,
+                Role::Developer => TextRole::Developer,
+                Role::User => TextRole::User,
+                Role::Assistant | Role::Tool => TextRole::Assistant,
+            }),
+        },
+        Event::TextDelta { message_id, delta } => {
+            wire::Event::TextMessageContent { message_id: message_id.into(), delta: delta.into() }
+        }
+        Event::TextEnd { message_id } => wire::Event::TextMessageEnd { message_id: message_id.into() },
+        Event::ToolCallStart { call_id, name, parent_message_id } => wire::Event::ToolCallStart {
+            tool_call_id: call_id.into(),
+            tool_call_name: name.into(),
+            parent_message_id: parent_message_id.as_deref().map(Cow::Borrowed),
+        },
+        Event::ToolCallArgs { call_id, delta } => {
+            wire::Event::ToolCallArgs { tool_call_id: call_id.into(), delta: delta.into() }
+        }
+        Event::ToolCallEnd { call_id } => wire::Event::ToolCallEnd { tool_call_id: call_id.into() },
+        Event::ToolResult { call_id, message_id, content, .. } => wire::Event::ToolCallResult {
+            message_id: message_id.into(),
+            tool_call_id: call_id.into(),
+            content: wire::ToolResultContent::Text(content.into()),
+        },
+        Event::StateSnapshot(snapshot) => wire::Event::StateSnapshot { snapshot: snapshot.clone() },
+        Event::StateDelta(delta) => wire::Event::StateDelta { delta: delta.clone() },
+        Event::MessagesSnapshot(messages) => {
+            wire::Event::MessagesSnapshot { messages: messages.iter().map(message_to_wire).collect() }
+        }
+        Event::StepStarted { name } => wire::Event::StepStarted { step_name: name.into() },
+        Event::StepFinished { name } => wire::Event::StepFinished { step_name: name.into() },
+        Event::Custom { name, value } => wire::Event::Custom { name: name.into(), value: value.clone() },
+        Event::Raw { source, event } => {
+            wire::Event::Raw { event: event.clone(), source: source.as_deref().map(Cow::Borrowed) }
+        }
+        Event::Usage(usage) => custom("agent-bridge.usage", json!(usage)),
+        Event::Artifact(artifact) => custom(
+            "agent-bridge.artifact",
+            json!({
+                "artifactId": artifact.id,
+                "name": artifact.name,
+                "parts": artifact.parts,
+                "append": artifact.append,
+                "lastChunk": artifact.last_chunk,
+            }),
+        ),
+        Event::RunStarted
+        | Event::RunFinished { .. }
+        | Event::Interrupt(_)
+        | Event::ReasoningStart { .. }
+        | Event::ReasoningDelta { .. }
+        | Event::ReasoningEnd { .. } => return None,
+    };
+    Some(wire)
+}
+
+fn custom(name: &'static str, value: serde_json::Value) -> wire::Event<'static> {
+    wire::Event::Custom { name: Cow::Borrowed(name), value }
+}
+
+fn interrupt_to_wire(interrupt: Interrupt, prompt: String) -> wire::Interrupt {
+    let (reason, schema) = match &interrupt.kind {
+        InterruptKind::Approval { .. } => ("approval", json!({"type": "object", "properties": {"approved": {"type": "boolean"}}})),
+        InterruptKind::Question { .. } => ("question", json!({"type": "string"})),
+        InterruptKind::InputRequired { .. } => ("input_required", json!({"type": "string"})),
+    };
+    wire::Interrupt {
+        id: interrupt.id,
+        reason: reason.to_owned(),
+        message: Some(prompt),
+        tool_call_id: None,
+        response_schema: Some(schema),
+    }
+}

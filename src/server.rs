@@ -1,0 +1,159 @@
+//! The hyper server: accept loop, route dispatch by path, `GET /healthz`, graceful shutdown.
+//! It knows no protocol: a route's inbound serves everything under its path.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::{Method, Request, Response, StatusCode};
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
+use hyper_util::server::graceful::GracefulShutdown;
+use tokio::net::TcpListener;
+
+use crate::body::{json_response, Body};
+use crate::config::Config;
+use crate::error::{Error, Result};
+use crate::route::Route;
+use crate::store;
+
+/// How long running streams may go on after a shutdown signal.
+pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
+
+pub struct Server {
+    listener: TcpListener,
+    routes: Arc<Routes>,
+    shutdown_grace: Duration,
+}
+
+impl Server {
+    /// Builds every route and binds the listen address of the configuration.
+    pub async fn bind(config: &Config) -> Result<Self> {
+        let routes = Arc::new(Routes::from_config(config)?);
+        let listener = TcpListener::bind(config.listen)
+            .await
+            .map_err(|e| Error::config(format!("cannot listen on {}: {e}", config.listen)))?;
+        Ok(Self { listener, routes, shutdown_grace: DEFAULT_SHUTDOWN_GRACE })
+    }
+
+    /// How long running streams may go on after the shutdown signal.
+    pub fn with_shutdown_grace(mut self, grace: Duration) -> Self {
+        self.shutdown_grace = grace;
+        self
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        // A bound listener always has an address.
+        self.listener.local_addr().unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)))
+    }
+
+    /// Serves until `shutdown` resolves; then stops accepting and lets open connections finish within the
+    /// grace period.
+    pub async fn run(self, shutdown: impl Future<Output = ()>) {
+        let graceful = GracefulShutdown::new();
+        let builder = auto::Builder::new(TokioExecutor::new());
+        tokio::pin!(shutdown);
+        loop {
+            let (stream, peer) = tokio::select! {
+                accepted = self.listener.accept() => match accepted {
+                    Ok(accepted) => accepted,
+                    Err(error) => {
+                        tracing::warn!("accept failed: {error}");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                },
+                () = &mut shutdown => break,
+            };
+            let _ = stream.set_nodelay(true);
+            let routes = Arc::clone(&self.routes);
+            let service = service_fn(move |request| {
+                let routes = Arc::clone(&routes);
+                async move { Ok::<_, std::convert::Infallible>(routes.dispatch(request).await) }
+            });
+            let connection = builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
+            let connection = graceful.watch(connection.into_owned());
+            tokio::spawn(async move {
+                if let Err(error) = connection.await {
+                    tracing::debug!(%peer, "connection ended with an error: {error}");
+                }
+            });
+        }
+        drop(self.listener);
+        tracing::info!("shutting down; waiting up to {:?} for open streams", self.shutdown_grace);
+        if tokio::time::timeout(self.shutdown_grace, graceful.shutdown()).await.is_err() {
+            tracing::warn!("open streams did not finish within {:?}; closing them", self.shutdown_grace);
+        }
+    }
+}
+
+/// Builds every route without serving: what `agent-bridge check` reports.
+pub async fn check(config: &Config) -> Result<()> {
+    Routes::from_config(config).map(drop)
+}
+
+/// Resolves on SIGINT or SIGTERM.
+pub async fn shutdown_signal() {
+    let interrupt = async {
+        if tokio::signal::ctrl_c().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        use tokio::signal::unix::{signal, SignalKind};
+        match signal(SignalKind::terminate()) {
+            Ok(mut terminate) => {
+                terminate.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        () = interrupt => {}
+        () = terminate => {}
+    }
+}
+
+/// Every route, longest path first so the most specific mount point wins.
+struct Routes {
+    routes: Vec<Route>,
+}
+
+impl Routes {
+    fn from_config(config: &Config) -> Result<Self> {
+        let store = store::open(&config.store)?;
+        let mut routes = config
+            .routes
+            .iter()
+            .map(|route| Route::from_config(route, Arc::clone(&store)))
+            .collect::<Result<Vec<_>>>()?;
+        routes.sort_by_key(|route| std::cmp::Reverse(route.path.len()));
+        for route in &routes {
+            tracing::info!(route = %route.name, path = %route.path, "route ready");
+        }
+        Ok(Self { routes })
+    }
+
+    async fn dispatch(&self, request: Request<Incoming>) -> Response<Body> {
+        let path = request.uri().path();
+        if path == "/healthz" && request.method() == Method::GET {
+            return json_response(StatusCode::OK, br#"{"status":"ok"}"#.to_vec());
+        }
+        match self.routes.iter().find(|route| route.subpath(path).is_some()) {
+            Some(route) => route.inbound.handle(request, route).await,
+            None => error_response(&Error::not_found(format!("no route serves {path}"))),
+        }
+    }
+}
+
+/// The answer for requests no protocol has claimed yet: `{"error":{"code","message"}}`.
+fn error_response(error: &Error) -> Response<Body> {
+    let body = serde_json::json!({"error": {"code": error.code(), "message": error.message()}});
+    json_response(error.http_status(), body.to_string().into_bytes())
+}

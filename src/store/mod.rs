@@ -1,0 +1,59 @@
+//! The conversation store: one record per (route, tenant, conversation), holding what the proxy must
+//! remember between turns. It knows no protocol: outbounds keep their upstream identities under keys of
+//! their own choosing.
+
+mod memory;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use futures_util::future::BoxFuture;
+use serde::{Deserialize, Serialize};
+
+use crate::config::{StoreBackend, StoreConfig};
+use crate::error::{Error, Result};
+use crate::model::{Interrupt, Message};
+
+pub use memory::MemoryStore;
+
+/// Which conversation a record belongs to.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Key {
+    pub route: String,
+    pub tenant: String,
+    pub conversation: String,
+}
+
+/// What the proxy remembers of one conversation.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Record {
+    /// Upstream identities learned so far (an A2A contextId, a CMDC session id, ...), keyed by the outbound.
+    #[serde(default)]
+    pub upstream: BTreeMap<String, String>,
+    /// Interrupts the client has not answered yet.
+    #[serde(default)]
+    pub pending_interrupts: Vec<Interrupt>,
+    /// The canonical message log, for inbounds that send deltas to upstreams that want full history.
+    #[serde(default)]
+    pub log: Vec<Message>,
+    /// Ids of the messages already sent upstream, for inbounds that send full history to upstreams that keep
+    /// their own.
+    #[serde(default)]
+    pub sent: Vec<String>,
+}
+
+/// A conversation store backend.
+pub trait Store: Send + Sync {
+    fn load<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, Result<Option<Record>>>;
+    fn save<'a>(&'a self, key: &'a Key, record: Record) -> BoxFuture<'a, Result<()>>;
+}
+
+/// Opens the configured backend.
+pub fn open(config: &StoreConfig) -> Result<Arc<dyn Store>> {
+    match config.backend {
+        StoreBackend::Memory => Ok(Arc::new(MemoryStore::new(config.idle_ttl))),
+        StoreBackend::Redb | StoreBackend::Redis => Err(Error::config(
+            "store backends redb and redis are not available yet; use backend = \"memory\"",
+        )),
+    }
+}

@@ -1,0 +1,178 @@
+//! The hub of a route: runs one [`Turn`] against the route's outbound and hands the inbound a well-formed,
+//! bounded stream of canonical [`Event`]s.
+//!
+//! The run lives in its own task. Events pass through a small bounded channel, so a slow client slows the
+//! upstream read instead of filling memory; when the client goes away the receiver is dropped, the task sees
+//! the channel close and drops the outbound future, which closes the upstream request.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use futures_util::Stream;
+use serde_json::Value;
+use tokio::sync::mpsc;
+
+use crate::error::{Error, Result};
+use crate::model::{Event, Resume, ResumeStatus, Role, Turn};
+use crate::normalize::Normalizer;
+use crate::protocol::Outbound;
+use crate::store::{Key, Record, Store};
+
+/// How many events may wait for a slow client before the upstream read pauses.
+const EVENT_BUFFER: usize = 16;
+
+/// Runs turns of one route.
+pub struct Translator {
+    route: String,
+    outbound: Outbound,
+    store: Arc<dyn Store>,
+    timeout: Duration,
+}
+
+impl Translator {
+    pub fn new(route: String, outbound: Outbound, store: Arc<dyn Store>, timeout: Duration) -> Self {
+        Self { route, outbound, store, timeout }
+    }
+
+    /// Starts the turn and returns its event stream: `RunStarted` first, exactly one terminal event last.
+    pub fn start(self: &Arc<Self>, turn: Turn) -> EventStream {
+        let (sender, receiver) = mpsc::channel(EVENT_BUFFER);
+        let translator = Arc::clone(self);
+        tokio::spawn(async move { translator.run(turn, sender).await });
+        EventStream { receiver }
+    }
+
+    async fn run(&self, mut turn: Turn, sender: mpsc::Sender<Event>) {
+        let key = Key {
+            route: self.route.clone(),
+            tenant: String::new(),
+            conversation: turn.conversation.clone(),
+        };
+        let mut context = RunContext::new(Record::default(), sender);
+        let outcome = match self.store.load(&key).await {
+            Ok(record) => {
+                context.record = record.unwrap_or_default();
+                take_interrupt_answers(&mut turn, &mut context.record);
+                self.run_outbound(&turn, &mut context).await
+            }
+            Err(error) => Some(Err(error)),
+        };
+        let Some(result) = outcome else {
+            tracing::debug!(route = %self.route, "client went away; upstream run dropped");
+            return;
+        };
+        if let Err(error) = &result {
+            tracing::warn!(route = %self.route, code = error.code(), "run failed: {error}");
+        }
+        context.finish(result).await;
+        if let Err(error) = self.store.save(&key, context.record).await {
+            tracing::error!(route = %self.route, "saving the conversation failed: {error}");
+        }
+    }
+
+    /// Runs the outbound within the route's timeout. `None` when the client went away first.
+    async fn run_outbound(&self, turn: &Turn, context: &mut RunContext) -> Option<Result<()>> {
+        let closed = context.sender.clone();
+        let run = tokio::time::timeout(self.timeout, self.outbound.run(turn, context));
+        tokio::select! {
+            result = run => Some(result.unwrap_or_else(|_| Err(Error::upstream_timeout(format!(
+                "upstream run took longer than the route's timeout of {:?}", self.timeout
+            ))))),
+            () = closed.closed() => None,
+        }
+    }
+}
+
+/// Tool messages that answer a pending interrupt are not tool results for the upstream: they become the
+/// turn's `resume`, and the synthetic call they answer is dropped from the history. Interrupts left
+/// unanswered lapse: the client moved on.
+fn take_interrupt_answers(turn: &mut Turn, record: &mut Record) {
+    let pending = std::mem::take(&mut record.pending_interrupts);
+    if pending.is_empty() {
+        return;
+    }
+    let is_pending = |id: &str| pending.iter().any(|interrupt| interrupt.id == id);
+    for message in &turn.messages {
+        match &message.tool_call_id {
+            Some(call_id) if message.role == Role::Tool && is_pending(call_id) => {
+                let already = turn.resume.iter().any(|r| &r.interrupt_id == call_id);
+                if !already {
+                    turn.resume.push(Resume {
+                        interrupt_id: call_id.clone(),
+                        status: ResumeStatus::Resolved,
+                        payload: Some(answer_payload(&message.text())),
+                    });
+                }
+            }
+            _ => {}
+        }
+    }
+    turn.messages.retain(|m| !(m.role == Role::Tool && m.tool_call_id.as_deref().is_some_and(is_pending)));
+    for message in &mut turn.messages {
+        message.tool_calls.retain(|call| !is_pending(&call.id));
+    }
+    turn.messages.retain(|m| !(m.role == Role::Assistant && m.content.is_empty() && m.tool_calls.is_empty()));
+}
+
+/// A tool answer is JSON when it parses as JSON, otherwise the text itself.
+fn answer_payload(text: &str) -> Value {
+    serde_json::from_str(text).unwrap_or_else(|_| Value::String(text.to_owned()))
+}
+
+/// What an outbound gets while it runs a turn: the conversation record to read and update, and the way to
+/// emit events.
+pub struct RunContext {
+    pub record: Record,
+    normalizer: Normalizer,
+    sender: mpsc::Sender<Event>,
+    ready: Vec<Event>,
+}
+
+impl RunContext {
+    fn new(record: Record, sender: mpsc::Sender<Event>) -> Self {
+        Self { record, normalizer: Normalizer::new(), sender, ready: Vec::new() }
+    }
+
+    /// Emits one event toward the client. Fails with a cancelled error once the client went away, so an
+    /// outbound can stop with `?`.
+    pub async fn emit(&mut self, event: Event) -> Result<()> {
+        self.normalizer.push(event, &mut self.ready);
+        self.send_ready().await
+    }
+
+    async fn finish(&mut self, result: Result<()>) {
+        self.normalizer.finish(result, &mut self.ready);
+        // The client may already be gone; there is nobody left to tell.
+        let _ = self.send_ready().await;
+    }
+
+    async fn send_ready(&mut self) -> Result<()> {
+        let mut ready = std::mem::take(&mut self.ready);
+        for event in ready.drain(..) {
+            if let Event::Interrupt(interrupt) = &event {
+                self.record.pending_interrupts.push(interrupt.clone());
+            }
+            if self.sender.send(event).await.is_err() {
+                return Err(Error::cancelled("the client went away"));
+            }
+        }
+        // Keep the allocation for the next event.
+        self.ready = ready;
+        Ok(())
+    }
+}
+
+/// The events of one run, in order, ending after the terminal event.
+pub struct EventStream {
+    receiver: mpsc::Receiver<Event>,
+}
+
+impl Stream for EventStream {
+    type Item = Event;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Event>> {
+        self.receiver.poll_recv(cx)
+    }
+}

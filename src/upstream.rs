@@ -1,0 +1,102 @@
+//! The pooled client every outbound uses to reach its upstream: HTTP/1.1 and HTTP/2, TLS for https
+//! upstreams, a connect timeout, and the route's configured headers.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::header::{ACCEPT, CONTENT_TYPE};
+use http::{HeaderName, HeaderValue, Method, Request, Response, Uri};
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Incoming;
+use hyper_rustls::HttpsConnector;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+
+use crate::error::{Error, Result};
+
+/// How much of an upstream's error body is read to explain the failure.
+const ERROR_BODY_LIMIT: usize = 64 * 1024;
+/// How long reading that error body may take.
+const ERROR_BODY_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// One route's view of its upstream: where it is, and what to send with every request.
+#[derive(Clone)]
+pub struct Upstream {
+    client: Client<HttpsConnector<HttpConnector>, Full<Bytes>>,
+    uri: Uri,
+    headers: Vec<(HeaderName, HeaderValue)>,
+}
+
+impl Upstream {
+    pub fn new(uri: Uri, headers: Vec<(HeaderName, HeaderValue)>, connect_timeout: Duration) -> Self {
+        let mut http = HttpConnector::new();
+        http.set_connect_timeout(Some(connect_timeout));
+        http.set_nodelay(true);
+        http.enforce_http(false);
+        let https = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_webpki_roots()
+            .https_or_http()
+            .enable_http1()
+            .enable_http2()
+            .wrap_connector(http);
+        let client = Client::builder(TokioExecutor::new()).build(https);
+        Self { client, uri, headers }
+    }
+
+    /// The configured upstream URL.
+    pub fn uri(&self) -> &Uri {
+        &self.uri
+    }
+
+    /// POSTs a JSON body to the upstream URL and returns the response once its head arrived with a 2xx
+    /// status. Failures to connect and non-2xx answers become upstream errors.
+    pub async fn post_json(&self, body: Bytes, accept: &'static str) -> Result<Response<Incoming>> {
+        let mut request = Request::builder()
+            .method(Method::POST)
+            .uri(self.uri.clone())
+            .header(CONTENT_TYPE, "application/json")
+            .header(ACCEPT, accept)
+            .body(Full::new(body))
+            .map_err(|e| Error::internal(format!("building the upstream request failed: {e}")))?;
+        let headers = request.headers_mut();
+        for (name, value) in &self.headers {
+            headers.insert(name.clone(), value.clone());
+        }
+        self.send(request).await
+    }
+
+    async fn send(&self, request: Request<Full<Bytes>>) -> Result<Response<Incoming>> {
+        let response = self.client.request(request).await.map_err(|e| {
+            Error::upstream_unreachable(format!("upstream {} unreachable: {}", self.uri, error_chain(&e)))
+        })?;
+        if response.status().is_success() {
+            Ok(response)
+        } else {
+            Err(status_error(response).await)
+        }
+    }
+}
+
+/// Turns a non-2xx upstream answer into an error that carries its status and (the start of) its body.
+async fn status_error(response: Response<Incoming>) -> Error {
+    let status = response.status().as_u16();
+    let body = Limited::new(response.into_body(), ERROR_BODY_LIMIT).collect();
+    let text = match tokio::time::timeout(ERROR_BODY_TIMEOUT, body).await {
+        Ok(Ok(collected)) => String::from_utf8_lossy(&collected.to_bytes()).into_owned(),
+        _ => String::new(),
+    };
+    Error::upstream_status(status, &text)
+}
+
+/// An error and its causes on one line: hyper-util's errors say little at the top level.
+fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
