@@ -23,14 +23,19 @@ pub fn full(bytes: impl Into<Bytes>) -> Body {
 pub fn json_response(status: StatusCode, json: Vec<u8>) -> Response<Body> {
     let mut response = Response::new(full(json));
     *response.status_mut() = status;
-    response.headers_mut().insert(CONTENT_TYPE, http::HeaderValue::from_static("application/json"));
+    response.headers_mut().insert(
+        CONTENT_TYPE,
+        http::HeaderValue::from_static("application/json"),
+    );
     response
 }
 
 /// Adds the `Allow` header a 405 answer must carry.
 pub fn with_allow(mut response: Response<Body>, allowed: &'static str) -> Response<Body> {
     if response.status() == StatusCode::METHOD_NOT_ALLOWED {
-        response.headers_mut().insert(ALLOW, http::HeaderValue::from_static(allowed));
+        response
+            .headers_mut()
+            .insert(ALLOW, http::HeaderValue::from_static(allowed));
     }
     response
 }
@@ -49,12 +54,22 @@ pub fn expect_method<B>(request: &Request<B>, method: Method) -> Result<()> {
 
 /// Checks that a request declares a JSON body (`application/json`, or any `+json` type).
 pub fn expect_json(headers: &HeaderMap) -> Result<()> {
-    let content_type = headers.get(CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
-    let essence = content_type.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
+    let content_type = headers
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    let essence = content_type
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase();
     if essence == "application/json" || essence.ends_with("+json") {
         Ok(())
     } else if content_type.is_empty() {
-        Err(Error::unsupported_media_type("missing Content-Type; send application/json"))
+        Err(Error::unsupported_media_type(
+            "missing Content-Type; send application/json",
+        ))
     } else {
         Err(Error::unsupported_media_type(format!(
             "unsupported Content-Type `{content_type}`; send application/json"
@@ -71,6 +86,8 @@ where
     match Limited::new(body, limit).collect().await {
         Ok(collected) => Ok(collected.to_bytes()),
         Err(error) if error.is::<LengthLimitError>() => Err(Error::payload_too_large(limit)),
-        Err(error) => Err(Error::bad_request(format!("reading the request body failed: {error}"))),
+        Err(error) => Err(Error::bad_request(format!(
+            "reading the request body failed: {error}"
+        ))),
     }
 }

@@ -51,7 +51,12 @@ struct Inner {
 
 impl Error {
     fn new(kind: Kind, message: impl Into<String>) -> Self {
-        Self { inner: Box::new(Inner { kind, message: message.into() }) }
+        Self {
+            inner: Box::new(Inner {
+                kind,
+                message: message.into(),
+            }),
+        }
     }
 
     /// The client's request is malformed (bad JSON, wrong types, missing fields).
@@ -68,7 +73,10 @@ impl Error {
         Self::new(Kind::UnsupportedMediaType, message)
     }
     pub fn payload_too_large(limit: usize) -> Self {
-        Self::new(Kind::PayloadTooLarge, format!("request body is larger than the limit of {limit} bytes"))
+        Self::new(
+            Kind::PayloadTooLarge,
+            format!("request body is larger than the limit of {limit} bytes"),
+        )
     }
     /// The upstream could not be reached (refused, DNS, TLS, connect timeout).
     pub fn upstream_unreachable(message: impl Into<String>) -> Self {

@@ -55,9 +55,15 @@ fn main() -> ExitCode {
         }
     };
     let result = match cli.command.unwrap_or(Command::Serve) {
-        Command::Check => runtime.block_on(agent_bridge::server::check(&config)).map(|()| {
-            println!("{}: ok ({} routes)", cli.config.display(), config.routes.len());
-        }),
+        Command::Check => runtime
+            .block_on(agent_bridge::server::check(&config))
+            .map(|()| {
+                println!(
+                    "{}: ok ({} routes)",
+                    cli.config.display(),
+                    config.routes.len()
+                );
+            }),
         Command::Serve => runtime.block_on(serve(config)),
     };
     match result {

@@ -37,7 +37,11 @@ impl Turn {
 
     /// The text of the last user message, if any.
     pub fn last_user_text(&self) -> Option<String> {
-        self.messages.iter().rev().find(|m| m.role == Role::User).map(Message::text)
+        self.messages
+            .iter()
+            .rev()
+            .find(|m| m.role == Role::User)
+            .map(Message::text)
     }
 }
 
@@ -201,7 +205,10 @@ pub enum MediaSource {
     /// Base64 data.
     Data(String),
     /// A provider's file id.
-    File { id: String, provider: Option<String> },
+    File {
+        id: String,
+        provider: Option<String>,
+    },
 }
 
 /// An answer to an interrupt of an earlier run.
@@ -251,7 +258,9 @@ impl InterruptKind {
     /// The text a person reads: the hint, the question, or a sentence about the tool.
     pub fn prompt(&self) -> String {
         match self {
-            Self::Approval { hint: Some(hint), .. } => hint.clone(),
+            Self::Approval {
+                hint: Some(hint), ..
+            } => hint.clone(),
             Self::Approval { tool, .. } => format!("Approve the call of `{tool}`?"),
             Self::Question { text, .. } | Self::InputRequired { text } => text.clone(),
         }
@@ -286,37 +295,79 @@ pub struct Usage {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Event {
     RunStarted,
-    RunFinished { outcome: Outcome, usage: Option<Usage> },
+    RunFinished {
+        outcome: Outcome,
+        usage: Option<Usage>,
+    },
     RunError(Error),
 
-    TextStart { message_id: String, role: Role },
-    TextDelta { message_id: String, delta: String },
-    TextEnd { message_id: String },
+    TextStart {
+        message_id: String,
+        role: Role,
+    },
+    TextDelta {
+        message_id: String,
+        delta: String,
+    },
+    TextEnd {
+        message_id: String,
+    },
 
-    ReasoningStart { message_id: String },
-    ReasoningDelta { message_id: String, delta: String },
-    ReasoningEnd { message_id: String },
+    ReasoningStart {
+        message_id: String,
+    },
+    ReasoningDelta {
+        message_id: String,
+        delta: String,
+    },
+    ReasoningEnd {
+        message_id: String,
+    },
 
-    ToolCallStart { call_id: String, name: String, parent_message_id: Option<String> },
-    ToolCallArgs { call_id: String, delta: String },
-    ToolCallEnd { call_id: String },
-    ToolResult { call_id: String, message_id: String, content: String, is_error: bool },
+    ToolCallStart {
+        call_id: String,
+        name: String,
+        parent_message_id: Option<String>,
+    },
+    ToolCallArgs {
+        call_id: String,
+        delta: String,
+    },
+    ToolCallEnd {
+        call_id: String,
+    },
+    ToolResult {
+        call_id: String,
+        message_id: String,
+        content: String,
+        is_error: bool,
+    },
 
     StateSnapshot(Value),
     /// An RFC 6902 JSON Patch (an array of operations).
     StateDelta(Value),
     MessagesSnapshot(Vec<Message>),
-    StepStarted { name: String },
-    StepFinished { name: String },
+    StepStarted {
+        name: String,
+    },
+    StepFinished {
+        name: String,
+    },
 
     Interrupt(Interrupt),
     /// An output that is not chat text.
     Artifact(Artifact),
     Usage(Usage),
     /// Something with no canonical form, under a name.
-    Custom { name: String, value: Value },
+    Custom {
+        name: String,
+        value: Value,
+    },
     /// The upstream's original event, when nothing else fits.
-    Raw { source: Option<String>, event: Value },
+    Raw {
+        source: Option<String>,
+        event: Value,
+    },
 }
 
 impl Event {

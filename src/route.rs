@@ -26,7 +26,12 @@ impl Route {
             path: config.path.clone(),
             max_body: config.max_body,
             inbound: Inbound::from_config(config)?,
-            translator: Arc::new(Translator::new(config.name.clone(), outbound, store, config.timeout)),
+            translator: Arc::new(Translator::new(
+                config.name.clone(),
+                outbound,
+                store,
+                config.timeout,
+            )),
         })
     }
 

@@ -36,7 +36,11 @@ impl Server {
         let listener = TcpListener::bind(config.listen)
             .await
             .map_err(|e| Error::config(format!("cannot listen on {}: {e}", config.listen)))?;
-        Ok(Self { listener, routes, shutdown_grace: DEFAULT_SHUTDOWN_GRACE })
+        Ok(Self {
+            listener,
+            routes,
+            shutdown_grace: DEFAULT_SHUTDOWN_GRACE,
+        })
     }
 
     /// How long running streams may go on after the shutdown signal.
@@ -47,7 +51,9 @@ impl Server {
 
     pub fn local_addr(&self) -> SocketAddr {
         // A bound listener always has an address.
-        self.listener.local_addr().unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)))
+        self.listener
+            .local_addr()
+            .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)))
     }
 
     /// Serves until `shutdown` resolves; then stops accepting and lets open connections finish within the
@@ -83,9 +89,18 @@ impl Server {
             });
         }
         drop(self.listener);
-        tracing::info!("shutting down; waiting up to {:?} for open streams", self.shutdown_grace);
-        if tokio::time::timeout(self.shutdown_grace, graceful.shutdown()).await.is_err() {
-            tracing::warn!("open streams did not finish within {:?}; closing them", self.shutdown_grace);
+        tracing::info!(
+            "shutting down; waiting up to {:?} for open streams",
+            self.shutdown_grace
+        );
+        if tokio::time::timeout(self.shutdown_grace, graceful.shutdown())
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                "open streams did not finish within {:?}; closing them",
+                self.shutdown_grace
+            );
         }
     }
 }
@@ -145,7 +160,11 @@ impl Routes {
         if path == "/healthz" && request.method() == Method::GET {
             return json_response(StatusCode::OK, br#"{"status":"ok"}"#.to_vec());
         }
-        match self.routes.iter().find(|route| route.subpath(path).is_some()) {
+        match self
+            .routes
+            .iter()
+            .find(|route| route.subpath(path).is_some())
+        {
             Some(route) => route.inbound.handle(request, route).await,
             None => error_response(&Error::not_found(format!("no route serves {path}"))),
         }

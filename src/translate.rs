@@ -32,8 +32,18 @@ pub struct Translator {
 }
 
 impl Translator {
-    pub fn new(route: String, outbound: Outbound, store: Arc<dyn Store>, timeout: Duration) -> Self {
-        Self { route, outbound, store, timeout }
+    pub fn new(
+        route: String,
+        outbound: Outbound,
+        store: Arc<dyn Store>,
+        timeout: Duration,
+    ) -> Self {
+        Self {
+            route,
+            outbound,
+            store,
+            timeout,
+        }
     }
 
     /// Starts the turn and returns its event stream: `RunStarted` first, exactly one terminal event last.
@@ -109,11 +119,14 @@ fn take_interrupt_answers(turn: &mut Turn, record: &mut Record) {
             _ => {}
         }
     }
-    turn.messages.retain(|m| !(m.role == Role::Tool && m.tool_call_id.as_deref().is_some_and(is_pending)));
+    turn.messages
+        .retain(|m| !(m.role == Role::Tool && m.tool_call_id.as_deref().is_some_and(is_pending)));
     for message in &mut turn.messages {
         message.tool_calls.retain(|call| !is_pending(&call.id));
     }
-    turn.messages.retain(|m| !(m.role == Role::Assistant && m.content.is_empty() && m.tool_calls.is_empty()));
+    turn.messages.retain(|m| {
+        !(m.role == Role::Assistant && m.content.is_empty() && m.tool_calls.is_empty())
+    });
 }
 
 /// A tool answer is JSON when it parses as JSON, otherwise the text itself.
@@ -132,7 +145,12 @@ pub struct RunContext {
 
 impl RunContext {
     fn new(record: Record, sender: mpsc::Sender<Event>) -> Self {
-        Self { record, normalizer: Normalizer::new(), sender, ready: Vec::new() }
+        Self {
+            record,
+            normalizer: Normalizer::new(),
+            sender,
+            ready: Vec::new(),
+        }
     }
 
     /// Emits one event toward the client. Fails with a cancelled error once the client went away, so an

@@ -29,7 +29,11 @@ pub struct Upstream {
 }
 
 impl Upstream {
-    pub fn new(uri: Uri, headers: Vec<(HeaderName, HeaderValue)>, connect_timeout: Duration) -> Self {
+    pub fn new(
+        uri: Uri,
+        headers: Vec<(HeaderName, HeaderValue)>,
+        connect_timeout: Duration,
+    ) -> Self {
         let mut http = HttpConnector::new();
         http.set_connect_timeout(Some(connect_timeout));
         http.set_nodelay(true);
@@ -41,7 +45,11 @@ impl Upstream {
             .enable_http2()
             .wrap_connector(http);
         let client = Client::builder(TokioExecutor::new()).build(https);
-        Self { client, uri, headers }
+        Self {
+            client,
+            uri,
+            headers,
+        }
     }
 
     /// The configured upstream URL.
@@ -68,7 +76,11 @@ impl Upstream {
 
     async fn send(&self, request: Request<Full<Bytes>>) -> Result<Response<Incoming>> {
         let response = self.client.request(request).await.map_err(|e| {
-            Error::upstream_unreachable(format!("upstream {} unreachable: {}", self.uri, error_chain(&e)))
+            Error::upstream_unreachable(format!(
+                "upstream {} unreachable: {}",
+                self.uri,
+                error_chain(&e)
+            ))
         })?;
         if response.status().is_success() {
             Ok(response)

@@ -10,7 +10,7 @@
 use serde_json::Value;
 
 use crate::error::Result;
-use crate::model::{new_id, Event, InterruptKind, Interrupt, Outcome, ResumeStatus, Role, Turn};
+use crate::model::{new_id, Event, Interrupt, InterruptKind, Outcome, ResumeStatus, Role, Turn};
 use crate::translate::RunContext;
 
 pub struct Echo;
@@ -22,17 +22,44 @@ impl Echo {
             Reply::Text(text) => stream_text(&text, context).await?,
             Reply::ToolCall { name, arguments } => {
                 let call_id = new_id("call");
-                context.emit(Event::ToolCallStart { call_id: call_id.clone(), name, parent_message_id: None }).await?;
-                context.emit(Event::ToolCallArgs { call_id: call_id.clone(), delta: arguments }).await?;
+                context
+                    .emit(Event::ToolCallStart {
+                        call_id: call_id.clone(),
+                        name,
+                        parent_message_id: None,
+                    })
+                    .await?;
+                context
+                    .emit(Event::ToolCallArgs {
+                        call_id: call_id.clone(),
+                        delta: arguments,
+                    })
+                    .await?;
                 context.emit(Event::ToolCallEnd { call_id }).await?;
             }
             Reply::Question(text) => {
-                let interrupt = Interrupt { id: new_id("int"), kind: InterruptKind::Question { text, options: Vec::new() } };
+                let interrupt = Interrupt {
+                    id: new_id("int"),
+                    kind: InterruptKind::Question {
+                        text,
+                        options: Vec::new(),
+                    },
+                };
                 context.emit(Event::Interrupt(interrupt)).await?;
-                return context.emit(Event::RunFinished { outcome: Outcome::Interrupted, usage: None }).await;
+                return context
+                    .emit(Event::RunFinished {
+                        outcome: Outcome::Interrupted,
+                        usage: None,
+                    })
+                    .await;
             }
         }
-        context.emit(Event::RunFinished { outcome: Outcome::Completed, usage: None }).await
+        context
+            .emit(Event::RunFinished {
+                outcome: Outcome::Completed,
+                usage: None,
+            })
+            .await
     }
 }
 
@@ -52,7 +79,11 @@ fn reply_for(turn: &Turn) -> Reply {
         });
     }
     match turn.messages.last() {
-        Some(last) if last.role == Role::Tool => Reply::Text(tool_result_reply(turn, &last.text(), last.tool_call_id.as_deref())),
+        Some(last) if last.role == Role::Tool => Reply::Text(tool_result_reply(
+            turn,
+            &last.text(),
+            last.tool_call_id.as_deref(),
+        )),
         Some(last) if last.role == Role::User => command_reply(turn, &last.text()),
         _ => Reply::Text("Say something and I will echo it.".to_owned()),
     }
@@ -70,14 +101,22 @@ fn tool_result_reply(turn: &Turn, result: &str, call_id: Option<&str>) -> String
 
 fn command_reply(turn: &Turn, text: &str) -> Reply {
     if let Some(rest) = command(text, "/ask") {
-        let question = if rest.is_empty() { "What should I do next?" } else { rest };
+        let question = if rest.is_empty() {
+            "What should I do next?"
+        } else {
+            rest
+        };
         return Reply::Question(question.to_owned());
     }
     let Some(rest) = command(text, "/tool") else {
         return Reply::Text(text.to_owned());
     };
     let (name, arguments) = rest.split_once(char::is_whitespace).unwrap_or((rest, ""));
-    let tool = if name.is_empty() { turn.tools.first() } else { turn.tools.iter().find(|t| t.name == name) };
+    let tool = if name.is_empty() {
+        turn.tools.first()
+    } else {
+        turn.tools.iter().find(|t| t.name == name)
+    };
     let Some(tool) = tool else {
         let offered: Vec<&str> = turn.tools.iter().map(|t| t.name.as_str()).collect();
         return Reply::Text(format!(
@@ -89,8 +128,15 @@ fn command_reply(turn: &Turn, text: &str) -> Reply {
     if serde_json::from_str::<Value>(arguments).is_err() && !arguments.is_empty() {
         return Reply::Text(format!("The arguments must be JSON, not `{arguments}`"));
     }
-    let arguments = if arguments.is_empty() { "{}" } else { arguments };
-    Reply::ToolCall { name: tool.name.clone(), arguments: arguments.to_owned() }
+    let arguments = if arguments.is_empty() {
+        "{}"
+    } else {
+        arguments
+    };
+    Reply::ToolCall {
+        name: tool.name.clone(),
+        arguments: arguments.to_owned(),
+    }
 }
 
 /// The rest of `text` after the command word, if `text` is that command.
@@ -102,9 +148,19 @@ fn command<'a>(text: &'a str, word: &str) -> Option<&'a str> {
 /// Streams the text as one assistant message, a delta per word (each word keeps its trailing space).
 async fn stream_text(text: &str, context: &mut RunContext) -> Result<()> {
     let message_id = new_id("msg");
-    context.emit(Event::TextStart { message_id: message_id.clone(), role: Role::Assistant }).await?;
+    context
+        .emit(Event::TextStart {
+            message_id: message_id.clone(),
+            role: Role::Assistant,
+        })
+        .await?;
     for word in text.split_inclusive(' ') {
-        context.emit(Event::TextDelta { message_id: message_id.clone(), delta: word.to_owned() }).await?;
+        context
+            .emit(Event::TextDelta {
+                message_id: message_id.clone(),
+                delta: word.to_owned(),
+            })
+            .await?;
     }
     context.emit(Event::TextEnd { message_id }).await
 }
@@ -119,7 +175,11 @@ mod tests {
             messages: vec![Message::text_message("u1", Role::User, text)],
             tools: tools
                 .iter()
-                .map(|name| Tool { name: (*name).into(), description: String::new(), parameters: Value::Null })
+                .map(|name| Tool {
+                    name: (*name).into(),
+                    description: String::new(),
+                    parameters: Value::Null,
+                })
                 .collect(),
             ..Turn::default()
         }
@@ -127,7 +187,10 @@ mod tests {
 
     #[test]
     fn tool_command_calls_the_named_client_tool() {
-        match reply_for(&turn_saying(r#"/tool search {"q":"x"}"#, &["confirm", "search"])) {
+        match reply_for(&turn_saying(
+            r#"/tool search {"q":"x"}"#,
+            &["confirm", "search"],
+        )) {
             Reply::ToolCall { name, arguments } => {
                 assert_eq!(name, "search");
                 assert_eq!(arguments, r#"{"q":"x"}"#);
@@ -144,11 +207,15 @@ mod tests {
 
     #[test]
     fn tool_command_without_tools_explains() {
-        assert!(matches!(reply_for(&turn_saying("/tool", &[])), Reply::Text(t) if t.contains("only call a tool you offer")));
+        assert!(
+            matches!(reply_for(&turn_saying("/tool", &[])), Reply::Text(t) if t.contains("only call a tool you offer"))
+        );
     }
 
     #[test]
     fn words_that_merely_start_like_a_command_are_echoed() {
-        assert!(matches!(reply_for(&turn_saying("/toolbox", &["x"])), Reply::Text(t) if t == "/toolbox"));
+        assert!(
+            matches!(reply_for(&turn_saying("/toolbox", &["x"])), Reply::Text(t) if t == "/toolbox")
+        );
     }
 }

@@ -43,6 +43,8 @@ impl Inbound {
 }
 
 /// How a route reaches its agent.
+// Built once per route and never moved on a request's path, so the size of the largest variant is harmless.
+#[allow(clippy::large_enum_variant)]
 pub enum Outbound {
     AgUi(ag_ui::Outbound),
     Echo(echo::Echo),
@@ -54,13 +56,18 @@ impl Outbound {
             let uri = route.upstream.clone().ok_or_else(|| {
                 Error::config(format!("route `{}` needs an upstream URL", route.name))
             })?;
-            Ok::<_, Error>(Upstream::new(uri, route.upstream_headers.clone(), route.connect_timeout))
+            Ok::<_, Error>(Upstream::new(
+                uri,
+                route.upstream_headers.clone(),
+                route.connect_timeout,
+            ))
         };
         match route.outbound {
             config::Outbound::Echo => Ok(Self::Echo(echo::Echo)),
-            config::Outbound::Protocol(Protocol::AgUi) => {
-                Ok(Self::AgUi(ag_ui::Outbound::new(upstream()?, &route.translate)))
-            }
+            config::Outbound::Protocol(Protocol::AgUi) => Ok(Self::AgUi(ag_ui::Outbound::new(
+                upstream()?,
+                &route.translate,
+            ))),
             config::Outbound::Protocol(other) => Err(not_yet(&route.name, "outbound", other)),
         }
     }

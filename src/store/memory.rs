@@ -22,12 +22,17 @@ struct Entry {
 
 impl MemoryStore {
     pub fn new(idle_ttl: Duration) -> Self {
-        Self { idle_ttl, records: Mutex::new(HashMap::new()) }
+        Self {
+            idle_ttl,
+            records: Mutex::new(HashMap::new()),
+        }
     }
 
     fn with_records<T>(&self, f: impl FnOnce(&mut HashMap<Key, Entry>) -> T) -> Result<T> {
-        let mut records =
-            self.records.lock().map_err(|_| Error::internal("conversation store lock poisoned"))?;
+        let mut records = self
+            .records
+            .lock()
+            .map_err(|_| Error::internal("conversation store lock poisoned"))?;
         Ok(f(&mut records))
     }
 
@@ -55,7 +60,13 @@ impl Store for MemoryStore {
         let now = Instant::now();
         let saved = self.with_records(|records| {
             self.expire(records, now);
-            records.insert(key.clone(), Entry { record, touched: now });
+            records.insert(
+                key.clone(),
+                Entry {
+                    record,
+                    touched: now,
+                },
+            );
         });
         Box::pin(future::ready(saved))
     }
@@ -66,14 +77,20 @@ mod tests {
     use super::*;
 
     fn key(conversation: &str) -> Key {
-        Key { route: "r".into(), tenant: String::new(), conversation: conversation.into() }
+        Key {
+            route: "r".into(),
+            tenant: String::new(),
+            conversation: conversation.into(),
+        }
     }
 
     #[tokio::test]
     async fn saved_records_load_back() {
         let store = MemoryStore::new(Duration::from_secs(60));
         let mut record = Record::default();
-        record.upstream.insert("a2a.context_id".into(), "ctx-1".into());
+        record
+            .upstream
+            .insert("a2a.context_id".into(), "ctx-1".into());
         store.save(&key("t1"), record.clone()).await.unwrap();
         assert_eq!(store.load(&key("t1")).await.unwrap(), Some(record));
         assert_eq!(store.load(&key("t2")).await.unwrap(), None);
@@ -86,6 +103,10 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(40)).await;
         assert_eq!(store.load(&key("t1")).await.unwrap(), None);
         store.save(&key("t2"), Record::default()).await.unwrap();
-        assert_eq!(store.records.lock().unwrap().len(), 1, "expired records are dropped on save");
+        assert_eq!(
+            store.records.lock().unwrap().len(),
+            1,
+            "expired records are dropped on save"
+        );
     }
 }

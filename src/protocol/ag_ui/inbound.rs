@@ -18,7 +18,8 @@ use crate::body::{self, Body};
 use crate::config::Translate;
 use crate::error::{Error, Result};
 use crate::model::{
-    ContextItem, Event, History, Interrupt, InterruptKind, Outcome, Resume, ResumeStatus, Role, Tool, Turn,
+    ContextItem, Event, History, Interrupt, InterruptKind, Outcome, Resume, ResumeStatus, Role,
+    Tool, Turn,
 };
 use crate::route::Route;
 use crate::sse::{self, SseBody};
@@ -53,7 +54,9 @@ impl EncodeOptions {
 
 impl Inbound {
     pub fn new(translate: &Translate) -> Self {
-        Self { translate: translate.clone() }
+        Self {
+            translate: translate.clone(),
+        }
     }
 
     pub async fn handle(&self, request: Request<Incoming>, route: &Route) -> Response<Body> {
@@ -65,7 +68,10 @@ impl Inbound {
 
     async fn start(&self, request: Request<Incoming>, route: &Route) -> Result<Response<Body>> {
         if route.subpath(request.uri().path()) != Some("") {
-            return Err(Error::not_found(format!("no AG-UI endpoint at {}", request.uri().path())));
+            return Err(Error::not_found(format!(
+                "no AG-UI endpoint at {}",
+                request.uri().path()
+            )));
         }
         body::expect_method(&request, Method::POST)?;
         body::expect_json(request.headers())?;
@@ -74,13 +80,20 @@ impl Inbound {
         let mut encoder = Encoder::new(&turn, &self.translate);
         let events = route.translator.start(turn);
         let frames = events.map(move |event| encoder.encode(event));
-        Ok(sse::response(BodyExt::boxed(SseBody::new(frames, HEARTBEAT))))
+        Ok(sse::response(BodyExt::boxed(SseBody::new(
+            frames, HEARTBEAT,
+        ))))
     }
 }
 
 /// The answer to a request rejected before any stream: the status and `{"error":{"code","message"}}`.
 fn error_response(error: &Error) -> Response<Body> {
-    let body = wire::ErrorBody { error: wire::ErrorDetail { code: error.code(), message: error.message() } };
+    let body = wire::ErrorBody {
+        error: wire::ErrorDetail {
+            code: error.code(),
+            message: error.message(),
+        },
+    };
     let json = serde_json::to_vec(&body).unwrap_or_default();
     body::with_allow(body::json_response(error.http_status(), json), "POST")
 }
@@ -88,21 +101,24 @@ fn error_response(error: &Error) -> Response<Body> {
 /// Decodes a `RunAgentInput` body into a turn.
 pub fn decode(bytes: &[u8]) -> Result<Turn> {
     let deserializer = &mut serde_json::Deserializer::from_slice(bytes);
-    let input: wire::RunAgentInput = serde_path_to_error::deserialize(deserializer).map_err(|e| {
-        let path = e.path().to_string();
-        let inner = e.into_inner();
-        if path == "." || inner.is_syntax() || inner.is_eof() {
-            Error::bad_request(format!("invalid RunAgentInput: {inner}"))
-        } else {
-            Error::bad_request(format!("invalid RunAgentInput at `{path}`: {inner}"))
-        }
-    })?;
+    let input: wire::RunAgentInput =
+        serde_path_to_error::deserialize(deserializer).map_err(|e| {
+            let path = e.path().to_string();
+            let inner = e.into_inner();
+            if path == "." || inner.is_syntax() || inner.is_eof() {
+                Error::bad_request(format!("invalid RunAgentInput: {inner}"))
+            } else {
+                Error::bad_request(format!("invalid RunAgentInput at `{path}`: {inner}"))
+            }
+        })?;
     turn_from_input(input)
 }
 
 fn turn_from_input(input: wire::RunAgentInput) -> Result<Turn> {
     if input.thread_id.is_empty() || input.run_id.is_empty() {
-        return Err(Error::bad_request("invalid RunAgentInput: `threadId` and `runId` must not be empty"));
+        return Err(Error::bad_request(
+            "invalid RunAgentInput: `threadId` and `runId` must not be empty",
+        ));
     }
     let mut extra = serde_json::Map::new();
     if let Some(props) = input.forwarded_props {
@@ -111,7 +127,11 @@ fn turn_from_input(input: wire::RunAgentInput) -> Result<Turn> {
     Ok(Turn {
         conversation: input.thread_id,
         run_id: input.run_id,
-        messages: input.messages.into_iter().filter_map(message_from_wire).collect(),
+        messages: input
+            .messages
+            .into_iter()
+            .filter_map(message_from_wire)
+            .collect(),
         history: History::Full,
         tools: input
             .tools
@@ -119,13 +139,18 @@ fn turn_from_input(input: wire::RunAgentInput) -> Result<Turn> {
             .map(|tool| Tool {
                 name: tool.name,
                 description: tool.description,
-                parameters: tool.parameters.unwrap_or_else(crate::model::empty_object_schema),
+                parameters: tool
+                    .parameters
+                    .unwrap_or_else(crate::model::empty_object_schema),
             })
             .collect(),
         context: input
             .context
             .into_iter()
-            .map(|c| ContextItem { description: c.description, value: c.value })
+            .map(|c| ContextItem {
+                description: c.description,
+                value: c.value,
+            })
             .collect(),
         state: input.state.filter(|state| !state.is_null()),
         options: Default::default(),
@@ -178,9 +203,9 @@ impl Encoder {
             }
             Event::RunFinished { outcome, .. } => self.encode_finish(outcome),
             Event::Interrupt(interrupt) => self.encode_interrupt(interrupt),
-            Event::ReasoningStart { .. } | Event::ReasoningDelta { .. } | Event::ReasoningEnd { .. } => {
-                self.encode_reasoning(&event)
-            }
+            Event::ReasoningStart { .. }
+            | Event::ReasoningDelta { .. }
+            | Event::ReasoningEnd { .. } => self.encode_reasoning(&event),
             other => {
                 if let Some(wire) = to_wire(&other) {
                     write(&mut self.buf, &wire);
@@ -197,9 +222,26 @@ impl Encoder {
         if self.options.interrupt_outcome {
             let message_id = crate::model::new_id("msg");
             let prompt = interrupt.kind.prompt();
-            write(&mut self.buf, &wire::Event::TextMessageStart { message_id: (&message_id).into(), role: Some(TextRole::Assistant) });
-            write(&mut self.buf, &wire::Event::TextMessageContent { message_id: (&message_id).into(), delta: prompt.clone().into() });
-            write(&mut self.buf, &wire::Event::TextMessageEnd { message_id: message_id.into() });
+            write(
+                &mut self.buf,
+                &wire::Event::TextMessageStart {
+                    message_id: (&message_id).into(),
+                    role: Some(TextRole::Assistant),
+                },
+            );
+            write(
+                &mut self.buf,
+                &wire::Event::TextMessageContent {
+                    message_id: (&message_id).into(),
+                    delta: prompt.clone().into(),
+                },
+            );
+            write(
+                &mut self.buf,
+                &wire::Event::TextMessageEnd {
+                    message_id: message_id.into(),
+                },
+            );
             self.interrupts.push(interrupt_to_wire(interrupt, prompt));
             return;
         }
@@ -208,10 +250,13 @@ impl Encoder {
                 &self.options.approval_tool,
                 json!({"action": hint.clone().unwrap_or_else(|| interrupt.kind.prompt()), "tool": tool, "arguments": args}),
             ),
-            InterruptKind::Question { text, options } => {
-                (&self.options.question_tool, json!({"question": text, "options": options}))
+            InterruptKind::Question { text, options } => (
+                &self.options.question_tool,
+                json!({"question": text, "options": options}),
+            ),
+            InterruptKind::InputRequired { text } => {
+                (&self.options.question_tool, json!({"question": text}))
             }
-            InterruptKind::InputRequired { text } => (&self.options.question_tool, json!({"question": text})),
         };
         let start = wire::Event::ToolCallStart {
             tool_call_id: Cow::Borrowed(&interrupt.id),
@@ -219,15 +264,25 @@ impl Encoder {
             parent_message_id: None,
         };
         write(&mut self.buf, &start);
-        let args = wire::Event::ToolCallArgs { tool_call_id: Cow::Borrowed(&interrupt.id), delta: arguments.to_string().into() };
+        let args = wire::Event::ToolCallArgs {
+            tool_call_id: Cow::Borrowed(&interrupt.id),
+            delta: arguments.to_string().into(),
+        };
         write(&mut self.buf, &args);
-        write(&mut self.buf, &wire::Event::ToolCallEnd { tool_call_id: Cow::Borrowed(&interrupt.id) });
+        write(
+            &mut self.buf,
+            &wire::Event::ToolCallEnd {
+                tool_call_id: Cow::Borrowed(&interrupt.id),
+            },
+        );
     }
 
     fn encode_finish(&mut self, outcome: Outcome) {
         let outcome = match outcome {
             Outcome::Interrupted if !self.interrupts.is_empty() => {
-                Some(wire::RunOutcome::Interrupt { interrupts: std::mem::take(&mut self.interrupts) })
+                Some(wire::RunOutcome::Interrupt {
+                    interrupts: std::mem::take(&mut self.interrupts),
+                })
             }
             // `outcome: cancelled` breaks 0.0.59 clients; a plain finish is what every version reads.
             _ => None,
@@ -245,17 +300,31 @@ impl Encoder {
     fn encode_reasoning(&mut self, event: &Event) {
         if !self.options.reasoning {
             let value = match event {
-                Event::ReasoningStart { message_id } => json!({"messageId": message_id, "phase": "start"}),
-                Event::ReasoningDelta { message_id, delta } => json!({"messageId": message_id, "delta": delta}),
-                Event::ReasoningEnd { message_id } => json!({"messageId": message_id, "phase": "end"}),
+                Event::ReasoningStart { message_id } => {
+                    json!({"messageId": message_id, "phase": "start"})
+                }
+                Event::ReasoningDelta { message_id, delta } => {
+                    json!({"messageId": message_id, "delta": delta})
+                }
+                Event::ReasoningEnd { message_id } => {
+                    json!({"messageId": message_id, "phase": "end"})
+                }
                 _ => return,
             };
-            let custom = wire::Event::Custom { name: Cow::Borrowed("agent-bridge.reasoning"), value };
+            let custom = wire::Event::Custom {
+                name: Cow::Borrowed("agent-bridge.reasoning"),
+                value,
+            };
             return write(&mut self.buf, &custom);
         }
         match event {
             Event::ReasoningStart { message_id } => {
-                write(&mut self.buf, &wire::Event::ReasoningStart { message_id: message_id.into() });
+                write(
+                    &mut self.buf,
+                    &wire::Event::ReasoningStart {
+                        message_id: message_id.into(),
+                    },
+                );
                 let start = wire::Event::ReasoningMessageStart {
                     message_id: message_id.into(),
                     role: wire::ReasoningRole::Reasoning,
@@ -263,12 +332,25 @@ impl Encoder {
                 write(&mut self.buf, &start);
             }
             Event::ReasoningDelta { message_id, delta } => {
-                let content = wire::Event::ReasoningMessageContent { message_id: message_id.into(), delta: delta.into() };
+                let content = wire::Event::ReasoningMessageContent {
+                    message_id: message_id.into(),
+                    delta: delta.into(),
+                };
                 write(&mut self.buf, &content);
             }
             Event::ReasoningEnd { message_id } => {
-                write(&mut self.buf, &wire::Event::ReasoningMessageEnd { message_id: message_id.into() });
-                write(&mut self.buf, &wire::Event::ReasoningEnd { message_id: message_id.into() });
+                write(
+                    &mut self.buf,
+                    &wire::Event::ReasoningMessageEnd {
+                        message_id: message_id.into(),
+                    },
+                );
+                write(
+                    &mut self.buf,
+                    &wire::Event::ReasoningEnd {
+                        message_id: message_id.into(),
+                    },
+                );
             }
             _ => {}
         }
@@ -300,35 +382,62 @@ fn to_wire(event: &Event) -> Option<wire::Event<'_>> {
                 Role::Assistant | Role::Tool => TextRole::Assistant,
             }),
         },
-        Event::TextDelta { message_id, delta } => {
-            wire::Event::TextMessageContent { message_id: message_id.into(), delta: delta.into() }
-        }
-        Event::TextEnd { message_id } => wire::Event::TextMessageEnd { message_id: message_id.into() },
-        Event::ToolCallStart { call_id, name, parent_message_id } => wire::Event::ToolCallStart {
+        Event::TextDelta { message_id, delta } => wire::Event::TextMessageContent {
+            message_id: message_id.into(),
+            delta: delta.into(),
+        },
+        Event::TextEnd { message_id } => wire::Event::TextMessageEnd {
+            message_id: message_id.into(),
+        },
+        Event::ToolCallStart {
+            call_id,
+            name,
+            parent_message_id,
+        } => wire::Event::ToolCallStart {
             tool_call_id: call_id.into(),
             tool_call_name: name.into(),
             parent_message_id: parent_message_id.as_deref().map(Cow::Borrowed),
         },
-        Event::ToolCallArgs { call_id, delta } => {
-            wire::Event::ToolCallArgs { tool_call_id: call_id.into(), delta: delta.into() }
-        }
-        Event::ToolCallEnd { call_id } => wire::Event::ToolCallEnd { tool_call_id: call_id.into() },
-        Event::ToolResult { call_id, message_id, content, .. } => wire::Event::ToolCallResult {
+        Event::ToolCallArgs { call_id, delta } => wire::Event::ToolCallArgs {
+            tool_call_id: call_id.into(),
+            delta: delta.into(),
+        },
+        Event::ToolCallEnd { call_id } => wire::Event::ToolCallEnd {
+            tool_call_id: call_id.into(),
+        },
+        Event::ToolResult {
+            call_id,
+            message_id,
+            content,
+            ..
+        } => wire::Event::ToolCallResult {
             message_id: message_id.into(),
             tool_call_id: call_id.into(),
             content: wire::ToolResultContent::Text(content.into()),
         },
-        Event::StateSnapshot(snapshot) => wire::Event::StateSnapshot { snapshot: snapshot.clone() },
-        Event::StateDelta(delta) => wire::Event::StateDelta { delta: delta.clone() },
-        Event::MessagesSnapshot(messages) => {
-            wire::Event::MessagesSnapshot { messages: messages.iter().map(message_to_wire).collect() }
-        }
-        Event::StepStarted { name } => wire::Event::StepStarted { step_name: name.into() },
-        Event::StepFinished { name } => wire::Event::StepFinished { step_name: name.into() },
-        Event::Custom { name, value } => wire::Event::Custom { name: name.into(), value: value.clone() },
-        Event::Raw { source, event } => {
-            wire::Event::Raw { event: event.clone(), source: source.as_deref().map(Cow::Borrowed) }
-        }
+        Event::StateSnapshot(snapshot) => wire::Event::StateSnapshot {
+            snapshot: snapshot.clone(),
+        },
+        Event::StateDelta(delta) => wire::Event::StateDelta {
+            delta: delta.clone(),
+        },
+        Event::MessagesSnapshot(messages) => wire::Event::MessagesSnapshot {
+            messages: messages.iter().map(message_to_wire).collect(),
+        },
+        Event::StepStarted { name } => wire::Event::StepStarted {
+            step_name: name.into(),
+        },
+        Event::StepFinished { name } => wire::Event::StepFinished {
+            step_name: name.into(),
+        },
+        Event::Custom { name, value } => wire::Event::Custom {
+            name: name.into(),
+            value: value.clone(),
+        },
+        Event::Raw { source, event } => wire::Event::Raw {
+            event: event.clone(),
+            source: source.as_deref().map(Cow::Borrowed),
+        },
         Event::Usage(usage) => custom("agent-bridge.usage", json!(usage)),
         Event::Artifact(artifact) => custom(
             "agent-bridge.artifact",
@@ -351,12 +460,18 @@ fn to_wire(event: &Event) -> Option<wire::Event<'_>> {
 }
 
 fn custom(name: &'static str, value: serde_json::Value) -> wire::Event<'static> {
-    wire::Event::Custom { name: Cow::Borrowed(name), value }
+    wire::Event::Custom {
+        name: Cow::Borrowed(name),
+        value,
+    }
 }
 
 fn interrupt_to_wire(interrupt: Interrupt, prompt: String) -> wire::Interrupt {
     let (reason, schema) = match &interrupt.kind {
-        InterruptKind::Approval { .. } => ("approval", json!({"type": "object", "properties": {"approved": {"type": "boolean"}}})),
+        InterruptKind::Approval { .. } => (
+            "approval",
+            json!({"type": "object", "properties": {"approved": {"type": "boolean"}}}),
+        ),
         InterruptKind::Question { .. } => ("question", json!({"type": "string"})),
         InterruptKind::InputRequired { .. } => ("input_required", json!({"type": "string"})),
     };

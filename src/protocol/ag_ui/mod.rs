@@ -14,16 +14,33 @@ use crate::model::{Media, MediaKind, MediaSource, Message, Part, Role, ToolCall}
 /// reasoning).
 fn message_from_wire(message: wire::Message) -> Option<Message> {
     let message = match message {
-        wire::Message::Developer(m) => named(Message::text_message(m.id, Role::Developer, m.content), m.name),
-        wire::Message::System(m) => named(Message::text_message(m.id, Role::System, m.content), m.name),
-        wire::Message::User(m) => named(Message::new(m.id, Role::User, parts_from_wire(m.content)), m.name),
+        wire::Message::Developer(m) => named(
+            Message::text_message(m.id, Role::Developer, m.content),
+            m.name,
+        ),
+        wire::Message::System(m) => {
+            named(Message::text_message(m.id, Role::System, m.content), m.name)
+        }
+        wire::Message::User(m) => named(
+            Message::new(m.id, Role::User, parts_from_wire(m.content)),
+            m.name,
+        ),
         wire::Message::Assistant(m) => {
-            let content = m.content.filter(|text| !text.is_empty()).map(Part::Text).into_iter().collect();
+            let content = m
+                .content
+                .filter(|text| !text.is_empty())
+                .map(Part::Text)
+                .into_iter()
+                .collect();
             let mut message = named(Message::new(m.id, Role::Assistant, content), m.name);
             message.tool_calls = m
                 .tool_calls
                 .into_iter()
-                .map(|call| ToolCall { id: call.id, name: call.function.name, arguments: call.function.arguments })
+                .map(|call| ToolCall {
+                    id: call.id,
+                    name: call.function.name,
+                    arguments: call.function.arguments,
+                })
                 .collect();
             message
         }
@@ -58,7 +75,12 @@ fn part_from_wire(part: wire::ContentPart) -> Option<Part> {
         wire::ContentPart::Video(p) => (MediaKind::Video, p.source),
         wire::ContentPart::Document(p) => (MediaKind::Document, p.source),
         // The pre-1.0 part, upgraded as the 1.0 client does: data first, then url.
-        wire::ContentPart::Binary { mime_type, url, data, filename } => {
+        wire::ContentPart::Binary {
+            mime_type,
+            url,
+            data,
+            filename,
+        } => {
             let source = match (data, url) {
                 (Some(data), _) => MediaSource::Data(data),
                 (None, Some(url)) => MediaSource::Url(url),
@@ -75,11 +97,24 @@ fn part_from_wire(part: wire::ContentPart) -> Option<Part> {
     let (source, mime_type) = match source {
         wire::Source::Data { value, mime_type } => (MediaSource::Data(value), mime_type),
         wire::Source::Url { value, mime_type } => (MediaSource::Url(value), mime_type),
-        wire::Source::File { value, provider, mime_type } => {
-            (MediaSource::File { id: value, provider }, mime_type)
-        }
+        wire::Source::File {
+            value,
+            provider,
+            mime_type,
+        } => (
+            MediaSource::File {
+                id: value,
+                provider,
+            },
+            mime_type,
+        ),
     };
-    Some(Part::Media(Media { kind, source, mime_type, filename: None }))
+    Some(Part::Media(Media {
+        kind,
+        source,
+        mime_type,
+        filename: None,
+    }))
 }
 
 /// A canonical message as AG-UI writes it.
@@ -87,9 +122,21 @@ fn message_to_wire(message: &Message) -> wire::Message {
     let id = message.id.clone();
     let name = message.name.clone();
     match message.role {
-        Role::System => wire::Message::System(wire::PlainMessage { id, content: message.text(), name }),
-        Role::Developer => wire::Message::Developer(wire::PlainMessage { id, content: message.text(), name }),
-        Role::User => wire::Message::User(wire::UserMessage { id, content: content_to_wire(&message.content), name }),
+        Role::System => wire::Message::System(wire::PlainMessage {
+            id,
+            content: message.text(),
+            name,
+        }),
+        Role::Developer => wire::Message::Developer(wire::PlainMessage {
+            id,
+            content: message.text(),
+            name,
+        }),
+        Role::User => wire::Message::User(wire::UserMessage {
+            id,
+            content: content_to_wire(&message.content),
+            name,
+        }),
         Role::Assistant => wire::Message::Assistant(wire::AssistantMessage {
             id,
             content: Some(message.text()).filter(|text| !text.is_empty()),
@@ -99,7 +146,10 @@ fn message_to_wire(message: &Message) -> wire::Message {
                 .map(|call| wire::ToolCall {
                     id: call.id.clone(),
                     kind: "function".to_owned(),
-                    function: wire::FunctionCall { name: call.name.clone(), arguments: call.arguments.clone() },
+                    function: wire::FunctionCall {
+                        name: call.name.clone(),
+                        arguments: call.arguments.clone(),
+                    },
                 })
                 .collect(),
             name,
@@ -127,18 +177,33 @@ fn content_to_wire(parts: &[Part]) -> wire::Content {
 fn part_to_wire(part: &Part) -> wire::ContentPart {
     let media = match part {
         Part::Text(text) => return wire::ContentPart::Text { text: text.clone() },
-        Part::Data(value) => return wire::ContentPart::Text { text: value.to_string() },
+        Part::Data(value) => {
+            return wire::ContentPart::Text {
+                text: value.to_string(),
+            }
+        }
         Part::Media(media) => media,
     };
     let mime_type = media.mime_type.clone();
     let source = match &media.source {
-        MediaSource::Data(value) => wire::Source::Data { value: value.clone(), mime_type },
-        MediaSource::Url(value) => wire::Source::Url { value: value.clone(), mime_type },
-        MediaSource::File { id, provider } => {
-            wire::Source::File { value: id.clone(), provider: provider.clone(), mime_type }
-        }
+        MediaSource::Data(value) => wire::Source::Data {
+            value: value.clone(),
+            mime_type,
+        },
+        MediaSource::Url(value) => wire::Source::Url {
+            value: value.clone(),
+            mime_type,
+        },
+        MediaSource::File { id, provider } => wire::Source::File {
+            value: id.clone(),
+            provider: provider.clone(),
+            mime_type,
+        },
     };
-    let metadata = media.filename.as_ref().map(|name| serde_json::json!({"filename": name}));
+    let metadata = media
+        .filename
+        .as_ref()
+        .map(|name| serde_json::json!({"filename": name}));
     let part = wire::SourcePart { source, metadata };
     match media.kind {
         MediaKind::Image => wire::ContentPart::Image(part),

@@ -23,21 +23,26 @@ pub struct Outbound {
 
 impl Outbound {
     pub fn new(upstream: Upstream, translate: &Translate) -> Self {
-        Self { upstream, protocol_version: translate.agui_protocol_version.clone() }
+        Self {
+            upstream,
+            protocol_version: translate.agui_protocol_version.clone(),
+        }
     }
 
     pub async fn run(&self, turn: &Turn, context: &mut RunContext) -> Result<()> {
         let body = serde_json::to_vec(&self.request(turn))
             .map_err(|e| Error::internal(format!("encoding RunAgentInput failed: {e}")))?;
-        let response = self.upstream.post_json(body.into(), "text/event-stream").await?;
+        let response = self
+            .upstream
+            .post_json(body.into(), "text/event-stream")
+            .await?;
         let mut reader = SseReader::new(response.into_body(), MAX_EVENT_BYTES);
         let mut decoder = Decoder::default();
         let mut events = Vec::new();
         loop {
-            let frame = reader
-                .next()
-                .await
-                .map_err(|e| Error::upstream_malformed(format!("reading the upstream AG-UI stream failed: {e}")))?;
+            let frame = reader.next().await.map_err(|e| {
+                Error::upstream_malformed(format!("reading the upstream AG-UI stream failed: {e}"))
+            })?;
             let done = match frame {
                 Some(frame) => decoder.decode(&frame.data, &mut events)?,
                 None => {
@@ -59,7 +64,11 @@ impl Outbound {
     fn request(&self, turn: &Turn) -> wire::RunAgentInput {
         wire::RunAgentInput {
             thread_id: turn.conversation.clone(),
-            run_id: if turn.run_id.is_empty() { new_id("run") } else { turn.run_id.clone() },
+            run_id: if turn.run_id.is_empty() {
+                new_id("run")
+            } else {
+                turn.run_id.clone()
+            },
             messages: turn.messages.iter().map(message_to_wire).collect(),
             tools: turn
                 .tools
@@ -73,10 +82,18 @@ impl Outbound {
             context: turn
                 .context
                 .iter()
-                .map(|c| wire::Context { description: c.description.clone(), value: c.value.clone() })
+                .map(|c| wire::Context {
+                    description: c.description.clone(),
+                    value: c.value.clone(),
+                })
                 .collect(),
             state: Some(turn.state.clone().unwrap_or_else(empty_object)),
-            forwarded_props: Some(turn.extra.get("forwardedProps").cloned().unwrap_or_else(empty_object)),
+            forwarded_props: Some(
+                turn.extra
+                    .get("forwardedProps")
+                    .cloned()
+                    .unwrap_or_else(empty_object),
+            ),
             parent_run_id: None,
             protocol_version: self.protocol_version.clone(),
             resume: turn
@@ -148,15 +165,22 @@ impl Decoder {
             }
             W::RunFinished { outcome, .. } => {
                 let outcome = self.outcome(outcome, out);
-                self.held_finish = Some(Event::RunFinished { outcome, usage: None });
+                self.held_finish = Some(Event::RunFinished {
+                    outcome,
+                    usage: None,
+                });
                 return;
             }
             W::RunError { message, code } => Event::RunError(Error::upstream_agent(
                 code.map_or_else(|| "UPSTREAM_ERROR".to_owned(), |c| c.into_owned()),
                 message.into_owned(),
             )),
-            W::StepStarted { step_name } => Event::StepStarted { name: step_name.into_owned() },
-            W::StepFinished { step_name } => Event::StepFinished { name: step_name.into_owned() },
+            W::StepStarted { step_name } => Event::StepStarted {
+                name: step_name.into_owned(),
+            },
+            W::StepFinished { step_name } => Event::StepFinished {
+                name: step_name.into_owned(),
+            },
             W::TextMessageStart { message_id, role } => Event::TextStart {
                 message_id: message_id.into_owned(),
                 role: match role {
@@ -166,32 +190,63 @@ impl Decoder {
                     Some(wire::TextRole::Assistant) | None => Role::Assistant,
                 },
             },
-            W::TextMessageContent { message_id, delta } => {
-                Event::TextDelta { message_id: message_id.into_owned(), delta: delta.into_owned() }
-            }
-            W::TextMessageEnd { message_id } => Event::TextEnd { message_id: message_id.into_owned() },
+            W::TextMessageContent { message_id, delta } => Event::TextDelta {
+                message_id: message_id.into_owned(),
+                delta: delta.into_owned(),
+            },
+            W::TextMessageEnd { message_id } => Event::TextEnd {
+                message_id: message_id.into_owned(),
+            },
             W::TextMessageChunk { message_id, delta } => Event::TextDelta {
                 message_id: message_id.map(|id| id.into_owned()).unwrap_or_default(),
                 delta: delta.map(|d| d.into_owned()).unwrap_or_default(),
             },
-            W::ToolCallStart { tool_call_id, tool_call_name, parent_message_id } => {
+            W::ToolCallStart {
+                tool_call_id,
+                tool_call_name,
+                parent_message_id,
+            } => {
                 let call_id = tool_call_id.into_owned();
-                self.calls.insert(call_id.clone(), (tool_call_name.to_string(), String::new()));
+                self.calls
+                    .insert(call_id.clone(), (tool_call_name.to_string(), String::new()));
                 Event::ToolCallStart {
                     call_id,
                     name: tool_call_name.into_owned(),
                     parent_message_id: parent_message_id.map(|id| id.into_owned()),
                 }
             }
-            W::ToolCallArgs { tool_call_id, delta } => {
+            W::ToolCallArgs {
+                tool_call_id,
+                delta,
+            } => {
                 self.note_args(&tool_call_id, &delta);
-                Event::ToolCallArgs { call_id: tool_call_id.into_owned(), delta: delta.into_owned() }
+                Event::ToolCallArgs {
+                    call_id: tool_call_id.into_owned(),
+                    delta: delta.into_owned(),
+                }
             }
-            W::ToolCallEnd { tool_call_id } => Event::ToolCallEnd { call_id: tool_call_id.into_owned() },
-            W::ToolCallChunk { tool_call_id, tool_call_name, parent_message_id, delta } => {
-                return self.tool_call_chunk(tool_call_id, tool_call_name, parent_message_id, delta, out);
+            W::ToolCallEnd { tool_call_id } => Event::ToolCallEnd {
+                call_id: tool_call_id.into_owned(),
+            },
+            W::ToolCallChunk {
+                tool_call_id,
+                tool_call_name,
+                parent_message_id,
+                delta,
+            } => {
+                return self.tool_call_chunk(
+                    tool_call_id,
+                    tool_call_name,
+                    parent_message_id,
+                    delta,
+                    out,
+                );
             }
-            W::ToolCallResult { message_id, tool_call_id, content } => Event::ToolResult {
+            W::ToolCallResult {
+                message_id,
+                tool_call_id,
+                content,
+            } => Event::ToolResult {
                 call_id: tool_call_id.into_owned(),
                 message_id: message_id.into_owned(),
                 content: flatten_result(content),
@@ -199,18 +254,27 @@ impl Decoder {
             },
             W::StateSnapshot { snapshot } => Event::StateSnapshot(snapshot),
             W::StateDelta { delta } => Event::StateDelta(delta),
-            W::MessagesSnapshot { messages } => {
-                Event::MessagesSnapshot(messages.into_iter().filter_map(message_from_wire).collect())
-            }
-            W::Raw { event, source } => Event::Raw { source: source.map(|s| s.into_owned()), event },
-            W::Custom { name, value } => Event::Custom { name: name.into_owned(), value },
-            W::ReasoningMessageStart { message_id, .. } => {
-                Event::ReasoningStart { message_id: message_id.into_owned() }
-            }
-            W::ReasoningMessageContent { message_id, delta } => {
-                Event::ReasoningDelta { message_id: message_id.into_owned(), delta: delta.into_owned() }
-            }
-            W::ReasoningMessageEnd { message_id } => Event::ReasoningEnd { message_id: message_id.into_owned() },
+            W::MessagesSnapshot { messages } => Event::MessagesSnapshot(
+                messages.into_iter().filter_map(message_from_wire).collect(),
+            ),
+            W::Raw { event, source } => Event::Raw {
+                source: source.map(|s| s.into_owned()),
+                event,
+            },
+            W::Custom { name, value } => Event::Custom {
+                name: name.into_owned(),
+                value,
+            },
+            W::ReasoningMessageStart { message_id, .. } => Event::ReasoningStart {
+                message_id: message_id.into_owned(),
+            },
+            W::ReasoningMessageContent { message_id, delta } => Event::ReasoningDelta {
+                message_id: message_id.into_owned(),
+                delta: delta.into_owned(),
+            },
+            W::ReasoningMessageEnd { message_id } => Event::ReasoningEnd {
+                message_id: message_id.into_owned(),
+            },
             W::ReasoningMessageChunk { message_id, delta } => Event::ReasoningDelta {
                 message_id: message_id.map(|id| id.into_owned()).unwrap_or_default(),
                 delta: delta.map(|d| d.into_owned()).unwrap_or_default(),
@@ -229,7 +293,10 @@ impl Decoder {
                 None => return,
             },
             // Reasoning spans and thinking brackets only group what the messages already say.
-            W::ReasoningStart { .. } | W::ReasoningEnd { .. } | W::ThinkingStart | W::ThinkingEnd => return,
+            W::ReasoningStart { .. }
+            | W::ReasoningEnd { .. }
+            | W::ThinkingStart
+            | W::ThinkingEnd => return,
             W::Unknown => {
                 tracing::debug!("dropping an AG-UI event type this proxy does not translate");
                 return;
@@ -274,7 +341,10 @@ impl Decoder {
         };
         if let Some(delta) = delta.filter(|d| !d.is_empty()) {
             self.note_args(&call_id, &delta);
-            out.push(Event::ToolCallArgs { call_id, delta: delta.into_owned() });
+            out.push(Event::ToolCallArgs {
+                call_id,
+                delta: delta.into_owned(),
+            });
         }
     }
 
@@ -282,7 +352,11 @@ impl Decoder {
     fn outcome(&self, outcome: Option<wire::RunOutcome>, out: &mut Vec<Event>) -> Outcome {
         match outcome {
             Some(wire::RunOutcome::Interrupt { interrupts }) => {
-                out.extend(interrupts.into_iter().map(|i| Event::Interrupt(self.interrupt(i))));
+                out.extend(
+                    interrupts
+                        .into_iter()
+                        .map(|i| Event::Interrupt(self.interrupt(i))),
+                );
                 Outcome::Interrupted
             }
             Some(wire::RunOutcome::Cancelled) => Outcome::Cancelled,
@@ -294,7 +368,10 @@ impl Decoder {
     /// otherwise a question.
     fn interrupt(&self, interrupt: wire::Interrupt) -> Interrupt {
         let kind = if interrupt.reason.to_ascii_lowercase().contains("approv") {
-            let call = interrupt.tool_call_id.as_ref().and_then(|id| self.calls.get(id));
+            let call = interrupt
+                .tool_call_id
+                .as_ref()
+                .and_then(|id| self.calls.get(id));
             InterruptKind::Approval {
                 tool: call.map_or_else(|| interrupt.reason.clone(), |(name, _)| name.clone()),
                 args: call
@@ -308,7 +385,10 @@ impl Decoder {
                 options: Vec::new(),
             }
         };
-        Interrupt { id: interrupt.id, kind }
+        Interrupt {
+            id: interrupt.id,
+            kind,
+        }
     }
 }
 
@@ -320,11 +400,16 @@ fn flatten_result(content: wire::ToolResultContent<'_>) -> String {
             let texts: Option<Vec<&str>> = parts
                 .iter()
                 .map(|part| match (part.get("type"), part.get("text")) {
-                    (Some(kind), Some(Value::String(text))) if kind == "text" => Some(text.as_str()),
+                    (Some(kind), Some(Value::String(text))) if kind == "text" => {
+                        Some(text.as_str())
+                    }
                     _ => None,
                 })
                 .collect();
-            texts.map_or_else(|| Value::Array(parts.clone()).to_string(), |texts| texts.concat())
+            texts.map_or_else(
+                || Value::Array(parts.clone()).to_string(),
+                |texts| texts.concat(),
+            )
         }
     }
 }
