@@ -883,310 +883,106 @@ mod de {
 /// Where every key and value of a parsed file sits, read in a second pass over the text only when
 /// an error needs a line or a key path.
 ///
-/// toml reports spans through `toml::Spanned`, but only for values that have one: tables made by
-/// dotted keys (`translate.model = ...`) or implied by a header (`[a.b]` implies `a`) have none, and
-/// `toml::Spanned` then fails. So this reads toml's span protocol itself and treats a missing span
-/// as "no position" rather than an error. If a toml upgrade changed the protocol, positions would
-/// degrade to unknown (the `spans_*` tests would fail), never to wrong.
+/// toml_edit (the parser toml itself uses) keeps the byte span of every key, value and `[table]`
+/// header, so the spans in toml's errors land on the same keys and values here.
+/// Tables made by dotted keys (`translate.model = ...`) or implied by a header (`[a.b]` implies `a`)
+/// have no span of their own, so they are placed by their key or their first entry.
 mod spans {
-    use std::fmt;
     use std::ops::Range;
 
-    use serde::de::{DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
-    use serde::Deserialize;
+    use toml_edit::{ImDocument, Item, Key};
 
     use super::{KeyPath, Segment};
 
-    // toml's (serde_spanned's) span protocol: a struct with these names is answered with a map
-    // of start, end and the value.
-    const SPANNED: &str = "$__serde_spanned_private_Spanned";
-    const START: &str = "$__serde_spanned_private_start";
-    const END: &str = "$__serde_spanned_private_end";
-    const VALUE: &str = "$__serde_spanned_private_value";
-    const FIELDS: &[&str] = &[START, END, VALUE];
+    /// The parsed file: its root node.
+    pub(super) struct Node<'t>(ImDocument<&'t str>);
 
-    #[derive(Debug)]
-    pub(super) struct Node {
-        span: Option<Range<usize>>,
-        kind: Kind,
-    }
+    /// A child of an item: its path segment, its key's span (tables only), and the item.
+    type Child<'a> = (Segment, Option<Range<usize>>, &'a Item);
 
-    #[derive(Debug)]
-    enum Kind {
-        Table(Vec<(Key, Node)>),
-        Array(Vec<Node>),
-        Leaf,
-    }
-
-    /// A child of a node: its path segment, its key's span (tables only), and the node.
-    type Child<'a> = (Segment, Option<&'a Range<usize>>, &'a Node);
-
-    #[derive(Debug)]
-    struct Key {
-        name: String,
-        span: Option<Range<usize>>,
-    }
-
-    impl Node {
+    impl<'t> Node<'t> {
         /// `None` when the text is not valid TOML.
-        pub(super) fn parse(text: &str) -> Option<Node> {
-            toml::from_str(text).ok()
+        pub(super) fn parse(text: &'t str) -> Option<Node<'t>> {
+            ImDocument::parse(text).ok().map(Node)
         }
 
         /// The path of the deepest key or value whose span holds `offset`.
         pub(super) fn path_at(&self, offset: usize) -> Option<KeyPath> {
             let mut path = KeyPath::default();
-            self.find(offset, &mut path).then_some(path)
-        }
-
-        fn find(&self, offset: usize, path: &mut KeyPath) -> bool {
-            for (segment, key_span, child) in self.children() {
-                path.0.push(segment);
-                if contains(key_span, offset) || child.find(offset, path) {
-                    return true;
-                }
-                path.0.pop();
-            }
-            contains(self.span.as_ref(), offset)
+            find(self.0.as_item(), offset, &mut path).then_some(path)
         }
 
         /// Where `path` starts, or its deepest ancestor present in the file when it is absent.
         pub(super) fn offset_of(&self, path: &KeyPath) -> usize {
-            let mut node = self;
-            let mut offset = node.first_offset();
+            let mut item = self.0.as_item();
+            let mut offset = first_offset(item);
             for segment in &path.0 {
-                let Some((key_span, child)) = node.child(segment) else {
+                let Some((key_span, child)) = child(item, segment) else {
                     break;
                 };
-                node = child;
+                item = child;
                 offset = child
-                    .span
-                    .as_ref()
+                    .span()
                     .or(key_span)
                     .map(|span| span.start)
-                    .or(child.first_offset())
+                    .or_else(|| first_offset(child))
                     .or(offset);
             }
             offset.unwrap_or(0)
         }
+    }
 
-        fn child(&self, segment: &Segment) -> Option<(Option<&Range<usize>>, &Node)> {
-            match (&self.kind, segment) {
-                (Kind::Table(entries), Segment::Key(name)) => entries
-                    .iter()
-                    .find(|(key, _)| key.name == *name)
-                    .map(|(key, node)| (key.span.as_ref(), node)),
-                (Kind::Array(items), Segment::Index(index)) => {
-                    items.get(*index).map(|node| (None, node))
-                }
-                _ => None,
+    fn find(item: &Item, offset: usize, path: &mut KeyPath) -> bool {
+        for (segment, key_span, child) in children(item) {
+            path.0.push(segment);
+            if contains(key_span, offset) || find(child, offset, path) {
+                return true;
             }
+            path.0.pop();
         }
+        contains(item.span(), offset)
+    }
 
-        /// The earliest position inside this node, for nodes without a span of their own.
-        fn first_offset(&self) -> Option<usize> {
-            let inner = self.children().filter_map(|(_, key_span, child)| {
-                let key_start = key_span.map(|span| span.start);
-                key_start.into_iter().chain(child.first_offset()).min()
-            });
-            self.span
-                .as_ref()
-                .map(|span| span.start)
-                .into_iter()
-                .chain(inner)
-                .min()
-        }
-
-        fn children(&self) -> Box<dyn Iterator<Item = Child<'_>> + '_> {
-            match &self.kind {
-                Kind::Table(entries) => {
-                    Box::new(entries.iter().map(|(key, node)| {
-                        (Segment::Key(key.name.clone()), key.span.as_ref(), node)
-                    }))
-                }
-                Kind::Array(items) => Box::new(
-                    items
-                        .iter()
-                        .enumerate()
-                        .map(|(index, node)| (Segment::Index(index), None, node)),
-                ),
-                Kind::Leaf => Box::new(std::iter::empty()),
+    fn child<'a>(item: &'a Item, segment: &Segment) -> Option<(Option<Range<usize>>, &'a Item)> {
+        match segment {
+            Segment::Key(name) => {
+                let (key, child) = item.as_table_like()?.get_key_value(name)?;
+                Some((key.span(), child))
             }
+            Segment::Index(index) => item.get(*index).map(|child| (None, child)),
         }
     }
 
-    fn contains(span: Option<&Range<usize>>, offset: usize) -> bool {
+    /// The earliest position inside `item`, for items without a span of their own.
+    fn first_offset(item: &Item) -> Option<usize> {
+        let inner = children(item).filter_map(|(_, key_span, child)| {
+            let key_start = key_span.map(|span| span.start);
+            key_start.into_iter().chain(first_offset(child)).min()
+        });
+        item.span()
+            .map(|span| span.start)
+            .into_iter()
+            .chain(inner)
+            .min()
+    }
+
+    /// A table's entries (standard or inline), or an array's items (of values or of tables).
+    fn children(item: &Item) -> impl Iterator<Item = Child<'_>> {
+        let entries = item.as_table_like().into_iter().flat_map(|table| {
+            table.iter().map(move |(name, child)| {
+                let key_span = table.key(name).and_then(Key::span);
+                (Segment::Key(name.to_owned()), key_span, child)
+            })
+        });
+        let items = (0..).map_while(move |index| {
+            item.get(index)
+                .map(|child| (Segment::Index(index), None, child))
+        });
+        entries.chain(items)
+    }
+
+    fn contains(span: Option<Range<usize>>, offset: usize) -> bool {
         span.is_some_and(|span| span.contains(&offset))
-    }
-
-    impl<'de> Deserialize<'de> for Node {
-        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-            d.deserialize_struct(SPANNED, FIELDS, NodeVisitor)
-        }
-    }
-
-    /// Reads a spanned value, or a plain one when toml has no span for it.
-    struct NodeVisitor;
-
-    impl<'de> Visitor<'de> for NodeVisitor {
-        type Value = Node;
-
-        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-            f.write_str("any TOML value")
-        }
-
-        fn visit_bool<E>(self, _: bool) -> Result<Node, E> {
-            Ok(unspanned(Kind::Leaf))
-        }
-
-        fn visit_i64<E>(self, _: i64) -> Result<Node, E> {
-            Ok(unspanned(Kind::Leaf))
-        }
-
-        fn visit_u64<E>(self, _: u64) -> Result<Node, E> {
-            Ok(unspanned(Kind::Leaf))
-        }
-
-        fn visit_f64<E>(self, _: f64) -> Result<Node, E> {
-            Ok(unspanned(Kind::Leaf))
-        }
-
-        fn visit_str<E>(self, _: &str) -> Result<Node, E> {
-            Ok(unspanned(Kind::Leaf))
-        }
-
-        fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Node, A::Error> {
-            KindVisitor.visit_seq(seq).map(unspanned)
-        }
-
-        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Node, A::Error> {
-            match map.next_key::<Key>()? {
-                Some(key) if key.span.is_none() && key.name == START => {
-                    let (span, kind) = spanned_rest(map, KindSeed)?;
-                    Ok(Node {
-                        span: Some(span),
-                        kind,
-                    })
-                }
-                first => table(first, map).map(unspanned),
-            }
-        }
-    }
-
-    fn unspanned(kind: Kind) -> Node {
-        Node { span: None, kind }
-    }
-
-    /// Reads the rest of a span map whose START key was just read: start, END, end, VALUE, value.
-    fn spanned_rest<'de, A, S>(mut map: A, value: S) -> Result<(Range<usize>, S::Value), A::Error>
-    where
-        A: MapAccess<'de>,
-        S: DeserializeSeed<'de>,
-    {
-        let start: usize = map.next_value()?;
-        map.next_key::<String>()?;
-        let end: usize = map.next_value()?;
-        map.next_key::<String>()?;
-        let value = map.next_value_seed(value)?;
-        Ok((start..end, value))
-    }
-
-    /// Reads a table's entries; `first` is its first key, already read.
-    fn table<'de, A: MapAccess<'de>>(first: Option<Key>, mut map: A) -> Result<Kind, A::Error> {
-        let mut entries = Vec::new();
-        let mut next = first;
-        while let Some(key) = next {
-            entries.push((key, map.next_value()?));
-            next = map.next_key()?;
-        }
-        Ok(Kind::Table(entries))
-    }
-
-    /// The value inside a span map; asking for a span again would loop.
-    struct KindSeed;
-
-    impl<'de> DeserializeSeed<'de> for KindSeed {
-        type Value = Kind;
-
-        fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Kind, D::Error> {
-            d.deserialize_any(KindVisitor)
-        }
-    }
-
-    struct KindVisitor;
-
-    impl<'de> Visitor<'de> for KindVisitor {
-        type Value = Kind;
-
-        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-            f.write_str("any TOML value")
-        }
-
-        fn visit_bool<E>(self, _: bool) -> Result<Kind, E> {
-            Ok(Kind::Leaf)
-        }
-
-        fn visit_i64<E>(self, _: i64) -> Result<Kind, E> {
-            Ok(Kind::Leaf)
-        }
-
-        fn visit_u64<E>(self, _: u64) -> Result<Kind, E> {
-            Ok(Kind::Leaf)
-        }
-
-        fn visit_f64<E>(self, _: f64) -> Result<Kind, E> {
-            Ok(Kind::Leaf)
-        }
-
-        fn visit_str<E>(self, _: &str) -> Result<Kind, E> {
-            Ok(Kind::Leaf)
-        }
-
-        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Kind, A::Error> {
-            let mut items = Vec::new();
-            while let Some(item) = seq.next_element()? {
-                items.push(item);
-            }
-            Ok(Kind::Array(items))
-        }
-
-        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Kind, A::Error> {
-            let first = map.next_key()?;
-            table(first, map)
-        }
-    }
-
-    impl<'de> Deserialize<'de> for Key {
-        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-            d.deserialize_struct(SPANNED, FIELDS, KeyVisitor)
-        }
-    }
-
-    /// Reads a spanned key, or a plain string (span-map field names, keys without a span).
-    struct KeyVisitor;
-
-    impl<'de> Visitor<'de> for KeyVisitor {
-        type Value = Key;
-
-        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-            f.write_str("a TOML key")
-        }
-
-        fn visit_str<E>(self, name: &str) -> Result<Key, E> {
-            Ok(Key {
-                name: name.to_owned(),
-                span: None,
-            })
-        }
-
-        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Key, A::Error> {
-            map.next_key::<String>()?;
-            let (span, name) = spanned_rest(map, std::marker::PhantomData::<String>)?;
-            Ok(Key {
-                name,
-                span: Some(span),
-            })
-        }
     }
 }
 

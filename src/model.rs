@@ -29,22 +29,6 @@ pub struct Turn {
     pub extra: Map<String, Value>,
 }
 
-impl Turn {
-    /// Whether the client executes the tool of that name (a client-side call) rather than the agent.
-    pub fn is_client_tool(&self, name: &str) -> bool {
-        self.tools.iter().any(|tool| tool.name == name)
-    }
-
-    /// The text of the last user message, if any.
-    pub fn last_user_text(&self) -> Option<String> {
-        self.messages
-            .iter()
-            .rev()
-            .find(|m| m.role == Role::User)
-            .map(Message::text)
-    }
-}
-
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum History {
@@ -159,7 +143,7 @@ pub struct ToolCall {
 
 /// A piece of message content.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "snake_case")]
+#[serde(tag = "kind", content = "value", rename_all = "snake_case")]
 pub enum Part {
     Text(String),
     Media(Media),

@@ -14,7 +14,7 @@ use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
 
-use crate::body::{json_response, Body};
+use crate::body::{json_response, with_allow, Body};
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::route::Route;
@@ -166,6 +166,13 @@ impl Routes {
             .find(|route| route.subpath(path).is_some())
         {
             Some(route) => route.inbound.handle(request, route).await,
+            None if path == "/healthz" => with_allow(
+                error_response(&Error::method_not_allowed(format!(
+                    "method {} is not allowed here; use GET",
+                    request.method()
+                ))),
+                "GET",
+            ),
             None => error_response(&Error::not_found(format!("no route serves {path}"))),
         }
     }

@@ -96,13 +96,11 @@ impl Translator {
 }
 
 /// Tool messages that answer a pending interrupt are not tool results for the upstream: they become the
-/// turn's `resume`, and the synthetic call they answer is dropped from the history. Interrupts left
-/// unanswered lapse: the client moved on.
+/// turn's `resume`. Interrupts left unanswered lapse: the client moved on. Either way the interrupt is then
+/// closed, and the call that paused the client and its answer are dropped from this turn's history and every
+/// later one (the client keeps resending them).
 fn take_interrupt_answers(turn: &mut Turn, record: &mut Record) {
     let pending = std::mem::take(&mut record.pending_interrupts);
-    if pending.is_empty() {
-        return;
-    }
     let is_pending = |id: &str| pending.iter().any(|interrupt| interrupt.id == id);
     for message in &turn.messages {
         match &message.tool_call_id {
@@ -119,10 +117,19 @@ fn take_interrupt_answers(turn: &mut Turn, record: &mut Record) {
             _ => {}
         }
     }
+    for interrupt in pending {
+        if !record.closed_interrupts.contains(&interrupt.id) {
+            record.closed_interrupts.push(interrupt.id);
+        }
+    }
+    if record.closed_interrupts.is_empty() {
+        return;
+    }
+    let is_closed = |id: &str| record.closed_interrupts.iter().any(|closed| closed == id);
     turn.messages
-        .retain(|m| !(m.role == Role::Tool && m.tool_call_id.as_deref().is_some_and(is_pending)));
+        .retain(|m| !(m.role == Role::Tool && m.tool_call_id.as_deref().is_some_and(is_closed)));
     for message in &mut turn.messages {
-        message.tool_calls.retain(|call| !is_pending(&call.id));
+        message.tool_calls.retain(|call| !is_closed(&call.id));
     }
     turn.messages.retain(|m| {
         !(m.role == Role::Assistant && m.content.is_empty() && m.tool_calls.is_empty())

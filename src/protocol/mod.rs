@@ -16,7 +16,7 @@ use hyper::body::Incoming;
 use crate::body::Body;
 use crate::config::{self, Protocol, RouteConfig};
 use crate::error::{Error, Result};
-use crate::model::{History, Turn};
+use crate::model::Turn;
 use crate::route::Route;
 use crate::translate::RunContext;
 use crate::upstream::Upstream;
@@ -69,13 +69,6 @@ impl Outbound {
                 &route.translate,
             ))),
             config::Outbound::Protocol(other) => Err(not_yet(&route.name, "outbound", other)),
-        }
-    }
-
-    /// Whether the upstream wants the whole conversation every turn or only what is new.
-    pub fn history(&self) -> History {
-        match self {
-            Self::AgUi(_) | Self::Echo(_) => History::Full,
         }
     }
 

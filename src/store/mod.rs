@@ -33,6 +33,10 @@ pub struct Record {
     /// Interrupts the client has not answered yet.
     #[serde(default)]
     pub pending_interrupts: Vec<Interrupt>,
+    /// Interrupts answered or left to lapse: an inbound that pauses with a tool call (AG-UI) keeps that
+    /// call and its answer in the history it resends, and they must stay out of the upstream's history.
+    #[serde(default)]
+    pub closed_interrupts: Vec<String>,
     /// The canonical message log, for inbounds that send deltas to upstreams that want full history.
     #[serde(default)]
     pub log: Vec<Message>,

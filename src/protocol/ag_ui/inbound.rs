@@ -13,7 +13,7 @@ use hyper::body::Incoming;
 use serde_json::json;
 
 use super::wire::{self, TextRole};
-use super::{message_from_wire, message_to_wire};
+use super::{message_from_wire, message_to_wire, part_to_wire};
 use crate::body::{self, Body};
 use crate::config::Translate;
 use crate::error::{Error, Result};
@@ -176,6 +176,9 @@ pub struct Encoder {
     run_id: String,
     options: EncodeOptions,
     interrupts: Vec<wire::Interrupt>,
+    /// The last assistant text message: the parent of a pause's tool call, as the normalizer makes it the
+    /// parent of upstream calls (`specs/ag-ui.md` §4.2.4).
+    last_assistant_message: Option<String>,
     buf: BytesMut,
 }
 
@@ -187,6 +190,7 @@ impl Encoder {
             run_id: turn.run_id.clone(),
             options: EncodeOptions::new(translate),
             interrupts: Vec::new(),
+            last_assistant_message: None,
             buf: BytesMut::new(),
         }
     }
@@ -207,6 +211,13 @@ impl Encoder {
             | Event::ReasoningDelta { .. }
             | Event::ReasoningEnd { .. } => self.encode_reasoning(&event),
             other => {
+                if let Event::TextStart {
+                    message_id,
+                    role: Role::Assistant,
+                } = &other
+                {
+                    self.last_assistant_message = Some(message_id.clone());
+                }
                 if let Some(wire) = to_wire(&other) {
                     write(&mut self.buf, &wire);
                 }
@@ -261,7 +272,7 @@ impl Encoder {
         let start = wire::Event::ToolCallStart {
             tool_call_id: Cow::Borrowed(&interrupt.id),
             tool_call_name: Cow::Owned(tool.clone()),
-            parent_message_id: None,
+            parent_message_id: self.last_assistant_message.as_deref().map(Cow::Borrowed),
         };
         write(&mut self.buf, &start);
         let args = wire::Event::ToolCallArgs {
@@ -438,17 +449,27 @@ fn to_wire(event: &Event) -> Option<wire::Event<'_>> {
             event: event.clone(),
             source: source.as_deref().map(Cow::Borrowed),
         },
-        Event::Usage(usage) => custom("agent-bridge.usage", json!(usage)),
-        Event::Artifact(artifact) => custom(
-            "agent-bridge.artifact",
-            json!({
-                "artifactId": artifact.id,
-                "name": artifact.name,
-                "parts": artifact.parts,
-                "append": artifact.append,
-                "lastChunk": artifact.last_chunk,
+        Event::Usage(usage) => custom(
+            "agent-bridge.usage",
+            json!(wire::TokenUsage {
+                input_tokens: usage.input_tokens,
+                output_tokens: usage.output_tokens,
+                total_tokens: usage.total_tokens,
             }),
         ),
+        Event::Artifact(artifact) => {
+            // Parts in AG-UI's own content part shape; no `name: null` (nulls break 1.0 schemas).
+            let mut value = json!({
+                "artifactId": artifact.id,
+                "parts": artifact.parts.iter().map(part_to_wire).collect::<Vec<_>>(),
+                "append": artifact.append,
+                "lastChunk": artifact.last_chunk,
+            });
+            if let Some(name) = &artifact.name {
+                value["name"] = json!(name);
+            }
+            custom("agent-bridge.artifact", value)
+        }
         Event::RunStarted
         | Event::RunFinished { .. }
         | Event::Interrupt(_)

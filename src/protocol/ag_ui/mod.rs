@@ -68,12 +68,12 @@ fn parts_from_wire(content: wire::Content) -> Vec<Part> {
 }
 
 fn part_from_wire(part: wire::ContentPart) -> Option<Part> {
-    let (kind, source) = match part {
+    let (kind, part) = match part {
         wire::ContentPart::Text { text } => return Some(Part::Text(text)),
-        wire::ContentPart::Image(p) => (MediaKind::Image, p.source),
-        wire::ContentPart::Audio(p) => (MediaKind::Audio, p.source),
-        wire::ContentPart::Video(p) => (MediaKind::Video, p.source),
-        wire::ContentPart::Document(p) => (MediaKind::Document, p.source),
+        wire::ContentPart::Image(p) => (MediaKind::Image, p),
+        wire::ContentPart::Audio(p) => (MediaKind::Audio, p),
+        wire::ContentPart::Video(p) => (MediaKind::Video, p),
+        wire::ContentPart::Document(p) => (MediaKind::Document, p),
         // The pre-1.0 part, upgraded as the 1.0 client does: data first, then url.
         wire::ContentPart::Binary {
             mime_type,
@@ -94,7 +94,13 @@ fn part_from_wire(part: wire::ContentPart) -> Option<Part> {
             }));
         }
     };
-    let (source, mime_type) = match source {
+    // Where the 1.0 client puts a legacy part's filename (and where `part_to_wire` writes it).
+    let filename = part
+        .metadata
+        .as_ref()
+        .and_then(|metadata| metadata.get("filename")?.as_str())
+        .map(str::to_owned);
+    let (source, mime_type) = match part.source {
         wire::Source::Data { value, mime_type } => (MediaSource::Data(value), mime_type),
         wire::Source::Url { value, mime_type } => (MediaSource::Url(value), mime_type),
         wire::Source::File {
@@ -113,7 +119,7 @@ fn part_from_wire(part: wire::ContentPart) -> Option<Part> {
         kind,
         source,
         mime_type,
-        filename: None,
+        filename,
     }))
 }
 

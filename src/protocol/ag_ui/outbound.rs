@@ -2,6 +2,7 @@
 //! SSE stream is decoded into canonical events, tolerating what real servers send (`specs/ag-ui.md` §5.2).
 
 use std::collections::HashMap;
+use std::time::Duration;
 
 use serde_json::Value;
 
@@ -9,12 +10,14 @@ use super::{message_from_wire, message_to_wire, wire};
 use crate::config::Translate;
 use crate::error::{Error, Result};
 use crate::model::{new_id, Event, Interrupt, InterruptKind, Outcome, ResumeStatus, Role, Turn};
-use crate::sse::SseReader;
+use crate::sse::{SseReadError, SseReader};
 use crate::translate::RunContext;
 use crate::upstream::Upstream;
 
 /// The largest event accepted from an upstream (the 1.0 client's own cap is 10 MB).
 const MAX_EVENT_BYTES: usize = 10 * 1024 * 1024;
+/// How long to wait, after `RUN_FINISHED`, for another run in the same response before finishing.
+const NEXT_RUN_GRACE: Duration = Duration::from_secs(2);
 
 pub struct Outbound {
     upstream: Upstream,
@@ -40,9 +43,15 @@ impl Outbound {
         let mut decoder = Decoder::default();
         let mut events = Vec::new();
         loop {
-            let frame = reader.next().await.map_err(|e| {
-                Error::upstream_malformed(format!("reading the upstream AG-UI stream failed: {e}"))
-            })?;
+            let frame = if decoder.holds_finish() {
+                // The run said it finished; another may follow in the same response, but a server that
+                // keeps the connection open must not keep the client waiting.
+                tokio::time::timeout(NEXT_RUN_GRACE, next_frame(&mut reader))
+                    .await
+                    .unwrap_or(Ok(None))?
+            } else {
+                next_frame(&mut reader).await?
+            };
             let done = match frame {
                 Some(frame) => decoder.decode(&frame.data, &mut events)?,
                 None => {
@@ -112,6 +121,24 @@ impl Outbound {
     }
 }
 
+/// The next SSE frame of the upstream body; `None` at its end.
+async fn next_frame<B>(reader: &mut SseReader<B>) -> Result<Option<crate::sse::SseEvent>>
+where
+    B: http_body::Body<Data = bytes::Bytes> + Unpin,
+    B::Error: std::fmt::Display,
+{
+    reader.next().await.map_err(|e| match e {
+        // The connection failed mid-body (reset, cut before the last chunk): the stream ended early.
+        SseReadError::Body(cause) => {
+            tracing::debug!("the upstream AG-UI stream broke off: {cause}");
+            Error::upstream_eof()
+        }
+        SseReadError::Frame(e) => {
+            Error::upstream_malformed(format!("reading the upstream AG-UI stream failed: {e}"))
+        }
+    })
+}
+
 fn empty_object() -> Value {
     Value::Object(Default::default())
 }
@@ -142,6 +169,11 @@ impl Decoder {
         Ok(matches!(out.last(), Some(Event::RunError(_))))
     }
 
+    /// Whether a `RUN_FINISHED` is held back, waiting to see whether another run follows.
+    pub fn holds_finish(&self) -> bool {
+        self.held_finish.is_some()
+    }
+
     /// At the end of the stream: the held finish, if any. Without one, the run was cut short.
     pub fn finish(&mut self, out: &mut Vec<Event>) {
         self.end_chunk_call(out);
@@ -156,6 +188,12 @@ impl Decoder {
 
     fn translate(&mut self, event: wire::Event<'_>, out: &mut Vec<Event>) {
         use wire::Event as W;
+        // After RUN_FINISHED only a new run or an error may follow (the clients' own rule): anything else is a
+        // buggy adapter's late event, dropped rather than merged into the finished run.
+        let may_follow = matches!(event, W::RunStarted { .. } | W::RunError { .. });
+        if self.held_finish.is_some() && !may_follow {
+            return tracing::debug!("dropping an AG-UI event after RUN_FINISHED");
+        }
         let event = match event {
             W::RunStarted { .. } => {
                 if self.held_finish.take().is_some() {

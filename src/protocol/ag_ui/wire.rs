@@ -417,6 +417,18 @@ pub struct Interrupt {
     pub response_schema: Option<Value>,
 }
 
+/// Token counts, as AG-UI 1.0 spells them.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TokenUsage {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input_tokens: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_tokens: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub total_tokens: Option<u64>,
+}
+
 /// The error body a rejected request gets: `{"error":{"code","message"}}` (as CloudBase's AG-UI server).
 #[derive(Debug, Serialize)]
 pub struct ErrorBody<'a> {

@@ -1,0 +1,485 @@
+//! Requests the proxy must refuse before any stream starts (each with its status and a JSON body naming the
+//! problem, and nothing sent upstream), the health check, graceful shutdown, and `agent-bridge check`.
+
+mod support;
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::header::CONTENT_TYPE;
+use http::{Method, Request};
+use http_body_util::Full;
+use serde_json::json;
+use tokio::net::TcpStream;
+
+use support::ag_ui::{self, finished, input, started, text, user, Profile};
+use support::{send, within, Proxy, Reply, Response, Upstream};
+
+const PATH: &str = "/agents/pair";
+
+fn pair_route(upstream: &Upstream, extra: &str) -> String {
+    format!(
+        r#"
+[[routes]]
+name = "pair"
+path = "{PATH}"
+inbound = "ag-ui"
+outbound = "ag-ui"
+upstream = "{}"
+{extra}
+"#,
+        upstream.url()
+    )
+}
+
+/// A proxy in front of an upstream that answers every run with a short text.
+async fn proxy_and_upstream(extra: &str) -> (Proxy, Upstream) {
+    let upstream = Reply::sse()
+        .event(started())
+        .events(text("m1", &["ok"]))
+        .event(finished())
+        .serve()
+        .await;
+    let proxy = Proxy::start(&pair_route(&upstream, extra)).await;
+    (proxy, upstream)
+}
+
+fn request(
+    method: Method,
+    url: &str,
+    content_type: Option<&str>,
+    body: &str,
+) -> Request<Full<Bytes>> {
+    let mut request = Request::builder().method(method).uri(url);
+    if let Some(content_type) = content_type {
+        request = request.header(CONTENT_TYPE, content_type);
+    }
+    request
+        .body(Full::new(Bytes::from(body.to_owned())))
+        .expect("a valid request")
+}
+
+fn post(url: &str, body: &str) -> Request<Full<Bytes>> {
+    request(Method::POST, url, Some("application/json"), body)
+}
+
+/// Checks a refusal: the status, a JSON `{"error":{"code","message"}}` body with that code; returns the
+/// message.
+async fn refused(response: Response, status: u16, code: &str) -> String {
+    assert_eq!(response.status, status);
+    assert_eq!(response.header("content-type"), "application/json");
+    let body = response.json().await;
+    assert_eq!(body["error"]["code"], code, "{body}");
+    body["error"]["message"]
+        .as_str()
+        .unwrap_or_else(|| panic!("the error names the problem: {body}"))
+        .to_owned()
+}
+
+/// Nothing reached the upstream: a valid run sent now is the first and only request it ever received.
+async fn nothing_was_forwarded(proxy: &Proxy, upstream: &Upstream) {
+    let control = input("thread-control", "run-control", json!([user("u1", "hi")]));
+    ag_ui::run(&proxy.url(PATH), &control).await;
+    let request = upstream.only_request();
+    assert_eq!(request.body["runId"], "run-control");
+    assert_eq!(upstream.connections(), 1);
+}
+
+#[tokio::test]
+async fn ag_ui_invalid_json_is_refused_with_400() {
+    let (proxy, upstream) = proxy_and_upstream("").await;
+
+    let response = send(post(&proxy.url(PATH), r#"{"threadId": "t1", "runId": "#)).await;
+
+    let message = refused(response, 400, "INVALID_REQUEST").await;
+    assert!(message.contains("EOF while parsing"), "{message}");
+    nothing_was_forwarded(&proxy, &upstream).await;
+}
+
+#[tokio::test]
+async fn ag_ui_body_that_is_not_an_object_is_refused_with_400() {
+    let (proxy, upstream) = proxy_and_upstream("").await;
+
+    let response = send(post(&proxy.url(PATH), r#"["threadId"]"#)).await;
+
+    let message = refused(response, 400, "INVALID_REQUEST").await;
+    assert!(message.contains("RunAgentInput"), "{message}");
+    nothing_was_forwarded(&proxy, &upstream).await;
+}
+
+#[tokio::test]
+async fn ag_ui_wrong_field_type_is_refused_with_400_naming_the_field() {
+    let (proxy, upstream) = proxy_and_upstream("").await;
+    let body = json!({"threadId": 42, "runId": "r1", "messages": []});
+
+    let response = send(post(&proxy.url(PATH), &body.to_string())).await;
+
+    let message = refused(response, 400, "INVALID_REQUEST").await;
+    assert!(message.contains("`threadId`"), "{message}");
+    assert!(message.contains("invalid type: integer `42`"), "{message}");
+    nothing_was_forwarded(&proxy, &upstream).await;
+}
+
+#[tokio::test]
+async fn ag_ui_wrong_type_inside_a_message_is_refused_with_400_naming_where() {
+    let (proxy, upstream) = proxy_and_upstream("").await;
+    let body = json!({"threadId": "t1", "runId": "r1",
+                      "messages": [{"id": "u1", "role": "user", "content": "hi"},
+                                   {"id": "t1", "role": "tool", "content": "x", "toolCallId": 7}]});
+
+    let response = send(post(&proxy.url(PATH), &body.to_string())).await;
+
+    let message = refused(response, 400, "INVALID_REQUEST").await;
+    assert!(message.contains("messages[1]"), "{message}");
+    nothing_was_forwarded(&proxy, &upstream).await;
+}
+
+#[tokio::test]
+async fn ag_ui_unknown_message_role_is_refused_with_400() {
+    let (proxy, upstream) = proxy_and_upstream("").await;
+    let body = json!({"threadId": "t1", "runId": "r1", "messages": [{"id": "u1", "role": "robot", "content": "hi"}]});
+
+    let response = send(post(&proxy.url(PATH), &body.to_string())).await;
+
+    let message = refused(response, 400, "INVALID_REQUEST").await;
+    assert!(message.contains("robot"), "{message}");
+    nothing_was_forwarded(&proxy, &upstream).await;
+}
+
+#[tokio::test]
+async fn ag_ui_missing_messages_is_refused_with_400_naming_the_field() {
+    let (proxy, upstream) = proxy_and_upstream("").await;
+    let body = json!({"threadId": "t1", "runId": "r1"});
+
+    let response = send(post(&proxy.url(PATH), &body.to_string())).await;
+
+    let message = refused(response, 400, "INVALID_REQUEST").await;
+    assert!(message.contains("missing field `messages`"), "{message}");
+    nothing_was_forwarded(&proxy, &upstream).await;
+}
+
+#[tokio::test]
+async fn ag_ui_missing_thread_id_is_refused_with_400_naming_the_field() {
+    let (proxy, upstream) = proxy_and_upstream("").await;
+    let body = json!({"runId": "r1", "messages": []});
+
+    let response = send(post(&proxy.url(PATH), &body.to_string())).await;
+
+    let message = refused(response, 400, "INVALID_REQUEST").await;
+    assert!(message.contains("missing field `threadId`"), "{message}");
+    nothing_was_forwarded(&proxy, &upstream).await;
+}
+
+#[tokio::test]
+async fn ag_ui_empty_run_id_is_refused_with_400() {
+    let (proxy, upstream) = proxy_and_upstream("").await;
+    let body = json!({"threadId": "t1", "runId": "", "messages": []});
+
+    let response = send(post(&proxy.url(PATH), &body.to_string())).await;
+
+    let message = refused(response, 400, "INVALID_REQUEST").await;
+    assert!(message.contains("`runId`"), "{message}");
+    nothing_was_forwarded(&proxy, &upstream).await;
+}
+
+#[tokio::test]
+async fn ag_ui_body_over_the_route_limit_is_refused_with_413() {
+    let (proxy, upstream) = proxy_and_upstream("max_body = \"1KiB\"").await;
+    let long = "x".repeat(2048);
+    let body = input("t1", "r1", json!([user("u1", &long)]));
+
+    let response = send(post(&proxy.url(PATH), &body.to_string())).await;
+
+    let message = refused(response, 413, "PAYLOAD_TOO_LARGE").await;
+    assert!(message.contains("1024 bytes"), "{message}");
+    nothing_was_forwarded(&proxy, &upstream).await;
+}
+
+#[tokio::test]
+async fn ag_ui_body_within_the_route_limit_is_served() {
+    let (proxy, upstream) = proxy_and_upstream("max_body = \"1KiB\"").await;
+    let body = input("t1", "r1", json!([user("u1", &"x".repeat(800))]));
+
+    let events = ag_ui::run(&proxy.url(PATH), &body).await;
+
+    assert_eq!(ag_ui::text_of(&events), "ok");
+    assert_eq!(
+        upstream.only_request().body["messages"][0]["content"]
+            .as_str()
+            .unwrap()
+            .len(),
+        800
+    );
+}
+
+#[tokio::test]
+async fn ag_ui_wrong_method_is_refused_with_405_and_allow() {
+    let (proxy, upstream) = proxy_and_upstream("").await;
+
+    for method in [Method::GET, Method::PUT, Method::DELETE] {
+        let response = send(request(method.clone(), &proxy.url(PATH), None, "")).await;
+        assert_eq!(response.header("allow"), "POST", "{method}");
+        let message = refused(response, 405, "METHOD_NOT_ALLOWED").await;
+        assert!(message.contains(method.as_str()), "{message}");
+    }
+    nothing_was_forwarded(&proxy, &upstream).await;
+}
+
+#[tokio::test]
+async fn ag_ui_wrong_content_type_is_refused_with_415() {
+    let (proxy, upstream) = proxy_and_upstream("").await;
+    let body = input("t1", "r1", json!([user("u1", "hi")])).to_string();
+
+    let response = send(request(
+        Method::POST,
+        &proxy.url(PATH),
+        Some("text/plain"),
+        &body,
+    ))
+    .await;
+
+    let message = refused(response, 415, "UNSUPPORTED_MEDIA_TYPE").await;
+    assert!(message.contains("text/plain"), "{message}");
+    nothing_was_forwarded(&proxy, &upstream).await;
+}
+
+#[tokio::test]
+async fn ag_ui_missing_content_type_is_refused_with_415() {
+    let (proxy, upstream) = proxy_and_upstream("").await;
+    let body = input("t1", "r1", json!([user("u1", "hi")])).to_string();
+
+    let response = send(request(Method::POST, &proxy.url(PATH), None, &body)).await;
+
+    let message = refused(response, 415, "UNSUPPORTED_MEDIA_TYPE").await;
+    assert!(message.contains("missing Content-Type"), "{message}");
+    nothing_was_forwarded(&proxy, &upstream).await;
+}
+
+#[tokio::test]
+async fn ag_ui_json_content_type_with_parameters_is_served() {
+    let (proxy, upstream) = proxy_and_upstream("").await;
+    let body = input("t1", "r1", json!([user("u1", "hi")])).to_string();
+
+    let response = send(request(
+        Method::POST,
+        &proxy.url(PATH),
+        Some("Application/JSON; charset=utf-8"),
+        &body,
+    ))
+    .await;
+
+    assert_eq!(response.status, 200);
+    let mut stream = response.sse();
+    let events = stream.rest().await;
+    ag_ui::check(
+        &stream.raw,
+        &events,
+        &serde_json::from_str(&body).unwrap(),
+        Profile::CONSERVATIVE,
+    );
+    assert_eq!(upstream.received().len(), 1);
+}
+
+#[tokio::test]
+async fn unknown_path_is_refused_with_404() {
+    let (proxy, upstream) = proxy_and_upstream("").await;
+
+    for path in ["/nope", "/agents", "/agents/pairs", "/agents/pair/extra"] {
+        let body = input("t1", "r1", json!([user("u1", "hi")])).to_string();
+        let response = send(post(&proxy.url(path), &body)).await;
+        let message = refused(response, 404, "NOT_FOUND").await;
+        assert!(message.contains(path), "{path}: {message}");
+    }
+    nothing_was_forwarded(&proxy, &upstream).await;
+}
+
+#[tokio::test]
+async fn healthz_answers_200() {
+    let (proxy, upstream) = proxy_and_upstream("").await;
+
+    let response = send(request(Method::GET, &proxy.url("/healthz"), None, "")).await;
+
+    assert_eq!(response.status, 200);
+    assert_eq!(response.json().await, json!({"status": "ok"}));
+    assert_eq!(upstream.connections(), 0);
+}
+
+// --- Graceful shutdown -----------------------------------------------------------------------------------
+
+/// Waits until connecting to `proxy` fails.
+async fn refuses_connections(proxy: &Proxy) {
+    within("the proxy to refuse new connections", async {
+        while TcpStream::connect(proxy.addr()).await.is_ok() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn shutdown_lets_a_running_stream_finish_and_refuses_new_connections() {
+    let upstream = Reply::sse()
+        .event(started())
+        .event(json!({"type": "TEXT_MESSAGE_START", "messageId": "m1", "role": "assistant"}))
+        .event(json!({"type": "TEXT_MESSAGE_CONTENT", "messageId": "m1", "delta": "before "}))
+        .gate()
+        .event(json!({"type": "TEXT_MESSAGE_CONTENT", "messageId": "m1", "delta": "after"}))
+        .event(json!({"type": "TEXT_MESSAGE_END", "messageId": "m1"}))
+        .event(finished())
+        .serve()
+        .await;
+    let mut proxy =
+        Proxy::start_with_grace(&pair_route(&upstream, ""), Duration::from_secs(5)).await;
+    let run = input("t1", "r1", json!([user("u1", "hi")]));
+    let mut stream = ag_ui::start(&proxy.url(PATH), &run).await;
+    let mut events = stream.until("TEXT_MESSAGE_CONTENT").await;
+
+    proxy.shutdown();
+    refuses_connections(&proxy).await;
+    upstream.release();
+    events.extend(stream.rest().await);
+
+    ag_ui::check(&stream.raw, &events, &run, Profile::CONSERVATIVE);
+    assert_eq!(ag_ui::text_of(&events), "before after");
+    assert_eq!(events.last().unwrap()["type"], "RUN_FINISHED");
+    proxy.stopped().await;
+}
+
+#[tokio::test]
+async fn shutdown_stops_waiting_for_a_stream_after_the_grace_period() {
+    let upstream = Reply::sse()
+        .event(started())
+        .events(text("m1", &["forever"]).into_iter().take(2))
+        .hang()
+        .serve()
+        .await;
+    let grace = Duration::from_millis(300);
+    let mut proxy = Proxy::start_with_grace(&pair_route(&upstream, ""), grace).await;
+    let run = input("t1", "r1", json!([user("u1", "hi")]));
+    let mut stream = ag_ui::start(&proxy.url(PATH), &run).await;
+    stream.until("TEXT_MESSAGE_CONTENT").await;
+
+    let shutdown_at = tokio::time::Instant::now();
+    proxy.shutdown();
+    proxy.stopped().await;
+
+    let took = shutdown_at.elapsed();
+    assert!(took >= grace, "the stream had its grace period: {took:?}");
+    assert!(
+        took < grace + Duration::from_secs(2),
+        "the server stopped at the end of it: {took:?}"
+    );
+}
+
+// --- agent-bridge check ----------------------------------------------------------------------------------
+
+fn check_command(config: &std::path::Path) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_agent-bridge"))
+        .args(["check", "--config"])
+        .arg(config)
+        .env("RUST_LOG", "warn")
+        .output()
+        .expect("run agent-bridge check")
+}
+
+/// A file under the temp directory with a name no other test uses; removed on drop.
+struct TempConfig(PathBuf);
+
+impl TempConfig {
+    fn new(name: &str, text: &str) -> TempConfig {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        let path = std::env::temp_dir().join(format!(
+            "agent-bridge-{name}-{}-{nanos}.toml",
+            std::process::id()
+        ));
+        std::fs::write(&path, text).expect("write the temp config");
+        TempConfig(path)
+    }
+}
+
+impl Drop for TempConfig {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+#[test]
+fn check_accepts_the_shipped_routes_file() {
+    let shipped = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("routes.toml");
+
+    let output = check_command(&shipped);
+
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(stdout.contains("ok"), "{stdout}");
+}
+
+#[test]
+fn check_rejects_an_unknown_key_naming_file_line_and_key() {
+    let config = TempConfig::new(
+        "unknown-key",
+        "listen = \"127.0.0.1:0\"\n\n[[routes]]\nname = \"echo\"\npath = \"/echo\"\ninbound = \"ag-ui\"\noutbound = \"echo\"\ntimout = \"5s\"\n",
+    );
+
+    let output = check_command(&config.0);
+
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let expected = format!("{}:8: routes[0].timout", config.0.display());
+    assert!(
+        stderr.contains(&expected),
+        "expected {expected:?} in {stderr}"
+    );
+}
+
+#[test]
+fn check_rejects_a_bad_value_naming_file_line_and_key() {
+    let config = TempConfig::new(
+        "bad-value",
+        "[[routes]]\nname = \"echo\"\npath = \"/echo\"\ninbound = \"ag-ui\"\noutbound = \"echo\"\n\n[[routes]]\nname = \"pair\"\npath = \"/pair\"\ninbound = \"ag-ui\"\noutbound = \"ag-ui\"\nupstream = \"http://127.0.0.1:9/\"\ntimeout = \"soon\"\n",
+    );
+
+    let output = check_command(&config.0);
+
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let expected = format!("{}:13: routes[1].timeout", config.0.display());
+    assert!(
+        stderr.contains(&expected),
+        "expected {expected:?} in {stderr}"
+    );
+}
+
+#[tokio::test]
+async fn ag_ui_body_over_the_default_one_mib_limit_is_refused_with_413() {
+    let (proxy, upstream) = proxy_and_upstream("").await;
+    let body = input(
+        "t1",
+        "r1",
+        json!([user("u1", &"x".repeat(3 * 1024 * 1024))]),
+    );
+
+    let response = send(post(&proxy.url(PATH), &body.to_string())).await;
+
+    let message = refused(response, 413, "PAYLOAD_TOO_LARGE").await;
+    assert!(message.contains("1048576 bytes"), "{message}");
+    nothing_was_forwarded(&proxy, &upstream).await;
+}
+
+#[tokio::test]
+async fn healthz_with_another_method_is_refused_with_405_and_allow() {
+    let (proxy, _upstream) = proxy_and_upstream("").await;
+
+    let response = send(post(&proxy.url("/healthz"), "{}")).await;
+
+    assert_eq!(response.header("allow"), "GET");
+    refused(response, 405, "METHOD_NOT_ALLOWED").await;
+}

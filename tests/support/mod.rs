@@ -1,0 +1,35 @@
+//! What every in-process test shares: the proxy serving on a real socket ([`Proxy`]), scripted upstreams
+//! ([`Reply`], [`Upstream`]), and an HTTP client that reads SSE ([`post_json`], [`send`], [`SseStream`]).
+//!
+//! Everything binds `127.0.0.1:0`, every wait is bounded by [`WAIT`], and everything started stops when its
+//! handle is dropped. Protocol knowledge lives in one submodule per protocol ([`ag_ui`]).
+
+// Each test file compiles this module and uses a different part of it.
+#![allow(dead_code, unused_imports)]
+
+pub mod ag_ui;
+mod client;
+mod proxy;
+mod upstream;
+
+use std::future::Future;
+use std::time::Duration;
+
+pub use client::{post_json, send, Response, SseStream};
+pub use proxy::Proxy;
+pub use upstream::{Received, Reply, Upstream};
+
+/// The longest any test waits for anything.
+pub const WAIT: Duration = Duration::from_secs(10);
+
+/// Awaits `future`, failing the test if it takes longer than [`WAIT`].
+pub async fn within<F: Future>(what: &str, future: F) -> F::Output {
+    within_for(WAIT, what, future).await
+}
+
+/// Awaits `future`, failing the test if it takes longer than `limit`.
+pub async fn within_for<F: Future>(limit: Duration, what: &str, future: F) -> F::Output {
+    tokio::time::timeout(limit, future)
+        .await
+        .unwrap_or_else(|_| panic!("timed out after {limit:?} waiting for {what}"))
+}

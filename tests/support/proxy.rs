@@ -1,0 +1,81 @@
+//! The proxy, in-process, on a real socket.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use agent_bridge::config::Config;
+use agent_bridge::server::Server;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+use super::within;
+
+/// A running proxy. Dropping it shuts it down.
+pub struct Proxy {
+    addr: SocketAddr,
+    shutdown: Option<oneshot::Sender<()>>,
+    task: Option<JoinHandle<()>>,
+}
+
+impl Proxy {
+    /// Serves `routes` (routes.toml text; `listen` is set to `127.0.0.1:0`).
+    pub async fn start(routes: &str) -> Proxy {
+        Self::start_with_grace(routes, Duration::from_secs(5)).await
+    }
+
+    /// Serves `routes`, letting open streams run for `grace` after a shutdown.
+    pub async fn start_with_grace(routes: &str, grace: Duration) -> Proxy {
+        let text = format!("listen = \"127.0.0.1:0\"\n{routes}");
+        let config = Config::parse(&text, "test.toml")
+            .unwrap_or_else(|error| panic!("the test's routes do not parse: {error}"));
+        let server = Server::bind(&config)
+            .await
+            .unwrap_or_else(|error| panic!("the proxy did not start: {error}"))
+            .with_shutdown_grace(grace);
+        let addr = server.local_addr();
+        let (shutdown, signal) = oneshot::channel::<()>();
+        let task = tokio::spawn(server.run(async {
+            // A dropped sender shuts down too.
+            let _ = signal.await;
+        }));
+        Proxy {
+            addr,
+            shutdown: Some(shutdown),
+            task: Some(task),
+        }
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The URL of `path` on the proxy.
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    /// Triggers the graceful shutdown and returns at once.
+    pub fn shutdown(&mut self) {
+        if let Some(shutdown) = self.shutdown.take() {
+            let _ = shutdown.send(());
+        }
+    }
+
+    /// Waits until the server has returned from `run` (bounded by [`super::WAIT`]).
+    pub async fn stopped(&mut self) {
+        if let Some(task) = self.task.take() {
+            within("the proxy to stop", task)
+                .await
+                .expect("the proxy's server task panicked");
+        }
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.shutdown();
+        if let Some(task) = self.task.take() {
+            task.abort();
+        }
+    }
+}
