@@ -222,6 +222,13 @@ pub struct Translate {
     pub agui_reasoning: bool,
     /// e.g. "1.0": sent upstream as `protocolVersion` when the upstream is AG-UI 1.0.
     pub agui_protocol_version: Option<String>,
+    /// A2A upstreams: `"auto"` reads the agent card at the upstream's `/.well-known/agent-card.json` (then
+    /// `agent.json`) to learn whether it streams; an absolute URL reads the card there. Absent: the upstream
+    /// is taken to stream (`message/stream`).
+    pub a2a_card: Option<String>,
+    /// A2A inbound: also put the whole reply text in the final `status.message`, for clients that ignore
+    /// artifacts (`@ag-ui/a2a`).
+    pub a2a_status_message: bool,
 }
 
 impl Default for Translate {
@@ -233,6 +240,8 @@ impl Default for Translate {
             agui_interrupts: false,
             agui_reasoning: false,
             agui_protocol_version: None,
+            a2a_card: None,
+            a2a_status_message: false,
         }
     }
 }
@@ -463,6 +472,17 @@ fn check_route(route: &RouteConfig, at: &KeyPath) -> Result<(), Issue> {
             at.clone().key("upstream_headers"),
             "echo has no upstream to send headers to",
         ));
+    }
+    if let Some(card) = &route.translate.a2a_card {
+        let absolute = card.parse::<http::Uri>().is_ok_and(|uri| {
+            matches!(uri.scheme_str(), Some("http" | "https")) && uri.host().is_some()
+        });
+        if card != "auto" && !absolute {
+            return Err(Issue::new(
+                at.clone().key("translate").key("a2a_card"),
+                format!("expected \"auto\" or an absolute http(s) URL, not {card:?}"),
+            ));
+        }
     }
     if let Some(card) = &route.card {
         let skills = at.clone().key("card").key("skills");

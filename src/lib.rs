@@ -7,6 +7,7 @@
 pub mod body;
 pub mod config;
 pub mod error;
+pub mod history;
 pub mod model;
 pub mod normalize;
 pub mod protocol;

@@ -20,6 +20,11 @@ use crate::error::{Error, Result};
 use crate::route::Route;
 use crate::store;
 
+/// The local address of the connection a request came in on, in the request's extensions (an inbound that
+/// must name the proxy, such as an A2A agent card, falls back to it when the request has no `Host`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LocalAddr(pub SocketAddr);
+
 /// How long running streams may go on after a shutdown signal.
 pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
 
@@ -75,8 +80,12 @@ impl Server {
                 () = &mut shutdown => break,
             };
             let _ = stream.set_nodelay(true);
+            let local = stream.local_addr().ok().map(LocalAddr);
             let routes = Arc::clone(&self.routes);
-            let service = service_fn(move |request| {
+            let service = service_fn(move |mut request: Request<Incoming>| {
+                if let Some(local) = local {
+                    request.extensions_mut().insert(local);
+                }
                 let routes = Arc::clone(&routes);
                 async move { Ok::<_, std::convert::Infallible>(routes.dispatch(request).await) }
             });

@@ -15,6 +15,7 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 
 use crate::error::{Error, Result};
+use crate::history::{self, ReplyLog};
 use crate::model::{Event, Resume, ResumeStatus, Role, Turn};
 use crate::normalize::Normalizer;
 use crate::protocol::Outbound;
@@ -61,23 +62,25 @@ impl Translator {
             conversation: turn.conversation.clone(),
         };
         let mut context = RunContext::new(Record::default(), sender);
-        let outcome = match self.store.load(&key).await {
-            Ok(record) => {
-                context.record = record.unwrap_or_default();
-                take_interrupt_answers(&mut turn, &mut context.record);
-                self.run_outbound(&turn, &mut context).await
+        context.record = match self.store.load(&key).await {
+            Ok(record) => record.unwrap_or_default(),
+            Err(error) => return context.finish(Err(error)).await,
+        };
+        take_interrupt_answers(&mut turn, &mut context.record);
+        context.reply = history::prepare(&mut turn, &mut context.record, self.outbound.history());
+        match self.run_outbound(&turn, &mut context).await {
+            Some(result) => {
+                if let Err(error) = &result {
+                    tracing::warn!(route = %self.route, code = error.code(), "run failed: {error}");
+                }
+                context.finish(result).await;
             }
-            Err(error) => Some(Err(error)),
-        };
-        let Some(result) = outcome else {
-            tracing::debug!(route = %self.route, "client went away; upstream run dropped");
-            return;
-        };
-        if let Err(error) = &result {
-            tracing::warn!(route = %self.route, code = error.code(), "run failed: {error}");
+            // What the run learned so far (an upstream id, say) is still worth keeping.
+            None => tracing::debug!(route = %self.route, "client went away; upstream run dropped"),
         }
-        context.finish(result).await;
-        if let Err(error) = self.store.save(&key, context.record).await {
+        let RunContext { mut record, reply, .. } = context;
+        reply.finish(&mut record);
+        if let Err(error) = self.store.save(&key, record).await {
             tracing::error!(route = %self.route, "saving the conversation failed: {error}");
         }
     }
@@ -145,6 +148,7 @@ fn answer_payload(text: &str) -> Value {
 /// emit events.
 pub struct RunContext {
     pub record: Record,
+    reply: ReplyLog,
     normalizer: Normalizer,
     sender: mpsc::Sender<Event>,
     ready: Vec<Event>,
@@ -154,6 +158,7 @@ impl RunContext {
     fn new(record: Record, sender: mpsc::Sender<Event>) -> Self {
         Self {
             record,
+            reply: ReplyLog::Nothing,
             normalizer: Normalizer::new(),
             sender,
             ready: Vec::new(),
@@ -179,6 +184,7 @@ impl RunContext {
             if let Event::Interrupt(interrupt) = &event {
                 self.record.pending_interrupts.push(interrupt.clone());
             }
+            self.reply.observe(&event, &mut self.record);
             if self.sender.send(event).await.is_err() {
                 return Err(Error::cancelled("the client went away"));
             }

@@ -60,33 +60,69 @@ impl Upstream {
     /// POSTs a JSON body to the upstream URL and returns the response once its head arrived with a 2xx
     /// status. Failures to connect and non-2xx answers become upstream errors.
     pub async fn post_json(&self, body: Bytes, accept: &'static str) -> Result<Response<Incoming>> {
-        let mut request = Request::builder()
+        let response = self.post_json_any_status(body, accept).await?;
+        check_status(response).await
+    }
+
+    /// POSTs a JSON body to the upstream URL like [`Self::post_json`], but returns the response whatever its
+    /// status: for protocols whose error answers carry a body worth reading (an A2A server may answer a
+    /// JSON-RPC error with HTTP 500). Only failures to connect are errors.
+    pub async fn post_json_any_status(
+        &self,
+        body: Bytes,
+        accept: &'static str,
+    ) -> Result<Response<Incoming>> {
+        let request = Request::builder()
             .method(Method::POST)
             .uri(self.uri.clone())
             .header(CONTENT_TYPE, "application/json")
             .header(ACCEPT, accept)
             .body(Full::new(body))
             .map_err(|e| Error::internal(format!("building the upstream request failed: {e}")))?;
-        let headers = request.headers_mut();
-        for (name, value) in &self.headers {
-            headers.insert(name.clone(), value.clone());
-        }
-        self.send(request).await
+        self.send(request, true).await
     }
 
-    async fn send(&self, request: Request<Full<Bytes>>) -> Result<Response<Incoming>> {
-        let response = self.client.request(request).await.map_err(|e| {
-            Error::upstream_unreachable(format!(
-                "upstream {} unreachable: {}",
-                self.uri,
-                error_chain(&e)
-            ))
-        })?;
-        if response.status().is_success() {
-            Ok(response)
-        } else {
-            Err(status_error(response).await)
+    /// GETs `uri` (an agent card, ...) and returns the response once its head arrived with a 2xx status. The
+    /// configured headers go along only when `uri` is on the upstream's own origin: they usually carry its
+    /// credentials.
+    pub async fn get(&self, uri: Uri, accept: &'static str) -> Result<Response<Incoming>> {
+        let same_origin =
+            uri.scheme() == self.uri.scheme() && uri.authority() == self.uri.authority();
+        let request = Request::builder()
+            .method(Method::GET)
+            .uri(uri)
+            .header(ACCEPT, accept)
+            .body(Full::new(Bytes::new()))
+            .map_err(|e| Error::internal(format!("building the upstream request failed: {e}")))?;
+        let response = self.send(request, same_origin).await?;
+        check_status(response).await
+    }
+
+    /// Sends a request, with the configured headers when `with_headers`.
+    async fn send(
+        &self,
+        mut request: Request<Full<Bytes>>,
+        with_headers: bool,
+    ) -> Result<Response<Incoming>> {
+        if with_headers {
+            let headers = request.headers_mut();
+            for (name, value) in &self.headers {
+                headers.insert(name.clone(), value.clone());
+            }
         }
+        let uri = request.uri().clone();
+        self.client.request(request).await.map_err(|e| {
+            Error::upstream_unreachable(format!("upstream {uri} unreachable: {}", error_chain(&e)))
+        })
+    }
+}
+
+/// The response if its status is 2xx, else an error that carries the status and (the start of) the body.
+async fn check_status(response: Response<Incoming>) -> Result<Response<Incoming>> {
+    if response.status().is_success() {
+        Ok(response)
+    } else {
+        Err(status_error(response).await)
     }
 }
 

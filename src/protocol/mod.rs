@@ -7,6 +7,7 @@
 //!
 //! This file only picks the module a route names; what a protocol means lives in its module.
 
+pub mod a2a;
 pub mod ag_ui;
 pub mod echo;
 
@@ -16,7 +17,7 @@ use hyper::body::Incoming;
 use crate::body::Body;
 use crate::config::{self, Protocol, RouteConfig};
 use crate::error::{Error, Result};
-use crate::model::Turn;
+use crate::model::{History, Turn};
 use crate::route::Route;
 use crate::translate::RunContext;
 use crate::upstream::Upstream;
@@ -24,12 +25,14 @@ use crate::upstream::Upstream;
 /// The face a route shows its clients.
 pub enum Inbound {
     AgUi(ag_ui::Inbound),
+    A2a(a2a::Inbound),
 }
 
 impl Inbound {
     pub fn from_config(route: &RouteConfig) -> Result<Self> {
         match route.inbound {
             Protocol::AgUi => Ok(Self::AgUi(ag_ui::Inbound::new(&route.translate))),
+            Protocol::A2a => Ok(Self::A2a(a2a::Inbound::new(route))),
             other => Err(not_yet(&route.name, "inbound", other)),
         }
     }
@@ -38,6 +41,7 @@ impl Inbound {
     pub async fn handle(&self, request: Request<Incoming>, route: &Route) -> Response<Body> {
         match self {
             Self::AgUi(inbound) => inbound.handle(request, route).await,
+            Self::A2a(inbound) => inbound.handle(request, route).await,
         }
     }
 }
@@ -47,6 +51,7 @@ impl Inbound {
 #[allow(clippy::large_enum_variant)]
 pub enum Outbound {
     AgUi(ag_ui::Outbound),
+    A2a(a2a::Outbound),
     Echo(echo::Echo),
 }
 
@@ -68,7 +73,18 @@ impl Outbound {
                 upstream()?,
                 &route.translate,
             ))),
+            config::Outbound::Protocol(Protocol::A2a) => {
+                Ok(Self::A2a(a2a::Outbound::new(upstream()?, &route.translate)))
+            }
             config::Outbound::Protocol(other) => Err(not_yet(&route.name, "outbound", other)),
+        }
+    }
+
+    /// Whether the upstream wants the whole conversation every turn or only what is new.
+    pub fn history(&self) -> History {
+        match self {
+            Self::AgUi(_) | Self::Echo(_) => History::Full,
+            Self::A2a(_) => History::Delta,
         }
     }
 
@@ -76,9 +92,19 @@ impl Outbound {
     pub async fn run(&self, turn: &Turn, context: &mut RunContext) -> Result<()> {
         match self {
             Self::AgUi(outbound) => outbound.run(turn, context).await,
+            Self::A2a(outbound) => outbound.run(turn, context).await,
             Self::Echo(echo) => echo.run(turn, context).await,
         }
     }
+}
+
+/// Reads `null` as the type's default: peers write `null` for absent fields.
+pub(crate) fn null_as_default<'de, D, T>(deserializer: D) -> std::result::Result<T, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Default + serde::Deserialize<'de>,
+{
+    Ok(<Option<T> as serde::Deserialize>::deserialize(deserializer)?.unwrap_or_default())
 }
 
 fn not_yet(route: &str, face: &str, protocol: Protocol) -> Error {

@@ -40,10 +40,13 @@ pub struct Record {
     /// The canonical message log, for inbounds that send deltas to upstreams that want full history.
     #[serde(default)]
     pub log: Vec<Message>,
-    /// Ids of the messages already sent upstream, for inbounds that send full history to upstreams that keep
-    /// their own.
+    /// Ids of the client's messages already sent upstream, for inbounds that send full history to upstreams
+    /// that keep their own.
     #[serde(default)]
     pub sent: Vec<String>,
+    /// Ids of the messages the client built from what the proxy streamed to it (it sends them back).
+    #[serde(default)]
+    pub produced: Vec<String>,
 }
 
 /// A conversation store backend.

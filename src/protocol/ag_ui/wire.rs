@@ -7,7 +7,9 @@
 
 use std::borrow::Cow;
 
-use serde::{Deserialize, Deserializer, Serialize};
+use serde::{Deserialize, Serialize};
+
+use crate::protocol::null_as_default;
 use serde_json::Value;
 
 /// The body of a run request.
@@ -439,13 +441,4 @@ pub struct ErrorBody<'a> {
 pub struct ErrorDetail<'a> {
     pub code: &'a str,
     pub message: &'a str,
-}
-
-/// Reads `null` as the type's default (pre-1.0 peers write `null` for absent fields).
-fn null_as_default<'de, D, T>(deserializer: D) -> Result<T, D::Error>
-where
-    D: Deserializer<'de>,
-    T: Default + Deserialize<'de>,
-{
-    Ok(Option::<T>::deserialize(deserializer)?.unwrap_or_default())
 }

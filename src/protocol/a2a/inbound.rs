@@ -1,0 +1,745 @@
+//! A2A inbound: we are the A2A 0.2.5 agent (`specs/a2a.md` §4).
+//!
+//! Under the route path P: `POST P` and `POST P/stream` take every JSON-RPC method (vendors append `/stream`
+//! to the card url); `GET P/.well-known/agent.json` (0.2.5) and `GET P/.well-known/agent-card.json` (0.3.0,
+//! for 1.x SDK clients) serve the card. Anything else under P is 404, a wrong HTTP method 405.
+//!
+//! A message becomes a [`Turn`] (`conversation` = contextId, `run_id` = task id, the one message as a delta);
+//! the run's events are consumed by a spawned runner that owns the event stream, keeps the task in the
+//! route's [`Registry`] and feeds the client: `message/stream` directly (a bounded channel, so a slow client
+//! slows the upstream read), `tasks/resubscribe` through the run's fan-out, a blocking `message/send` by
+//! waiting for the final status. Dropping the event stream cancels the upstream work: `tasks/cancel` and a
+//! disconnecting `message/stream` or blocking `message/send` client do that, and the task becomes `canceled`.
+//!
+//! Errors (choices within §4.3):
+//! - HTTP-level refusals on the JSON-RPC paths carry a JSON-RPC error body (-32600, `id: null`) with the
+//!   HTTP status that says what went wrong: 405 (not POST), 415 (not JSON), 413 (body larger than the
+//!   route's `max_body`). The method is not known yet, so these are never SSE.
+//! - Once the envelope is valid, a streaming method (`message/stream`, `tasks/resubscribe`) is always
+//!   answered `200 text/event-stream`, an error as one SSE event holding the JSON-RPC error; every other
+//!   answer is `200 application/json`.
+//! - A message for a task that is still running: -32602 (only a paused task takes another message).
+//! - `configuration.pushNotificationConfig` on a message: -32003, like the push-config methods.
+//! - The card and unknown paths answer errors as `{"error":{"code","message"}}`, like the server.
+
+use std::future::{pending, ready};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures_util::{Stream, StreamExt};
+use http::{Method, Request, Response, StatusCode};
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use serde_json::Value;
+use tokio::sync::broadcast::error::RecvError;
+use tokio::sync::{broadcast, mpsc, oneshot};
+
+use super::card::{self, CardTemplate, CardVersion};
+use super::encoder::{CancelReason, EncodeOptions, Encoder};
+use super::message_from_wire;
+use super::rpc::{self, Envelope, RpcError};
+use super::tasks::{self, Cancel, Registry, Started, Subscription, Update};
+use super::wire::{self, RequestId, StreamResult};
+use crate::body::{self, Body};
+use crate::config::RouteConfig;
+use crate::error::Error;
+use crate::model::{Event, History, Resume, ResumeStatus, Turn};
+use crate::route::Route;
+use crate::sse::{self, SseBody};
+
+/// A comment on an idle stream keeps proxies from closing it; A2A clients ignore comments.
+const HEARTBEAT: Duration = Duration::from_secs(15);
+/// How many results may wait for a slow `message/stream` client before the upstream read pauses.
+const EVENT_BUFFER: usize = 16;
+/// How long `tasks/cancel` waits for a run to stop (it stops at its next await point).
+const CANCEL_WAIT: Duration = Duration::from_secs(5);
+
+pub struct Inbound {
+    card: CardTemplate,
+    options: EncodeOptions,
+    /// A client that leaves a `message/stream` or blocking `message/send` cancels the task (the design's
+    /// default; `specs/a2a.md` §4.5 would offer keeping it running for `tasks/resubscribe` as a route option).
+    cancel_on_disconnect: bool,
+    tasks: Arc<Registry>,
+}
+
+/// What a path under the route is.
+enum Endpoint {
+    Rpc,
+    Card(CardVersion),
+    Unknown,
+}
+
+impl Inbound {
+    pub fn new(route: &RouteConfig) -> Self {
+        Self {
+            card: CardTemplate::new(route),
+            options: EncodeOptions {
+                status_message: route.translate.a2a_status_message,
+                tool_activity: false,
+            },
+            cancel_on_disconnect: true,
+            tasks: Arc::new(Registry::new()),
+        }
+    }
+
+    pub async fn handle(&self, request: Request<Incoming>, route: &Route) -> Response<Body> {
+        let endpoint = match route.subpath(request.uri().path()) {
+            Some("" | "/" | "/stream") => Endpoint::Rpc,
+            Some("/.well-known/agent.json") => Endpoint::Card(CardVersion::V0_2),
+            Some("/.well-known/agent-card.json") => Endpoint::Card(CardVersion::V0_3),
+            _ => Endpoint::Unknown,
+        };
+        match endpoint {
+            Endpoint::Rpc => self.rpc_endpoint(request, route).await,
+            Endpoint::Card(version) => self.card_endpoint(&request, route, version),
+            Endpoint::Unknown => plain_error(
+                &Error::not_found(format!("no A2A endpoint at {}", request.uri().path())),
+                "GET",
+            ),
+        }
+    }
+
+    fn card_endpoint(
+        &self,
+        request: &Request<Incoming>,
+        route: &Route,
+        version: CardVersion,
+    ) -> Response<Body> {
+        if let Err(error) = body::expect_method(request, Method::GET) {
+            return plain_error(&error, "GET");
+        }
+        let url = format!("{}{}", card::origin(request), route.path);
+        let json = serde_json::to_vec(&self.card.render(url, version)).unwrap_or_default();
+        body::json_response(StatusCode::OK, json)
+    }
+
+    async fn rpc_endpoint(&self, request: Request<Incoming>, route: &Route) -> Response<Body> {
+        if let Err(error) = body::expect_method(&request, Method::POST)
+            .and_then(|()| body::expect_json(request.headers()))
+        {
+            return http_rpc_error(&error);
+        }
+        let bytes = match body::read_limited(request.into_body(), route.max_body).await {
+            Ok(bytes) => bytes,
+            Err(error) => return http_rpc_error(&error),
+        };
+        let translator = Arc::clone(&route.translator);
+        self.call(&bytes, move |turn| translator.start(turn)).await
+    }
+
+    /// Answers one JSON-RPC request body. `start` runs a turn and returns its canonical events (RunStarted
+    /// first, one terminal last; dropping the stream cancels the run): the route's translator, or a script in
+    /// tests.
+    pub async fn call<F, S>(&self, body: &[u8], start: F) -> Response<Body>
+    where
+        F: FnOnce(Turn) -> S,
+        S: Stream<Item = Event> + Send + Unpin + 'static,
+    {
+        let Envelope { id, method, params } = match rpc::envelope(body) {
+            Ok(envelope) => envelope,
+            Err((id, error)) => return json_error(&id, &error),
+        };
+        match method.as_str() {
+            "message/send" => match self.send(params, start).await {
+                Ok(task) => json_result(&id, &task),
+                Err(error) => json_error(&id, &error),
+            },
+            "message/stream" => match self.stream(&id, params, start) {
+                Ok(frames) => sse_reply(frames),
+                Err(error) => sse_error(&id, &error),
+            },
+            "tasks/get" => {
+                let task = rpc::params::<wire::TaskQueryParams>(params)
+                    .and_then(|p| self.tasks.get(&p.id, p.history_length));
+                match task {
+                    Ok(task) => json_result(&id, &task),
+                    Err(error) => json_error(&id, &error),
+                }
+            }
+            "tasks/cancel" => match self.cancel(params).await {
+                Ok(task) => json_result(&id, &task),
+                Err(error) => json_error(&id, &error),
+            },
+            "tasks/resubscribe" => match self.resubscribe(&id, params) {
+                Ok(frames) => sse_reply(frames),
+                Err(error) => sse_error(&id, &error),
+            },
+            method if method.starts_with("tasks/pushNotificationConfig/") => {
+                json_error(&id, &RpcError::push_not_supported())
+            }
+            method => json_error(&id, &RpcError::method_not_found(method)),
+        }
+    }
+
+    /// Checks a message, registers its task and starts the run.
+    fn accept<F, S>(
+        &self,
+        params: Option<Value>,
+        start: F,
+        primary: Option<mpsc::Sender<Arc<StreamResult>>>,
+    ) -> Result<Accepted, RpcError>
+    where
+        F: FnOnce(Turn) -> S,
+        S: Stream<Item = Event> + Send + Unpin + 'static,
+    {
+        let params: wire::MessageSendParams = rpc::params(params)?;
+        check_message(&params.message)?;
+        let configuration = params.configuration.unwrap_or_default();
+        if configuration
+            .push_notification_config
+            .as_ref()
+            .is_some_and(|config| !config.is_null())
+        {
+            return Err(RpcError::push_not_supported());
+        }
+        let started = self.tasks.begin(params.message.clone())?;
+        let turn = turn_for(&started, params.message);
+        let events = start(turn);
+        let Started {
+            task_id,
+            context_id,
+            generation,
+            task,
+            cancel,
+            updates,
+            ..
+        } = started;
+        let runner = Runner {
+            tasks: Arc::clone(&self.tasks),
+            encoder: Encoder::new(&task_id, &context_id, self.options),
+            task_id: task_id.clone(),
+            generation,
+            cancel: Some(cancel),
+            primary,
+            cancel_on_disconnect: self.cancel_on_disconnect,
+        };
+        tokio::spawn(runner.run(events));
+        Ok(Accepted {
+            task: tasks::with_history_length(task, configuration.history_length),
+            task_id,
+            generation,
+            updates,
+            history_length: configuration.history_length,
+            blocking: configuration.blocking != Some(false),
+        })
+    }
+
+    /// `message/send`: the final (or paused) task; with `blocking:false` the task as it starts.
+    async fn send<F, S>(&self, params: Option<Value>, start: F) -> Result<wire::Task, RpcError>
+    where
+        F: FnOnce(Turn) -> S,
+        S: Stream<Item = Event> + Send + Unpin + 'static,
+    {
+        let accepted = self.accept(params, start, None)?;
+        if !accepted.blocking {
+            return Ok(accepted.task);
+        }
+        let mut guard = CancelOnDrop {
+            tasks: &self.tasks,
+            task_id: &accepted.task_id,
+            generation: accepted.generation,
+            armed: self.cancel_on_disconnect,
+        };
+        let mut updates = accepted.updates;
+        loop {
+            match updates.recv().await {
+                Ok(update) if update.is_final() => break,
+                Ok(_) | Err(RecvError::Lagged(_)) => {}
+                Err(RecvError::Closed) => break,
+            }
+        }
+        guard.armed = false;
+        self.tasks.get(&accepted.task_id, accepted.history_length)
+    }
+
+    /// `message/stream`: the task as it starts, then the run's results as they come.
+    fn stream<F, S>(
+        &self,
+        id: &RequestId,
+        params: Option<Value>,
+        start: F,
+    ) -> Result<impl Stream<Item = Bytes> + Send + Sync + 'static, RpcError>
+    where
+        F: FnOnce(Turn) -> S,
+        S: Stream<Item = Event> + Send + Unpin + 'static,
+    {
+        let (sender, mut receiver) = mpsc::channel::<Arc<StreamResult>>(EVENT_BUFFER);
+        let accepted = self.accept(params, start, Some(sender))?;
+        let first = result_frame(id, &StreamResult::Task(accepted.task));
+        let id = id.clone();
+        let rest = futures_util::stream::poll_fn(move |cx| receiver.poll_recv(cx))
+            .map(move |result| result_frame(&id, &result));
+        Ok(futures_util::stream::once(ready(first)).chain(rest))
+    }
+
+    /// `tasks/cancel`: the canceled task.
+    async fn cancel(&self, params: Option<Value>) -> Result<wire::Task, RpcError> {
+        let wire::TaskIdParams { id } = rpc::params(params)?;
+        // A run may pause or end while it is told to stop: look again (bounded).
+        for _ in 0..3 {
+            match self.tasks.cancel(&id) {
+                Cancel::Done(result) => return result.map(|task| *task),
+                Cancel::Wait(mut done) => {
+                    // Resolves with an error when the run ends.
+                    let _ = tokio::time::timeout(CANCEL_WAIT, done.changed()).await;
+                    let task = self.tasks.get(&id, None)?;
+                    match task.status.state {
+                        wire::TaskState::Canceled => return Ok(task),
+                        state if state.is_terminal() => {
+                            return Err(RpcError::not_cancelable(&id, state))
+                        }
+                        _ => {}
+                    }
+                }
+            }
+        }
+        Err(RpcError::internal(format!(
+            "task {id} did not stop in time"
+        )))
+    }
+
+    /// `tasks/resubscribe`: a running task's later results; otherwise its status as one final update.
+    fn resubscribe(
+        &self,
+        id: &RequestId,
+        params: Option<Value>,
+    ) -> Result<impl Stream<Item = Bytes> + Send + Sync + 'static, RpcError> {
+        let wire::TaskIdParams { id: task_id } = rpc::params(params)?;
+        let (sender, mut receiver) = mpsc::channel::<Bytes>(EVENT_BUFFER);
+        match self.tasks.subscribe(&task_id)? {
+            Subscription::Finished(update) => {
+                let frame = result_frame(id, &StreamResult::StatusUpdate(*update));
+                // A fresh channel has room for one.
+                let _ = sender.try_send(frame);
+            }
+            Subscription::Live { updates, after } => {
+                tokio::spawn(forward(
+                    Arc::clone(&self.tasks),
+                    task_id,
+                    id.clone(),
+                    updates,
+                    after,
+                    sender,
+                ));
+            }
+        }
+        Ok(futures_util::stream::poll_fn(move |cx| {
+            receiver.poll_recv(cx)
+        }))
+    }
+}
+
+/// A message the registry took, its run started.
+struct Accepted {
+    /// The task as it starts, `historyLength` applied.
+    task: wire::Task,
+    task_id: String,
+    generation: u64,
+    updates: broadcast::Receiver<Update>,
+    history_length: Option<u64>,
+    blocking: bool,
+}
+
+/// What the params' types do not say: a user message with a non-empty id and at least one part, files by
+/// exactly one of `bytes` or `uri`.
+fn check_message(message: &wire::Message) -> Result<(), RpcError> {
+    if message.message_id.trim().is_empty() {
+        return Err(RpcError::invalid_params(
+            "`message.messageId` must not be empty",
+        ));
+    }
+    if message.role != wire::MessageRole::User {
+        return Err(RpcError::invalid_params("`message.role` must be \"user\""));
+    }
+    if message.parts.is_empty() {
+        return Err(RpcError::invalid_params(
+            "`message.parts` must not be empty",
+        ));
+    }
+    for (index, part) in message.parts.iter().enumerate() {
+        if let wire::Part::File { file, .. } = part {
+            if file.bytes.is_some() == file.uri.is_some() {
+                return Err(RpcError::invalid_params(format!(
+                    "`message.parts[{index}].file` must have exactly one of `bytes` or `uri`"
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The turn of an accepted message: the message as a delta in the task's context; when it continues a
+/// paused task, also the answer to the interrupt the task waits on (the message text, as a JSON string).
+fn turn_for(started: &Started, message: wire::Message) -> Turn {
+    let message = message_from_wire(message);
+    let resume = started.resume.as_ref().map(|interrupt_id| Resume {
+        interrupt_id: interrupt_id.clone(),
+        status: ResumeStatus::Resolved,
+        payload: Some(Value::String(message.text())),
+    });
+    Turn {
+        conversation: started.context_id.clone(),
+        run_id: started.task_id.clone(),
+        messages: vec![message],
+        history: History::Delta,
+        resume: resume.into_iter().collect(),
+        ..Turn::default()
+    }
+}
+
+/// Consumes one run: encodes its events, stores them in the task and passes them on.
+struct Runner {
+    tasks: Arc<Registry>,
+    encoder: Encoder,
+    task_id: String,
+    generation: u64,
+    /// `None` once it fired or can no longer fire.
+    cancel: Option<oneshot::Receiver<CancelReason>>,
+    /// The `message/stream` client, while it listens.
+    primary: Option<mpsc::Sender<Arc<StreamResult>>>,
+    cancel_on_disconnect: bool,
+}
+
+impl Runner {
+    async fn run<S: Stream<Item = Event> + Unpin>(mut self, mut events: S) {
+        // Marks the task failed if this ends (or panics) before a final status.
+        let _finish = FinishGuard {
+            tasks: Arc::clone(&self.tasks),
+            task_id: self.task_id.clone(),
+            generation: self.generation,
+        };
+        let mut out = Vec::new();
+        loop {
+            let watch_client = self.cancel_on_disconnect && self.primary.is_some();
+            let event = tokio::select! {
+                biased;
+                reason = cancelled(&mut self.cancel) => Err(reason),
+                () = client_gone(self.primary.as_ref()), if watch_client => {
+                    Err(CancelReason::Disconnected)
+                }
+                event = events.next() => Ok(event),
+            };
+            let stopped = match event {
+                Err(reason) => Err(reason),
+                // The stream ends after its terminal event; the guard covers one that does not.
+                Ok(None) => return,
+                Ok(Some(event)) => {
+                    self.encoder.encode(event, &mut out);
+                    self.publish(&mut out).await
+                }
+            };
+            if let Err(reason) = stopped {
+                // Dropping the event stream cancels the upstream work.
+                drop(events);
+                tracing::debug!(task_id = %self.task_id, ?reason, "a2a: task canceled");
+                if reason == CancelReason::Disconnected {
+                    self.primary = None;
+                }
+                self.encoder.cancel(reason, &mut out);
+                let _ = self.publish(&mut out).await;
+                return;
+            }
+            if self.encoder.is_done() {
+                // The client's stream ends now; the run is read to its end so the translator finishes
+                // normally (it saves the conversation only when its receiver is still there).
+                self.primary = None;
+                while events.next().await.is_some() {}
+                return;
+            }
+        }
+    }
+
+    /// Stores and passes on each result; stops early when the run is canceled meanwhile.
+    async fn publish(&mut self, out: &mut Vec<StreamResult>) -> Result<(), CancelReason> {
+        for result in std::mem::take(out) {
+            let result = Arc::new(result);
+            let interrupt_id = self.encoder.interrupt_id();
+            self.tasks
+                .apply(&self.task_id, self.generation, &result, interrupt_id);
+            let Some(primary) = &self.primary else {
+                continue;
+            };
+            let sent = tokio::select! {
+                biased;
+                reason = cancelled(&mut self.cancel) => return Err(reason),
+                sent = primary.send(Arc::clone(&result)) => sent.is_ok(),
+            };
+            if !sent {
+                if self.cancel_on_disconnect {
+                    return Err(CancelReason::Disconnected);
+                }
+                self.primary = None;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Resolves when the run is told to stop; never when it no longer can be (its run ended in the registry).
+async fn cancelled(cancel: &mut Option<oneshot::Receiver<CancelReason>>) -> CancelReason {
+    let Some(receiver) = cancel.as_mut() else {
+        return pending().await;
+    };
+    let result = receiver.await;
+    *cancel = None;
+    match result {
+        Ok(reason) => reason,
+        Err(_) => pending().await,
+    }
+}
+
+/// Resolves when the `message/stream` client went away.
+async fn client_gone(primary: Option<&mpsc::Sender<Arc<StreamResult>>>) {
+    match primary {
+        Some(primary) => primary.closed().await,
+        None => pending().await,
+    }
+}
+
+struct FinishGuard {
+    tasks: Arc<Registry>,
+    task_id: String,
+    generation: u64,
+}
+
+impl Drop for FinishGuard {
+    fn drop(&mut self) {
+        self.tasks.finish(&self.task_id, self.generation);
+    }
+}
+
+/// Cancels the run of a blocking `message/send` whose client left before it ended.
+struct CancelOnDrop<'a> {
+    tasks: &'a Registry,
+    task_id: &'a str,
+    generation: u64,
+    armed: bool,
+}
+
+impl Drop for CancelOnDrop<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            self.tasks
+                .cancel_run(self.task_id, self.generation, CancelReason::Disconnected);
+        }
+    }
+}
+
+/// Feeds a `tasks/resubscribe` client from the run's fan-out until the final status. One that fell behind is
+/// sent every artifact as it stands (replacing its copy) and the current status, then the updates after them.
+async fn forward(
+    tasks: Arc<Registry>,
+    task_id: String,
+    id: RequestId,
+    mut updates: broadcast::Receiver<Update>,
+    mut after: u64,
+    sender: mpsc::Sender<Bytes>,
+) {
+    loop {
+        let update = tokio::select! {
+            update = updates.recv() => update,
+            () = sender.closed() => return,
+        };
+        let results = match update {
+            Ok(update) if update.seq <= after => continue,
+            Ok(update) => vec![update.result],
+            Err(RecvError::Lagged(_)) => {
+                let Some((seq, results)) = tasks.resync(&task_id) else {
+                    return;
+                };
+                after = seq;
+                results.into_iter().map(Arc::new).collect()
+            }
+            Err(RecvError::Closed) => return,
+        };
+        for result in results {
+            if sender.send(result_frame(&id, &result)).await.is_err() {
+                return;
+            }
+            if tasks::is_final(&result) {
+                return;
+            }
+        }
+    }
+}
+
+fn result_frame(id: &RequestId, result: &StreamResult) -> Bytes {
+    rpc::frame(&rpc::result_json(id, result))
+}
+
+fn json_result<R: serde::Serialize>(id: &RequestId, result: &R) -> Response<Body> {
+    body::json_response(StatusCode::OK, rpc::result_json(id, result))
+}
+
+fn json_error(id: &RequestId, error: &RpcError) -> Response<Body> {
+    body::json_response(StatusCode::OK, rpc::error_json(id, error))
+}
+
+fn sse_reply<S>(frames: S) -> Response<Body>
+where
+    S: Stream<Item = Bytes> + Send + Sync + 'static,
+{
+    sse::response(BodyExt::boxed(SseBody::new(frames, HEARTBEAT)))
+}
+
+/// A streaming method's error: one SSE event holding it, then the end.
+fn sse_error(id: &RequestId, error: &RpcError) -> Response<Body> {
+    let frame = rpc::frame(&rpc::error_json(id, error));
+    sse_reply(futures_util::stream::once(ready(frame)))
+}
+
+/// A refusal before the body was read, on a JSON-RPC path: the HTTP status, a JSON-RPC error body.
+fn http_rpc_error(error: &Error) -> Response<Body> {
+    let json = rpc::error_json(
+        &RequestId::Null,
+        &RpcError::invalid_request(error.message()),
+    );
+    body::with_allow(body::json_response(error.http_status(), json), "POST")
+}
+
+/// `{"error":{"code","message"}}` with the error's HTTP status (card and unknown paths).
+fn plain_error(error: &Error, allow: &'static str) -> Response<Body> {
+    let json = serde_json::json!({"error": {"code": error.code(), "message": error.message()}});
+    body::with_allow(
+        body::json_response(error.http_status(), json.to_string().into_bytes()),
+        allow,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn message(value: Value) -> wire::Message {
+        serde_json::from_value(value).unwrap()
+    }
+
+    #[test]
+    fn messages_must_be_user_messages_with_parts_and_files_with_one_source() {
+        let ok = json!({"kind": "message", "role": "user", "messageId": "m", "parts": [{"kind": "text", "text": "x"}]});
+        assert!(check_message(&message(ok.clone())).is_ok());
+        let mut agent = ok.clone();
+        agent["role"] = json!("agent");
+        assert!(check_message(&message(agent))
+            .unwrap_err()
+            .message
+            .contains("message.role"));
+        let mut empty = ok.clone();
+        empty["parts"] = json!([]);
+        assert!(check_message(&message(empty))
+            .unwrap_err()
+            .message
+            .contains("message.parts"));
+        let mut file = ok;
+        file["parts"] = json!([{"kind": "file", "file": {"name": "a"}}]);
+        assert!(check_message(&message(file))
+            .unwrap_err()
+            .message
+            .contains("`message.parts[0].file`"));
+    }
+
+    #[test]
+    fn a_continuing_message_answers_the_interrupt_with_its_text() {
+        let registry = Registry::new();
+        let mut started = registry
+            .begin(message(
+                json!({"kind": "message", "role": "user", "messageId": "m",
+                                   "parts": [{"kind": "text", "text": "Paris"}]}),
+            ))
+            .unwrap();
+        started.resume = Some("int-1".into());
+        let turn = turn_for(
+            &started,
+            message(json!({"kind": "message", "role": "user", "messageId": "m",
+                           "parts": [{"kind": "text", "text": "Paris"}]})),
+        );
+        assert_eq!(turn.conversation, started.context_id);
+        assert_eq!(turn.run_id, started.task_id);
+        assert_eq!(turn.history, History::Delta);
+        assert_eq!(turn.messages.len(), 1);
+        assert_eq!(
+            turn.resume,
+            [Resume {
+                interrupt_id: "int-1".into(),
+                status: ResumeStatus::Resolved,
+                payload: Some(json!("Paris")),
+            }]
+        );
+    }
+
+    #[tokio::test]
+    async fn a_lagging_subscriber_is_resynchronised_from_the_task() {
+        let tasks = Arc::new(Registry::new());
+        let started = tasks
+            .begin(message(
+                json!({"kind": "message", "role": "user", "messageId": "m",
+                                   "parts": [{"kind": "text", "text": "hi"}]}),
+            ))
+            .unwrap();
+        let (task_id, context_id) = (started.task_id.clone(), started.context_id.clone());
+        let Ok(Subscription::Live { updates, after }) = tasks.subscribe(&task_id) else {
+            panic!("a live run");
+        };
+        let mut encoder = Encoder::new(&task_id, &context_id, EncodeOptions::default());
+        let mut out = Vec::new();
+        encoder.encode(Event::RunStarted, &mut out);
+        encoder.encode(
+            Event::TextStart {
+                message_id: "t".into(),
+                role: crate::model::Role::Assistant,
+            },
+            &mut out,
+        );
+        for _ in 0..tasks::FANOUT + 10 {
+            encoder.encode(
+                Event::TextDelta {
+                    message_id: "t".into(),
+                    delta: "x".into(),
+                },
+                &mut out,
+            );
+        }
+        encoder.encode(
+            Event::RunFinished {
+                outcome: crate::model::Outcome::Completed,
+                usage: None,
+            },
+            &mut out,
+        );
+        for result in out {
+            assert!(tasks.apply(&task_id, started.generation, &Arc::new(result), None));
+        }
+
+        let (sender, mut receiver) = mpsc::channel(1024);
+        forward(
+            Arc::clone(&tasks),
+            task_id,
+            RequestId::Number(1),
+            updates,
+            after,
+            sender,
+        )
+        .await;
+        let mut frames = Vec::new();
+        while let Ok(frame) = receiver.try_recv() {
+            let text = String::from_utf8(frame.to_vec()).unwrap();
+            let data = text.strip_prefix("data: ").unwrap().trim_end();
+            frames.push(serde_json::from_str::<Value>(data).unwrap()["result"].take());
+        }
+        assert_eq!(frames.len(), 2, "{frames:#?}");
+        assert_eq!(frames[0]["kind"], "artifact-update");
+        assert!(
+            frames[0].get("append").is_none(),
+            "replaces the subscriber's copy"
+        );
+        assert_eq!(
+            frames[0]["artifact"]["parts"][0]["text"],
+            "x".repeat(tasks::FANOUT + 10)
+        );
+        assert_eq!(frames[1]["status"]["state"], "completed");
+        assert_eq!(frames[1]["final"], true);
+    }
+}

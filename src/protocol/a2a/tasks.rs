@@ -1,0 +1,725 @@
+//! A2A inbound, the task registry of one route (`specs/a2a.md` §4.5): every task's state, artifacts (merged
+//! per `artifactId`), history (the user's messages and the agent's final status messages), context, the
+//! interrupt a paused task waits on, and, while a run goes on, its cancel handle and live fan-out.
+//!
+//! Choices:
+//! - In memory, per route: tasks are the inbound's own bookkeeping, not conversation state an upstream needs,
+//!   and a live run (its cancel handle, its subscribers) cannot outlive the process anyway.
+//! - Bounded: an entry expires after [`IDLE_TTL`] without use, and the registry holds at most [`MAX_TASKS`];
+//!   when full, the least recently used task that is not running makes room (running tasks are never
+//!   dropped; when every task runs, a new one is refused with -32603).
+//! - The fan-out is a broadcast channel per run, dropped with the run so a finished task keeps no buffer. A
+//!   subscriber that falls behind (more than [`FANOUT`] updates) is resynchronised from the stored task.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use tokio::sync::{broadcast, oneshot, watch};
+
+use super::encoder::{self, CancelReason};
+use super::rpc::RpcError;
+use super::wire::{self, StreamResult, TaskState};
+use crate::model::new_id;
+
+/// How long a task is kept without being used.
+pub const IDLE_TTL: Duration = Duration::from_secs(24 * 60 * 60);
+/// How many tasks one route keeps at most.
+pub const MAX_TASKS: usize = 10_000;
+/// How many updates a live subscriber may fall behind before it is resynchronised.
+pub const FANOUT: usize = 256;
+/// How often expired tasks are swept (on the next new task).
+const SWEEP_EVERY: Duration = Duration::from_secs(60);
+
+/// The tasks of one route.
+pub struct Registry {
+    inner: Mutex<Tasks>,
+}
+
+struct Tasks {
+    tasks: HashMap<String, Entry>,
+    /// The latest task of each context.
+    contexts: HashMap<String, String>,
+    next_generation: u64,
+    last_sweep: Instant,
+}
+
+struct Entry {
+    task: wire::Task,
+    /// The canonical interrupt a paused task waits on.
+    interrupt_id: Option<String>,
+    /// The run going on, if any.
+    run: Option<Run>,
+    /// Updates applied so far, over every run.
+    seq: u64,
+    touched: Instant,
+}
+
+/// A run in progress. Dropped when its final status is applied: waiters on `done` then wake.
+struct Run {
+    generation: u64,
+    cancel: Option<oneshot::Sender<CancelReason>>,
+    updates: broadcast::Sender<Update>,
+    done: watch::Sender<()>,
+}
+
+/// One applied result, numbered within its task.
+#[derive(Debug, Clone)]
+pub struct Update {
+    pub seq: u64,
+    pub result: Arc<StreamResult>,
+}
+
+impl Update {
+    pub fn is_final(&self) -> bool {
+        is_final(&self.result)
+    }
+}
+
+/// Whether a result ends its stream.
+pub fn is_final(result: &StreamResult) -> bool {
+    matches!(result, StreamResult::StatusUpdate(update) if update.is_final)
+}
+
+/// A run the registry accepted: what the runner needs.
+pub struct Started {
+    pub task_id: String,
+    pub context_id: String,
+    pub generation: u64,
+    /// The task as it starts (`submitted`, history with the new message).
+    pub task: wire::Task,
+    /// The interrupt the new message answers, when it continues a paused task.
+    pub resume: Option<String>,
+    pub cancel: oneshot::Receiver<CancelReason>,
+    /// Subscribed before the run starts, so nothing is missed.
+    pub updates: broadcast::Receiver<Update>,
+}
+
+/// What `tasks/cancel` found.
+pub enum Cancel {
+    /// Canceled (or not cancelable) at once.
+    Done(Result<Box<wire::Task>, RpcError>),
+    /// The run was told to stop; wait for it.
+    Wait(watch::Receiver<()>),
+}
+
+/// What `tasks/resubscribe` found.
+pub enum Subscription {
+    /// A run goes on: its updates after `after`.
+    Live {
+        updates: broadcast::Receiver<Update>,
+        after: u64,
+    },
+    /// No run goes on: the current status, as a final update.
+    Finished(Box<wire::TaskStatusUpdateEvent>),
+}
+
+impl Default for Registry {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Registry {
+    pub fn new() -> Self {
+        Self {
+            inner: Mutex::new(Tasks {
+                tasks: HashMap::new(),
+                contexts: HashMap::new(),
+                next_generation: 0,
+                last_sweep: Instant::now(),
+            }),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Tasks> {
+        // The registry's invariants hold between statements; a panic elsewhere leaves it usable.
+        self.inner
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Accepts a message: a new task, or the continuation of a paused one (its `taskId`, or only its
+    /// `contextId` when that context's latest task is paused).
+    pub fn begin(&self, mut message: wire::Message) -> Result<Started, RpcError> {
+        let mut tasks = self.lock();
+        let now = Instant::now();
+        tasks.sweep(now);
+        let message_task = message.task_id.take().filter(|id| !id.is_empty());
+        let message_context = message.context_id.take().filter(|id| !id.is_empty());
+        let continued = match (&message_task, &message_context) {
+            (Some(task_id), _) => {
+                let entry = tasks
+                    .tasks
+                    .get(task_id)
+                    .ok_or_else(|| RpcError::task_not_found(task_id))?;
+                entry.check_continuable(message_context.as_deref())?;
+                Some(task_id.clone())
+            }
+            (None, Some(context_id)) => tasks.contexts.get(context_id).cloned().filter(|id| {
+                tasks
+                    .tasks
+                    .get(id)
+                    .is_some_and(|entry| entry.run.is_none() && entry.task.status.state.is_paused())
+            }),
+            (None, None) => None,
+        };
+        let task_id = match continued {
+            Some(task_id) => task_id,
+            None => {
+                tasks.make_room()?;
+                let task_id = new_id("task");
+                let context_id = message_context.unwrap_or_else(|| new_id("ctx"));
+                tasks
+                    .tasks
+                    .insert(task_id.clone(), Entry::new(&task_id, context_id, now));
+                task_id
+            }
+        };
+        let generation = tasks.next_generation;
+        tasks.next_generation += 1;
+        let entry = tasks
+            .tasks
+            .get_mut(&task_id)
+            .ok_or_else(|| RpcError::internal("the task vanished"))?;
+        let context_id = entry.task.context_id.clone();
+        message.task_id = Some(task_id.clone());
+        message.context_id = Some(context_id.clone());
+        entry.task.history.push(message);
+        entry.task.status = encoder::status(TaskState::Submitted, None);
+        entry.touched = now;
+        let (cancel_sender, cancel) = oneshot::channel();
+        let (updates_sender, updates) = broadcast::channel(FANOUT);
+        entry.run = Some(Run {
+            generation,
+            cancel: Some(cancel_sender),
+            updates: updates_sender,
+            done: watch::channel(()).0,
+        });
+        let started = Started {
+            task_id: task_id.clone(),
+            context_id: context_id.clone(),
+            generation,
+            task: entry.task.clone(),
+            resume: entry.interrupt_id.take(),
+            cancel,
+            updates,
+        };
+        tasks.contexts.insert(context_id, task_id);
+        Ok(started)
+    }
+
+    /// Applies one result of a run to its task and sends it to the run's subscribers. A final status ends
+    /// the run; `interrupt_id` is what a pause waits on. False when the run is no longer the task's (it was
+    /// canceled, or the task is gone).
+    pub fn apply(
+        &self,
+        task_id: &str,
+        generation: u64,
+        result: &Arc<StreamResult>,
+        interrupt_id: Option<&str>,
+    ) -> bool {
+        let mut tasks = self.lock();
+        let Some(entry) = tasks.tasks.get_mut(task_id) else {
+            return false;
+        };
+        if entry.run.as_ref().map(|run| run.generation) != Some(generation) {
+            return false;
+        }
+        entry.apply(result);
+        if is_final(result) && entry.task.status.state.is_paused() {
+            entry.interrupt_id = interrupt_id.map(str::to_owned);
+        }
+        true
+    }
+
+    /// The runner is gone: if its run never reached a final status, the task fails.
+    pub fn finish(&self, task_id: &str, generation: u64) {
+        let mut tasks = self.lock();
+        let Some(entry) = tasks.tasks.get_mut(task_id) else {
+            return;
+        };
+        if entry.run.as_ref().map(|run| run.generation) != Some(generation) {
+            return;
+        }
+        tracing::warn!(%task_id, "a2a: run ended without a final status");
+        let message = encoder::agent_message(
+            task_id,
+            &entry.task.context_id,
+            vec![wire::Part::text("The run ended without a result.")],
+        );
+        let update = entry.final_update(TaskState::Failed, Some(message));
+        entry.apply(&Arc::new(StreamResult::StatusUpdate(update)));
+    }
+
+    /// Asks the run to stop if it is still `generation` (the client of a blocking `message/send` left).
+    pub fn cancel_run(&self, task_id: &str, generation: u64, reason: CancelReason) {
+        let mut tasks = self.lock();
+        let run = tasks
+            .tasks
+            .get_mut(task_id)
+            .and_then(|entry| entry.run.as_mut())
+            .filter(|run| run.generation == generation);
+        if let Some(cancel) = run.and_then(|run| run.cancel.take()) {
+            let _ = cancel.send(reason);
+        }
+    }
+
+    /// `tasks/cancel`: a running task is told to stop (wait, then read it); a paused one is canceled here.
+    pub fn cancel(&self, task_id: &str) -> Cancel {
+        let mut tasks = self.lock();
+        let Some(entry) = tasks.tasks.get_mut(task_id) else {
+            return Cancel::Done(Err(RpcError::task_not_found(task_id)));
+        };
+        entry.touched = Instant::now();
+        let state = entry.task.status.state;
+        if state.is_terminal() {
+            return Cancel::Done(Err(RpcError::not_cancelable(task_id, state)));
+        }
+        if let Some(run) = &mut entry.run {
+            if let Some(cancel) = run.cancel.take() {
+                let _ = cancel.send(CancelReason::Request);
+            }
+            return Cancel::Wait(run.done.subscribe());
+        }
+        let message = encoder::agent_message(
+            task_id,
+            &entry.task.context_id,
+            vec![wire::Part::text("The task was canceled by tasks/cancel.")],
+        );
+        let update = entry.final_update(TaskState::Canceled, Some(message));
+        entry.apply(&Arc::new(StreamResult::StatusUpdate(update)));
+        entry.interrupt_id = None;
+        Cancel::Done(Ok(Box::new(entry.task.clone())))
+    }
+
+    /// The task as `tasks/get` shows it, with at most `history_length` messages of history.
+    pub fn get(&self, task_id: &str, history_length: Option<u64>) -> Result<wire::Task, RpcError> {
+        let mut tasks = self.lock();
+        let entry = tasks
+            .tasks
+            .get_mut(task_id)
+            .ok_or_else(|| RpcError::task_not_found(task_id))?;
+        entry.touched = Instant::now();
+        Ok(with_history_length(entry.task.clone(), history_length))
+    }
+
+    /// `tasks/resubscribe`.
+    pub fn subscribe(&self, task_id: &str) -> Result<Subscription, RpcError> {
+        let mut tasks = self.lock();
+        let entry = tasks
+            .tasks
+            .get_mut(task_id)
+            .ok_or_else(|| RpcError::task_not_found(task_id))?;
+        entry.touched = Instant::now();
+        Ok(match &entry.run {
+            Some(run) => Subscription::Live {
+                updates: run.updates.subscribe(),
+                after: entry.seq,
+            },
+            None => Subscription::Finished(Box::new(entry.current_update())),
+        })
+    }
+
+    /// What a subscriber that fell behind needs to catch up: every artifact as it stands (replacing what the
+    /// subscriber has), the current status (final when no run goes on), and the update number they reflect.
+    pub fn resync(&self, task_id: &str) -> Option<(u64, Vec<StreamResult>)> {
+        let tasks = self.lock();
+        let entry = tasks.tasks.get(task_id)?;
+        let mut results: Vec<StreamResult> = entry
+            .task
+            .artifacts
+            .iter()
+            .map(|artifact| {
+                StreamResult::ArtifactUpdate(wire::TaskArtifactUpdateEvent {
+                    kind: wire::ArtifactUpdateKind::ArtifactUpdate,
+                    task_id: task_id.to_owned(),
+                    context_id: entry.task.context_id.clone(),
+                    artifact: artifact.clone(),
+                    append: false,
+                    last_chunk: false,
+                    metadata: None,
+                })
+            })
+            .collect();
+        results.push(StreamResult::StatusUpdate(entry.current_update()));
+        Some((entry.seq, results))
+    }
+}
+
+impl Tasks {
+    /// Drops tasks idle for longer than [`IDLE_TTL`] (at most once per [`SWEEP_EVERY`]).
+    fn sweep(&mut self, now: Instant) {
+        if now.duration_since(self.last_sweep) < SWEEP_EVERY {
+            return;
+        }
+        self.last_sweep = now;
+        self.tasks
+            .retain(|_, entry| entry.run.is_some() || now.duration_since(entry.touched) < IDLE_TTL);
+        let tasks = &self.tasks;
+        self.contexts
+            .retain(|_, task_id| tasks.contains_key(task_id));
+    }
+
+    /// Makes room for one more task: the least recently used task that is not running goes.
+    fn make_room(&mut self) -> Result<(), RpcError> {
+        if self.tasks.len() < MAX_TASKS {
+            return Ok(());
+        }
+        let oldest = self
+            .tasks
+            .iter()
+            .filter(|(_, entry)| entry.run.is_none())
+            .min_by_key(|(_, entry)| entry.touched)
+            .map(|(id, _)| id.clone())
+            .ok_or_else(|| {
+                RpcError::internal(format!("{MAX_TASKS} tasks are running; try again later"))
+            })?;
+        tracing::debug!(task_id = %oldest, "a2a: task registry full; least recently used task dropped");
+        if let Some(entry) = self.tasks.remove(&oldest) {
+            if self.contexts.get(&entry.task.context_id) == Some(&oldest) {
+                self.contexts.remove(&entry.task.context_id);
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Entry {
+    fn new(task_id: &str, context_id: String, now: Instant) -> Self {
+        Self {
+            task: wire::Task {
+                kind: wire::TaskKind::Task,
+                id: task_id.to_owned(),
+                context_id,
+                status: encoder::status(TaskState::Submitted, None),
+                artifacts: Vec::new(),
+                history: Vec::new(),
+                metadata: None,
+            },
+            interrupt_id: None,
+            run: None,
+            seq: 0,
+            touched: now,
+        }
+    }
+
+    /// Only a paused task, in the same context, takes another message.
+    fn check_continuable(&self, context_id: Option<&str>) -> Result<(), RpcError> {
+        let task = &self.task;
+        let state = task.status.state;
+        if state.is_terminal() {
+            return Err(RpcError::terminal(&task.id, state));
+        }
+        if self.run.is_some() || !state.is_paused() {
+            return Err(RpcError::invalid_params(format!(
+                "Task {} is {}; only a task in input-required or auth-required takes another message",
+                task.id,
+                state.as_str()
+            )));
+        }
+        match context_id {
+            Some(context_id) if context_id != task.context_id => {
+                Err(RpcError::invalid_params(format!(
+                    "`message.contextId` {context_id} is not the context of task {} ({})",
+                    task.id, task.context_id
+                )))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Stores a result and passes it on; a final status ends the run.
+    fn apply(&mut self, result: &Arc<StreamResult>) {
+        match &**result {
+            StreamResult::StatusUpdate(update) => {
+                self.task.status = update.status.clone();
+                if update.is_final {
+                    if let Some(message) = &update.status.message {
+                        self.task.history.push(message.clone());
+                    }
+                }
+            }
+            StreamResult::ArtifactUpdate(update) => {
+                merge_artifact(&mut self.task.artifacts, &update.artifact, update.append)
+            }
+            StreamResult::Task(_) | StreamResult::Message(_) => {}
+        }
+        self.seq += 1;
+        self.touched = Instant::now();
+        if let Some(run) = &self.run {
+            // No subscriber is fine.
+            let _ = run.updates.send(Update {
+                seq: self.seq,
+                result: Arc::clone(result),
+            });
+        }
+        if is_final(result) {
+            self.run = None;
+        }
+    }
+
+    fn final_update(
+        &self,
+        state: TaskState,
+        message: Option<wire::Message>,
+    ) -> wire::TaskStatusUpdateEvent {
+        encoder::status_update(&self.task.id, &self.task.context_id, state, message, true)
+    }
+
+    /// The current status as an update; final unless a run goes on.
+    fn current_update(&self) -> wire::TaskStatusUpdateEvent {
+        wire::TaskStatusUpdateEvent {
+            kind: wire::StatusUpdateKind::StatusUpdate,
+            task_id: self.task.id.clone(),
+            context_id: self.task.context_id.clone(),
+            status: self.task.status.clone(),
+            is_final: self.run.is_none(),
+            metadata: None,
+        }
+    }
+}
+
+/// Merges a chunk into the task's artifacts: one artifact per id; `append` adds parts (a text part joins the
+/// text part before it), otherwise the chunk replaces the artifact. Appending to an unknown id creates it.
+pub fn merge_artifact(artifacts: &mut Vec<wire::Artifact>, chunk: &wire::Artifact, append: bool) {
+    let Some(existing) = artifacts
+        .iter_mut()
+        .find(|a| a.artifact_id == chunk.artifact_id)
+    else {
+        let mut artifact = chunk.clone();
+        artifact.parts = Vec::new();
+        push_parts(&mut artifact.parts, &chunk.parts);
+        artifacts.push(artifact);
+        return;
+    };
+    if !append {
+        existing.parts.clear();
+    }
+    push_parts(&mut existing.parts, &chunk.parts);
+    if chunk.name.is_some() {
+        existing.name.clone_from(&chunk.name);
+    }
+    if chunk.description.is_some() {
+        existing.description.clone_from(&chunk.description);
+    }
+    if chunk.metadata.is_some() {
+        existing.metadata.clone_from(&chunk.metadata);
+    }
+}
+
+/// Appends parts, joining consecutive text parts (the text of an empty part alone is kept only when nothing
+/// else is there).
+fn push_parts(parts: &mut Vec<wire::Part>, new: &[wire::Part]) {
+    for part in new {
+        match (parts.last_mut(), part) {
+            (
+                Some(wire::Part::Text {
+                    text: last,
+                    metadata: None,
+                }),
+                wire::Part::Text {
+                    text,
+                    metadata: None,
+                },
+            ) => last.push_str(text),
+            _ => parts.push(part.clone()),
+        }
+    }
+}
+
+/// The task with only its last `history_length` messages (all when absent).
+pub fn with_history_length(mut task: wire::Task, history_length: Option<u64>) -> wire::Task {
+    if let Some(length) = history_length {
+        let keep = usize::try_from(length).unwrap_or(usize::MAX);
+        let drop = task.history.len().saturating_sub(keep);
+        task.history.drain(..drop);
+    }
+    task
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn user(text: &str) -> wire::Message {
+        serde_json::from_value(json!({"kind": "message", "role": "user", "messageId": "m1",
+                                      "parts": [{"kind": "text", "text": text}]}))
+        .unwrap()
+    }
+
+    fn with_ids(
+        mut message: wire::Message,
+        task: Option<&str>,
+        context: Option<&str>,
+    ) -> wire::Message {
+        message.task_id = task.map(str::to_owned);
+        message.context_id = context.map(str::to_owned);
+        message
+    }
+
+    fn status(task: &str, ctx: &str, state: TaskState, is_final: bool) -> Arc<StreamResult> {
+        Arc::new(StreamResult::StatusUpdate(encoder::status_update(
+            task, ctx, state, None, is_final,
+        )))
+    }
+
+    fn chunk(id: &str, text: &str) -> wire::Artifact {
+        wire::Artifact {
+            artifact_id: id.into(),
+            name: None,
+            description: None,
+            parts: vec![wire::Part::text(text)],
+            metadata: None,
+        }
+    }
+
+    #[test]
+    fn artifacts_merge_per_id_with_text_joined() {
+        let mut artifacts = Vec::new();
+        merge_artifact(&mut artifacts, &chunk("a", "Hel"), false);
+        merge_artifact(&mut artifacts, &chunk("a", "lo"), true);
+        merge_artifact(&mut artifacts, &chunk("b", "x"), true);
+        merge_artifact(&mut artifacts, &chunk("a", ""), true);
+        assert_eq!(artifacts.len(), 2);
+        assert_eq!(artifacts[0].parts, [wire::Part::text("Hello")]);
+        merge_artifact(&mut artifacts, &chunk("a", "new"), false);
+        assert_eq!(artifacts[0].parts, [wire::Part::text("new")]);
+        assert_eq!(artifacts[1].parts, [wire::Part::text("x")]);
+    }
+
+    #[test]
+    fn history_length_keeps_the_latest_messages() {
+        let registry = Registry::new();
+        let started = registry.begin(user("a")).unwrap();
+        let task = registry.get(&started.task_id, Some(0)).unwrap();
+        assert!(task.history.is_empty());
+        let task = registry.get(&started.task_id, None).unwrap();
+        assert_eq!(task.history.len(), 1);
+        assert_eq!(
+            task.history[0].task_id.as_deref(),
+            Some(started.task_id.as_str())
+        );
+    }
+
+    #[test]
+    fn a_paused_task_continues_by_task_id_or_by_context_id() {
+        let registry = Registry::new();
+        let first = registry
+            .begin(with_ids(user("a"), None, Some("ctx-1")))
+            .unwrap();
+        assert_eq!(first.context_id, "ctx-1");
+        let paused = status(&first.task_id, "ctx-1", TaskState::InputRequired, true);
+        assert!(registry.apply(&first.task_id, first.generation, &paused, Some("int-1")));
+
+        let second = registry
+            .begin(with_ids(user("b"), None, Some("ctx-1")))
+            .unwrap();
+        assert_eq!(second.task_id, first.task_id);
+        assert_eq!(second.resume.as_deref(), Some("int-1"));
+        assert_eq!(second.task.history.len(), 2);
+
+        // Running now: neither path continues it; the context starts a new task.
+        let err = registry
+            .begin(with_ids(user("c"), Some(&first.task_id), None))
+            .err()
+            .unwrap();
+        assert!(err.message.contains("is submitted"), "{}", err.message);
+        let third = registry
+            .begin(with_ids(user("c"), None, Some("ctx-1")))
+            .unwrap();
+        assert_ne!(third.task_id, first.task_id);
+        assert_eq!(third.resume, None);
+    }
+
+    #[test]
+    fn terminal_and_unknown_tasks_are_refused() {
+        let registry = Registry::new();
+        let err = registry
+            .begin(with_ids(user("a"), Some("nope"), None))
+            .err()
+            .unwrap();
+        assert_eq!(err, RpcError::task_not_found("nope"));
+        let started = registry.begin(user("a")).unwrap();
+        let done = status(
+            &started.task_id,
+            &started.context_id,
+            TaskState::Completed,
+            true,
+        );
+        registry.apply(&started.task_id, started.generation, &done, None);
+        let err = registry
+            .begin(with_ids(user("b"), Some(&started.task_id), None))
+            .err()
+            .unwrap();
+        assert_eq!(
+            err,
+            RpcError::terminal(&started.task_id, TaskState::Completed)
+        );
+        assert!(matches!(registry.cancel(&started.task_id),
+            Cancel::Done(Err(e)) if e.code == wire::code::TASK_NOT_CANCELABLE));
+        // A stale run's results are ignored.
+        assert!(!registry.apply(&started.task_id, started.generation, &done, None));
+    }
+
+    #[test]
+    fn final_updates_end_the_run_and_reach_subscribers() {
+        let registry = Registry::new();
+        let mut started = registry.begin(user("a")).unwrap();
+        let Ok(Subscription::Live { mut updates, after }) = registry.subscribe(&started.task_id)
+        else {
+            panic!("live")
+        };
+        assert_eq!(after, 0);
+        let working = status(
+            &started.task_id,
+            &started.context_id,
+            TaskState::Working,
+            false,
+        );
+        let done = status(
+            &started.task_id,
+            &started.context_id,
+            TaskState::Completed,
+            true,
+        );
+        registry.apply(&started.task_id, started.generation, &working, None);
+        registry.apply(&started.task_id, started.generation, &done, None);
+        assert_eq!(updates.try_recv().unwrap().seq, 1);
+        assert!(updates.try_recv().unwrap().is_final());
+        assert!(started.updates.try_recv().is_ok());
+        assert!(matches!(
+            registry.subscribe(&started.task_id),
+            Ok(Subscription::Finished(update)) if update.is_final && update.status.state == TaskState::Completed
+        ));
+        // A dropped run (no final) fails the task.
+        let next = registry.begin(user("b")).unwrap();
+        registry.finish(&next.task_id, next.generation);
+        assert_eq!(
+            registry.get(&next.task_id, None).unwrap().status.state,
+            TaskState::Failed
+        );
+    }
+
+    #[test]
+    fn cancel_signals_a_running_task_and_cancels_a_paused_one_at_once() {
+        let registry = Registry::new();
+        let mut started = registry.begin(user("a")).unwrap();
+        assert!(matches!(registry.cancel(&started.task_id), Cancel::Wait(_)));
+        assert_eq!(started.cancel.try_recv(), Ok(CancelReason::Request));
+
+        let other = registry.begin(user("b")).unwrap();
+        let paused = status(
+            &other.task_id,
+            &other.context_id,
+            TaskState::InputRequired,
+            true,
+        );
+        registry.apply(&other.task_id, other.generation, &paused, Some("int"));
+        match registry.cancel(&other.task_id) {
+            Cancel::Done(Ok(task)) => assert_eq!(task.status.state, TaskState::Canceled),
+            _ => panic!("canceled at once"),
+        }
+    }
+}
