@@ -78,7 +78,9 @@ impl Translator {
             // What the run learned so far (an upstream id, say) is still worth keeping.
             None => tracing::debug!(route = %self.route, "client went away; upstream run dropped"),
         }
-        let RunContext { mut record, reply, .. } = context;
+        let RunContext {
+            mut record, reply, ..
+        } = context;
         reply.finish(&mut record);
         if let Err(error) = self.store.save(&key, record).await {
             tracing::error!(route = %self.route, "saving the conversation failed: {error}");

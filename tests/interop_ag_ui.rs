@@ -5,7 +5,7 @@
 //! `tests/interop/ag-ui/drive.mjs`; a verification error in the client (ZodError, AGUIError) fails the test.
 //!
 //! Needs what `bash .ci/run` installs: `npm ci` in `tests/interop/ag-ui/client-*/` and the Python venv
-//! `tests/interop/ag-ui/.venv`. Without them the tests fail and say so.
+//! `tests/interop/.venv` (shared with the A2A interop tests). Without them the tests fail and say so.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -38,8 +38,8 @@ fn require_installed(path: &Path, what: &str) {
     assert!(
         path.exists(),
         "{what} is not installed ({} is missing): run `bash .ci/run` from the repository root, which \
-         installs the interop dependencies (npm ci in tests/interop/ag-ui/client-*, the Python venv \
-         tests/interop/ag-ui/.venv) and then runs every test",
+         installs the interop dependencies (npm ci in tests/interop/*/client-*, the Python venv \
+         tests/interop/.venv) and then runs every test",
         path.display()
     );
 }
@@ -175,7 +175,7 @@ impl UpstreamProcess {
 
     /// The real CloudBase AG-UI server (`cloudbase_upstream.py`) in the venv `.ci/run` makes.
     async fn cloudbase() -> UpstreamProcess {
-        let python = interop_dir().join(".venv/bin/python");
+        let python = interop_dir().join("../.venv/bin/python");
         require_installed(&python, "the Python venv with cloudbase-agent-server");
         let mut command = Command::new(python);
         command.arg("cloudbase_upstream.py");

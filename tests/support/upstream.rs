@@ -1,5 +1,6 @@
 //! Scripted upstreams: an in-process HTTP/1.1 server that answers each request with the next scripted
-//! [`Reply`], records what it received, and notices when the client leaves before a reply ended.
+//! [`Reply`] (or the one a handler picks for it, [`Upstream::answer_with`]), records what it received, and
+//! notices when the client leaves before a reply ended.
 //!
 //! ```ignore
 //! let upstream = Reply::sse()
@@ -156,8 +157,11 @@ pub struct Upstream {
     task: JoinHandle<()>,
 }
 
+/// Picks the reply to a request, given the request and how many came before it.
+type Handler = dyn Fn(&Received, usize) -> Reply + Send + Sync;
+
 struct State {
-    replies: Vec<Reply>,
+    handler: Box<Handler>,
     received: Mutex<Vec<Received>>,
     connections: AtomicUsize,
     released: watch::Sender<bool>,
@@ -170,12 +174,20 @@ impl Upstream {
     pub async fn serve(replies: impl IntoIterator<Item = Reply>) -> Upstream {
         let replies: Vec<Reply> = replies.into_iter().collect();
         assert!(!replies.is_empty(), "a scripted upstream needs a reply");
+        Self::answer_with(move |_, index| replies[index.min(replies.len() - 1)].clone()).await
+    }
+
+    /// Answers each request with `handler(request, how many requests came before it)`: for upstreams whose
+    /// answer depends on what is asked (a JSON-RPC method, a path).
+    pub async fn answer_with(
+        handler: impl Fn(&Received, usize) -> Reply + Send + Sync + 'static,
+    ) -> Upstream {
         let listener = TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind the upstream");
         let addr = listener.local_addr().expect("upstream address");
         let state = Arc::new(State {
-            replies,
+            handler: Box::new(handler),
             received: Mutex::new(Vec::new()),
             connections: AtomicUsize::new(0),
             released: watch::channel(false).0,
@@ -212,6 +224,19 @@ impl Upstream {
             "expected exactly one upstream request, got {received:#?}"
         );
         received.into_iter().next().expect("one request")
+    }
+
+    /// The first request received that `matches`, waiting for it up to [`super::WAIT`].
+    pub async fn wait_for(&self, what: &str, matches: impl Fn(&Received) -> bool) -> Received {
+        within(&format!("the upstream to receive {what}"), async {
+            loop {
+                if let Some(found) = self.received().into_iter().find(|r| matches(r)) {
+                    return found;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+        .await
     }
 
     /// How many TCP connections were accepted.
@@ -264,17 +289,18 @@ async fn answer(request: Request<Incoming>, state: &Arc<State>) -> http::Respons
         .unwrap_or_default();
     let body = serde_json::from_slice(&bytes)
         .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()));
+    let request = Received {
+        method: head.method,
+        path: head.uri.path().to_owned(),
+        headers: head.headers,
+        body,
+    };
     let index = {
         let mut received = state.received.lock().expect("lock");
-        received.push(Received {
-            method: head.method,
-            path: head.uri.path().to_owned(),
-            headers: head.headers,
-            body,
-        });
+        received.push(request.clone());
         received.len() - 1
     };
-    let reply = state.replies[index.min(state.replies.len() - 1)].clone();
+    let reply = (state.handler)(&request, index);
     let mut response = http::Response::builder().status(reply.status);
     for (name, value) in &reply.headers {
         response = response.header(*name, value);

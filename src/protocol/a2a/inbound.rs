@@ -44,7 +44,7 @@ use super::wire::{self, RequestId, StreamResult};
 use crate::body::{self, Body};
 use crate::config::RouteConfig;
 use crate::error::Error;
-use crate::model::{Event, History, Resume, ResumeStatus, Turn};
+use crate::model::{Event, History, Part, Resume, ResumeStatus, Turn};
 use crate::route::Route;
 use crate::sse::{self, SseBody};
 
@@ -158,7 +158,7 @@ impl Inbound {
                     Err(error) => json_error(&id, &error),
                 }
             }
-            "tasks/cancel" => match self.cancel(params).await {
+            "tasks/cancel" => match self.cancel(params, start).await {
                 Ok(task) => json_result(&id, &task),
                 Err(error) => json_error(&id, &error),
             },
@@ -274,13 +274,39 @@ impl Inbound {
         Ok(futures_util::stream::once(ready(first)).chain(rest))
     }
 
-    /// `tasks/cancel`: the canceled task.
-    async fn cancel(&self, params: Option<Value>) -> Result<wire::Task, RpcError> {
+    /// `tasks/cancel`: the canceled task. A paused task has no run to stop, but its upstream still waits for
+    /// an answer: a turn that declines the interrupt tells it (an A2A upstream gets `tasks/cancel`), waited
+    /// for (bounded) so that the client's next message finds the conversation without the paused task.
+    async fn cancel<F, S>(&self, params: Option<Value>, start: F) -> Result<wire::Task, RpcError>
+    where
+        F: FnOnce(Turn) -> S,
+        S: Stream<Item = Event> + Send + Unpin + 'static,
+    {
         let wire::TaskIdParams { id } = rpc::params(params)?;
         // A run may pause or end while it is told to stop: look again (bounded).
         for _ in 0..3 {
             match self.tasks.cancel(&id) {
                 Cancel::Done(result) => return result.map(|task| *task),
+                Cancel::Declined { task, interrupt_id } => {
+                    let turn = Turn {
+                        conversation: task.context_id.clone(),
+                        run_id: task.id.clone(),
+                        history: History::Delta,
+                        resume: vec![Resume {
+                            interrupt_id,
+                            status: ResumeStatus::Cancelled,
+                            payload: None,
+                        }],
+                        ..Turn::default()
+                    };
+                    let mut events = start(turn);
+                    // Read to its end (the conversation is saved by then); dropping the stream would cancel
+                    // the turn itself, so past the wait it goes on in the background.
+                    let declined =
+                        tokio::spawn(async move { while events.next().await.is_some() {} });
+                    let _ = tokio::time::timeout(CANCEL_WAIT, declined).await;
+                    return Ok(*task);
+                }
                 Cancel::Wait(mut done) => {
                     // Resolves with an error when the run ends.
                     let _ = tokio::time::timeout(CANCEL_WAIT, done.changed()).await;
@@ -370,19 +396,31 @@ fn check_message(message: &wire::Message) -> Result<(), RpcError> {
     Ok(())
 }
 
-/// The turn of an accepted message: the message as a delta in the task's context; when it continues a
-/// paused task, also the answer to the interrupt the task waits on (the message text, as a JSON string).
+/// The turn of an accepted message: the message as a delta in the task's context. When it continues a
+/// paused task, its text is the answer to the interrupt the task waits on (as a JSON string) and travels only
+/// as that `resume`, like an answer from any other inbound: sent again as a new message it would reach the
+/// upstream twice. What the text cannot carry (file and data parts) stays a message.
 fn turn_for(started: &Started, message: wire::Message) -> Turn {
-    let message = message_from_wire(message);
+    let mut message = message_from_wire(message);
     let resume = started.resume.as_ref().map(|interrupt_id| Resume {
         interrupt_id: interrupt_id.clone(),
         status: ResumeStatus::Resolved,
         payload: Some(Value::String(message.text())),
     });
+    if resume.is_some() {
+        message
+            .content
+            .retain(|part| !matches!(part, Part::Text(_)));
+    }
+    let messages = if message.content.is_empty() {
+        Vec::new()
+    } else {
+        vec![message]
+    };
     Turn {
         conversation: started.context_id.clone(),
         run_id: started.task_id.clone(),
-        messages: vec![message],
+        messages,
         history: History::Delta,
         resume: resume.into_iter().collect(),
         ..Turn::default()
@@ -659,7 +697,7 @@ mod tests {
         assert_eq!(turn.conversation, started.context_id);
         assert_eq!(turn.run_id, started.task_id);
         assert_eq!(turn.history, History::Delta);
-        assert_eq!(turn.messages.len(), 1);
+        assert!(turn.messages.is_empty(), "the answer is not sent twice");
         assert_eq!(
             turn.resume,
             [Resume {

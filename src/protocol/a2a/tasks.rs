@@ -99,6 +99,11 @@ pub struct Started {
 pub enum Cancel {
     /// Canceled (or not cancelable) at once.
     Done(Result<Box<wire::Task>, RpcError>),
+    /// A paused task, canceled at once; the upstream still waits for the answer to `interrupt_id`.
+    Declined {
+        task: Box<wire::Task>,
+        interrupt_id: String,
+    },
     /// The run was told to stop; wait for it.
     Wait(watch::Receiver<()>),
 }
@@ -289,8 +294,11 @@ impl Registry {
         );
         let update = entry.final_update(TaskState::Canceled, Some(message));
         entry.apply(&Arc::new(StreamResult::StatusUpdate(update)));
-        entry.interrupt_id = None;
-        Cancel::Done(Ok(Box::new(entry.task.clone())))
+        let task = Box::new(entry.task.clone());
+        match entry.interrupt_id.take() {
+            Some(interrupt_id) => Cancel::Declined { task, interrupt_id },
+            None => Cancel::Done(Ok(task)),
+        }
     }
 
     /// The task as `tasks/get` shows it, with at most `history_length` messages of history.
@@ -718,7 +726,10 @@ mod tests {
         );
         registry.apply(&other.task_id, other.generation, &paused, Some("int"));
         match registry.cancel(&other.task_id) {
-            Cancel::Done(Ok(task)) => assert_eq!(task.status.state, TaskState::Canceled),
+            Cancel::Declined { task, interrupt_id } => {
+                assert_eq!(task.status.state, TaskState::Canceled);
+                assert_eq!(interrupt_id, "int", "the upstream is told");
+            }
             _ => panic!("canceled at once"),
         }
     }
