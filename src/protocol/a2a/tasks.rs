@@ -248,13 +248,7 @@ impl Registry {
             return;
         }
         tracing::warn!(%task_id, "a2a: run ended without a final status");
-        let message = encoder::agent_message(
-            task_id,
-            &entry.task.context_id,
-            vec![wire::Part::text("The run ended without a result.")],
-        );
-        let update = entry.final_update(TaskState::Failed, Some(message));
-        entry.apply(&Arc::new(StreamResult::StatusUpdate(update)));
+        entry.settle(TaskState::Failed, "The run ended without a result.");
     }
 
     /// Asks the run to stop if it is still `generation` (the client of a blocking `message/send` left).
@@ -287,13 +281,10 @@ impl Registry {
             }
             return Cancel::Wait(run.done.subscribe());
         }
-        let message = encoder::agent_message(
-            task_id,
-            &entry.task.context_id,
-            vec![wire::Part::text("The task was canceled by tasks/cancel.")],
+        entry.settle(
+            TaskState::Canceled,
+            "The task was canceled by tasks/cancel.",
         );
-        let update = entry.final_update(TaskState::Canceled, Some(message));
-        entry.apply(&Arc::new(StreamResult::StatusUpdate(update)));
         let task = Box::new(entry.task.clone());
         match entry.interrupt_id.take() {
             Some(interrupt_id) => Cancel::Declined { task, interrupt_id },
@@ -467,12 +458,21 @@ impl Entry {
         }
     }
 
-    fn final_update(
-        &self,
-        state: TaskState,
-        message: Option<wire::Message>,
-    ) -> wire::TaskStatusUpdateEvent {
-        encoder::status_update(&self.task.id, &self.task.context_id, state, message, true)
+    /// Ends the task in `state`, with an agent message saying why.
+    fn settle(&mut self, state: TaskState, why: &str) {
+        let message = encoder::agent_message(
+            &self.task.id,
+            &self.task.context_id,
+            vec![wire::Part::text(why)],
+        );
+        let update = encoder::status_update(
+            &self.task.id,
+            &self.task.context_id,
+            state,
+            Some(message),
+            true,
+        );
+        self.apply(&Arc::new(StreamResult::StatusUpdate(update)));
     }
 
     /// The current status as an update; final unless a run goes on.
