@@ -472,6 +472,15 @@ impl<S: Stream<Item = Bytes>> Body for SseBody<S> {
     }
 }
 
+/// Whether a response is an SSE stream, by its media type only (servers add `; charset=utf-8`).
+pub fn is_event_stream(headers: &http::HeaderMap) -> bool {
+    headers
+        .get(http::header::CONTENT_TYPE)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.split(';').next())
+        .is_some_and(|media| media.trim().eq_ignore_ascii_case("text/event-stream"))
+}
+
 /// The response head every SSE answer uses: 200, content-type text/event-stream, cache-control
 /// no-cache, x-accel-buffering no (nginx would otherwise buffer the stream).
 pub fn response<B>(body: B) -> http::Response<B> {
@@ -489,6 +498,20 @@ pub fn response<B>(body: B) -> http::Response<B> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn event_streams_are_told_by_media_type() {
+        let mut headers = http::HeaderMap::new();
+        let content_type = http::header::CONTENT_TYPE;
+        headers.insert(
+            content_type.clone(),
+            "Text/Event-Stream; charset=utf-8".parse().unwrap(),
+        );
+        assert!(is_event_stream(&headers));
+        headers.insert(content_type, "application/json".parse().unwrap());
+        assert!(!is_event_stream(&headers));
+        assert!(!is_event_stream(&http::HeaderMap::new()));
+    }
     use http_body_util::{Full, StreamBody};
     use tokio::sync::mpsc;
 

@@ -128,13 +128,20 @@ async fn check_status(response: Response<Incoming>) -> Result<Response<Incoming>
 
 /// Turns a non-2xx upstream answer into an error that carries its status and (the start of) its body.
 async fn status_error(response: Response<Incoming>) -> Error {
+    let (status, body) = error_body(response).await;
+    Error::upstream_status(status, &String::from_utf8_lossy(&body))
+}
+
+/// The status and the start of the body of an error answer, read within a size and a time bound (empty when
+/// the body cannot be read in time).
+pub async fn error_body(response: Response<Incoming>) -> (u16, Bytes) {
     let status = response.status().as_u16();
     let body = Limited::new(response.into_body(), ERROR_BODY_LIMIT).collect();
-    let text = match tokio::time::timeout(ERROR_BODY_TIMEOUT, body).await {
-        Ok(Ok(collected)) => String::from_utf8_lossy(&collected.to_bytes()).into_owned(),
-        _ => String::new(),
+    let body = match tokio::time::timeout(ERROR_BODY_TIMEOUT, body).await {
+        Ok(Ok(collected)) => collected.to_bytes(),
+        _ => Bytes::new(),
     };
-    Error::upstream_status(status, &text)
+    (status, body)
 }
 
 /// An error and its causes on one line: hyper-util's errors say little at the top level.

@@ -15,8 +15,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::header::CONTENT_TYPE;
-use http::{HeaderMap, Uri};
+use http::Uri;
 use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 use serde::{Deserialize, Serialize};
@@ -31,10 +30,10 @@ use crate::model::{
     ResumeStatus, Role, Turn,
 };
 use crate::protocol::null_as_default;
-use crate::sse::{SseReadError, SseReader};
+use crate::sse::{self, SseReadError, SseReader};
 use crate::store::Record;
 use crate::translate::RunContext;
-use crate::upstream::Upstream;
+use crate::upstream::{self, Upstream};
 
 /// Record key: the upstream `contextId` of the conversation.
 const CONTEXT_ID: &str = "a2a.context_id";
@@ -52,16 +51,14 @@ const MAX_EVENT_BYTES: usize = 10 * 1024 * 1024;
 const MAX_BODY_BYTES: usize = 16 * 1024 * 1024;
 /// The largest agent card accepted.
 const MAX_CARD_BYTES: usize = 1024 * 1024;
-/// How much of a non-2xx answer is read to find a JSON-RPC error in it.
-const MAX_ERROR_BYTES: usize = 64 * 1024;
+/// How much of a small JSON-RPC answer (`tasks/cancel`) is read.
+const MAX_ANSWER_BYTES: usize = 64 * 1024;
 /// How long reading the agent card may take (both well-known paths together).
 const CARD_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long the `tasks/get` after a stream that ended early may take.
 const QUERY_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a `tasks/cancel` may take (it runs in the background when the run was dropped).
 const CANCEL_TIMEOUT: Duration = Duration::from_secs(10);
-/// How long reading a non-2xx answer may take.
-const ERROR_BODY_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Where the agent card comes from (`[routes.translate] a2a_card`).
 #[derive(Debug, Clone, PartialEq)]
@@ -240,7 +237,7 @@ impl Outbound {
             return Err(error_answer(response).await);
         }
         let mut events = Vec::new();
-        if is_event_stream(response.headers()) {
+        if sse::is_event_stream(response.headers()) {
             let mut reader = SseReader::new(response.into_body(), MAX_EVENT_BYTES);
             loop {
                 let frame = match reader.next().await {
@@ -458,15 +455,6 @@ fn remember(decoder: &Decoder, record: &mut Record) {
 
 // --- Talking to the agent -------------------------------------------------------------------------------
 
-/// Whether the answer is an SSE stream (the media type only: a2a-sdk adds `; charset=utf-8`).
-fn is_event_stream(headers: &HeaderMap) -> bool {
-    headers
-        .get(CONTENT_TYPE)
-        .and_then(|value| value.to_str().ok())
-        .and_then(|value| value.split(';').next())
-        .is_some_and(|media| media.trim().eq_ignore_ascii_case("text/event-stream"))
-}
-
 /// Reads a whole body, up to `limit` bytes.
 async fn read_body(body: Incoming, limit: usize) -> Result<Bytes> {
     Limited::new(body, limit)
@@ -481,12 +469,7 @@ async fn read_body(body: Incoming, limit: usize) -> Result<Bytes> {
 /// A non-2xx answer: the JSON-RPC error in its body if there is one (@a2a-js/sdk answers unhandled
 /// exceptions with HTTP 500 and a JSON-RPC error), else the status and the start of the body.
 async fn error_answer(response: http::Response<Incoming>) -> Error {
-    let status = response.status().as_u16();
-    let body = Limited::new(response.into_body(), MAX_ERROR_BYTES).collect();
-    let body = match tokio::time::timeout(ERROR_BODY_TIMEOUT, body).await {
-        Ok(Ok(collected)) => collected.to_bytes(),
-        _ => Bytes::new(),
-    };
+    let (status, body) = upstream::error_body(response).await;
     match serde_json::from_slice::<wire::RawResponse<serde::de::IgnoredAny>>(&body) {
         Ok(wire::RawResponse {
             error: Some(error), ..
@@ -544,7 +527,7 @@ async fn cancel_task(upstream: &Upstream, task_id: &str) {
         let response = upstream
             .post_json(rpc_request("tasks/cancel", &params)?, "application/json")
             .await?;
-        let body = read_body(response.into_body(), MAX_ERROR_BYTES).await?;
+        let body = read_body(response.into_body(), MAX_ANSWER_BYTES).await?;
         match serde_json::from_slice::<wire::RawResponse<serde::de::IgnoredAny>>(&body) {
             Ok(wire::RawResponse {
                 error: Some(error), ..
@@ -1445,19 +1428,6 @@ mod tests {
         );
     }
 
-    #[test]
-    fn event_streams_are_told_by_media_type() {
-        let mut headers = HeaderMap::new();
-        headers.insert(
-            CONTENT_TYPE,
-            "Text/Event-Stream; charset=utf-8".parse().unwrap(),
-        );
-        assert!(is_event_stream(&headers));
-        headers.insert(CONTENT_TYPE, "application/json".parse().unwrap());
-        assert!(!is_event_stream(&headers));
-        assert!(!is_event_stream(&HeaderMap::new()));
-    }
-
     // --- The decoder -------------------------------------------------------------------------------------
 
     fn decode_all(decoder: &mut Decoder, results: &[Value]) -> Vec<Event> {
@@ -1676,6 +1646,8 @@ mod tests {
         use std::sync::{Arc, Mutex};
 
         use futures_util::StreamExt;
+        use http::header::CONTENT_TYPE;
+        use http::HeaderMap;
         use http_body_util::StreamBody;
         use hyper::body::Frame;
         use hyper_util::rt::TokioIo;
