@@ -122,6 +122,10 @@ fn take_interrupt_answers(turn: &mut Turn, record: &mut Record) {
             _ => {}
         }
     }
+    // A full history repeats answers given in earlier turns: an interrupt answered once stays answered.
+    turn.resume.retain(|r| {
+        is_pending(&r.interrupt_id) || !record.closed_interrupts.contains(&r.interrupt_id)
+    });
     for interrupt in pending {
         if !record.closed_interrupts.contains(&interrupt.id) {
             record.closed_interrupts.push(interrupt.id);
@@ -207,5 +211,81 @@ impl Stream for EventStream {
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Event>> {
         self.receiver.poll_recv(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{Interrupt, InterruptKind, Message};
+
+    fn question(id: &str) -> Interrupt {
+        Interrupt {
+            id: id.into(),
+            kind: InterruptKind::Question {
+                text: "Which city?".into(),
+                options: vec![],
+            },
+        }
+    }
+
+    fn answer(call_id: &str, text: &str) -> Message {
+        let mut message = Message::text_message(format!("answer-{call_id}"), Role::Tool, text);
+        message.tool_call_id = Some(call_id.into());
+        message
+    }
+
+    #[test]
+    fn a_tool_message_answering_a_pending_interrupt_becomes_its_resume() {
+        let mut record = Record {
+            pending_interrupts: vec![question("int_1")],
+            ..Record::default()
+        };
+        let mut turn = Turn {
+            messages: vec![answer("int_1", "Paris")],
+            ..Turn::default()
+        };
+
+        take_interrupt_answers(&mut turn, &mut record);
+
+        assert_eq!(turn.resume.len(), 1);
+        assert_eq!(turn.resume[0].payload, Some(Value::String("Paris".into())));
+        assert!(
+            turn.messages.is_empty(),
+            "the answer is not also a tool result"
+        );
+        assert_eq!(record.closed_interrupts, ["int_1"]);
+    }
+
+    #[test]
+    fn answers_repeated_by_a_later_full_history_are_dropped() {
+        let mut record = Record {
+            closed_interrupts: vec!["int_1".into()],
+            ..Record::default()
+        };
+        let repeated = Resume {
+            interrupt_id: "int_1".into(),
+            status: ResumeStatus::Resolved,
+            payload: None,
+        };
+        let unknown = Resume {
+            interrupt_id: "int_x".into(),
+            status: ResumeStatus::Resolved,
+            payload: None,
+        };
+        let mut turn = Turn {
+            messages: vec![answer("int_1", "Paris")],
+            resume: vec![repeated, unknown.clone()],
+            ..Turn::default()
+        };
+
+        take_interrupt_answers(&mut turn, &mut record);
+
+        assert_eq!(
+            turn.resume,
+            [unknown],
+            "only answers to interrupts not closed yet go upstream"
+        );
+        assert!(turn.messages.is_empty());
     }
 }

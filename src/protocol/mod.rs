@@ -9,6 +9,7 @@
 
 pub mod a2a;
 pub mod ag_ui;
+pub mod agentscope;
 pub mod echo;
 
 use http::{Request, Response};
@@ -26,6 +27,7 @@ use crate::upstream::Upstream;
 pub enum Inbound {
     AgUi(ag_ui::Inbound),
     A2a(a2a::Inbound),
+    Agentscope(agentscope::Inbound),
 }
 
 impl Inbound {
@@ -33,6 +35,7 @@ impl Inbound {
         match route.inbound {
             Protocol::AgUi => Ok(Self::AgUi(ag_ui::Inbound::new(&route.translate))),
             Protocol::A2a => Ok(Self::A2a(a2a::Inbound::new(route))),
+            Protocol::Agentscope => Ok(Self::Agentscope(agentscope::Inbound::new(route))),
             other => Err(not_yet(&route.name, "inbound", other)),
         }
     }
@@ -42,6 +45,7 @@ impl Inbound {
         match self {
             Self::AgUi(inbound) => inbound.handle(request, route).await,
             Self::A2a(inbound) => inbound.handle(request, route).await,
+            Self::Agentscope(inbound) => inbound.handle(request, route).await,
         }
     }
 }
@@ -52,6 +56,7 @@ impl Inbound {
 pub enum Outbound {
     AgUi(ag_ui::Outbound),
     A2a(a2a::Outbound),
+    Agentscope(agentscope::Outbound),
     Echo(echo::Echo),
 }
 
@@ -76,6 +81,9 @@ impl Outbound {
             config::Outbound::Protocol(Protocol::A2a) => {
                 Ok(Self::A2a(a2a::Outbound::new(upstream()?, &route.translate)))
             }
+            config::Outbound::Protocol(Protocol::Agentscope) => Ok(Self::Agentscope(
+                agentscope::Outbound::new(upstream()?, &route.translate),
+            )),
             config::Outbound::Protocol(other) => Err(not_yet(&route.name, "outbound", other)),
         }
     }
@@ -83,7 +91,7 @@ impl Outbound {
     /// Whether the upstream wants the whole conversation every turn or only what is new.
     pub fn history(&self) -> History {
         match self {
-            Self::AgUi(_) | Self::Echo(_) => History::Full,
+            Self::AgUi(_) | Self::Agentscope(_) | Self::Echo(_) => History::Full,
             Self::A2a(_) => History::Delta,
         }
     }
@@ -93,6 +101,7 @@ impl Outbound {
         match self {
             Self::AgUi(outbound) => outbound.run(turn, context).await,
             Self::A2a(outbound) => outbound.run(turn, context).await,
+            Self::Agentscope(outbound) => outbound.run(turn, context).await,
             Self::Echo(echo) => echo.run(turn, context).await,
         }
     }

@@ -1,0 +1,296 @@
+//! AgentScope inbound: we are the runtime (`specs/agentscope.md` §4). `POST P/process` and `POST P` take an
+//! `AgentRequest`; the run streams back as the runtime streams it ([`super::encoder`]).
+//!
+//! Answers, as agentscope-runtime 1.1.6.post2 gives them (§1.5):
+//! - a body that is not a JSON object: HTTP 422, FastAPI's `{"detail":[…]}` (`json_invalid`, `dict_type`,
+//!   `missing`); a `Content-Type` that is not JSON counts as not a JSON object, as in FastAPI;
+//! - a JSON object that does not fit `AgentRequest`: HTTP 200 `text/event-stream` with one frame
+//!   `data: {"error": "<pydantic's text>"}` ([`super::validate`]), then the end;
+//! - a request for a `user_id:session_id` whose run is still streaming: the same frame with
+//!   `Task <user_id>:<session_id> is already in RUNNING state.` (the runtime's run lock, held until the run's
+//!   event stream ends, so a client that read to the end may go on at once; our key is taken after the
+//!   defaults, so anonymous requests, each with a fresh session, never collide);
+//! - `"stream": false` streams all the same, as the runtime does.
+//!
+//! The proxy's own refusals use FastAPI's shape too: an unknown path 404 `{"detail":"Not Found"}`, a method
+//! other than POST 405 `{"detail":"Method Not Allowed"}` (with `Allow: POST`), a body larger than the route's
+//! `max_body` 413 `{"detail":"<why>"}` (the runtime has no limit).
+
+use std::collections::HashSet;
+use std::fmt::Write;
+use std::future::ready;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures_util::{stream, Stream, StreamExt};
+use http::header::{HeaderValue, CONTENT_TYPE};
+use http::{Method, Request, Response, StatusCode};
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use serde_json::{json, Value};
+
+use super::encoder::{EncodeOptions, Encoder};
+use super::request::{self, Refusal};
+use crate::body::{self, Body};
+use crate::config::RouteConfig;
+use crate::model::{Event, Turn};
+use crate::route::Route;
+use crate::sse::{self, SseBody};
+
+/// A comment on an idle stream keeps proxies from closing it; the shipped client skips lines without
+/// `data: `.
+const HEARTBEAT: Duration = Duration::from_secs(15);
+
+pub struct Inbound {
+    options: EncodeOptions,
+    running: Arc<Running>,
+}
+
+impl Inbound {
+    pub fn new(route: &RouteConfig) -> Self {
+        Self {
+            options: EncodeOptions {
+                question_tool: route.translate.question_tool.clone(),
+            },
+            running: Arc::default(),
+        }
+    }
+
+    pub async fn handle(&self, request: Request<Incoming>, route: &Route) -> Response<Body> {
+        if !matches!(route.subpath(request.uri().path()), Some("" | "/process")) {
+            return detail(StatusCode::NOT_FOUND, "Not Found");
+        }
+        if request.method() != Method::POST {
+            return body::with_allow(
+                detail(StatusCode::METHOD_NOT_ALLOWED, "Method Not Allowed"),
+                "POST",
+            );
+        }
+        let json = is_json(request.headers().get(CONTENT_TYPE));
+        let bytes = match body::read_limited(request.into_body(), route.max_body).await {
+            Ok(bytes) => bytes,
+            Err(error) => return detail(error.http_status(), error.message()),
+        };
+        if !json && !bytes.is_empty() {
+            let text = String::from_utf8_lossy(&bytes).into_owned();
+            return refusal(request::not_a_dict(Value::String(text)));
+        }
+        let translator = Arc::clone(&route.translator);
+        self.serve(&bytes, move |turn| translator.start(turn))
+    }
+
+    /// Answers one request body. `start` runs a turn and returns its canonical events (RunStarted first, one
+    /// terminal last; dropping the stream cancels the run): the route's translator, or a script in tests.
+    pub fn serve<F, S>(&self, body: &[u8], start: F) -> Response<Body>
+    where
+        F: FnOnce(Turn) -> S,
+        S: Stream<Item = Event> + Send + Sync + 'static,
+    {
+        let accepted = match request::decode(body, &self.options.question_tool) {
+            Ok(accepted) => accepted,
+            Err(refused) => return refusal(refused),
+        };
+        let key = format!("{}:{}", accepted.user_id, accepted.session_id);
+        let Some(guard) = Running::enter(&self.running, &key) else {
+            return error_frame(&format!("Task {key} is already in RUNNING state."));
+        };
+        let mut encoder = Encoder::new(
+            &accepted.turn,
+            &accepted.session_id,
+            self.options.clone(),
+            guard,
+        );
+        let frames = start(accepted.turn)
+            .map(Some)
+            .chain(stream::once(ready(None)))
+            .map(move |event| encoder.encode(event))
+            .filter(|frame| ready(!frame.is_empty()));
+        event_stream(BodyExt::boxed(SseBody::new(frames, HEARTBEAT)))
+    }
+}
+
+/// The run lock of the runtime: one streaming run per `user_id:session_id`.
+#[derive(Default)]
+struct Running {
+    keys: Mutex<HashSet<String>>,
+}
+
+impl Running {
+    fn enter(running: &Arc<Self>, key: &str) -> Option<RunGuard> {
+        let mut keys = running.keys.lock().unwrap_or_else(|e| e.into_inner());
+        keys.insert(key.to_owned()).then(|| RunGuard {
+            running: Arc::clone(running),
+            key: key.to_owned(),
+        })
+    }
+}
+
+/// Holds a key of [`Running`] until the run's event stream ends or is dropped.
+pub struct RunGuard {
+    running: Arc<Running>,
+    key: String,
+}
+
+impl Drop for RunGuard {
+    fn drop(&mut self) {
+        let mut keys = self.running.keys.lock().unwrap_or_else(|e| e.into_inner());
+        keys.remove(&self.key);
+    }
+}
+
+/// FastAPI reads a body as JSON when it has no `Content-Type`, or an `application/json` or `+json` one.
+fn is_json(content_type: Option<&HeaderValue>) -> bool {
+    let Some(value) = content_type else {
+        return true;
+    };
+    let essence = value
+        .to_str()
+        .unwrap_or("")
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase();
+    essence == "application/json"
+        || (essence.starts_with("application/") && essence.ends_with("+json"))
+}
+
+fn refusal(refused: Refusal) -> Response<Body> {
+    match refused {
+        Refusal::Unprocessable(json) => body::json_response(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            serde_json::to_vec(&json).unwrap_or_default(),
+        ),
+        Refusal::Frame(text) => error_frame(&text),
+    }
+}
+
+/// `{"detail": <message>}` with a status.
+fn detail(status: StatusCode, message: &str) -> Response<Body> {
+    let json = serde_json::to_vec(&json!({ "detail": message })).unwrap_or_default();
+    body::json_response(status, json)
+}
+
+/// The runtime's bare error frame, `data: {"error": "<text>"}`, written as Python's `json.dumps` writes it,
+/// then the end of the stream.
+fn error_frame(text: &str) -> Response<Body> {
+    let mut data = String::from("{\"error\": ");
+    python_json_string(text, &mut data);
+    data.push('}');
+    let mut buf = bytes::BytesMut::new();
+    sse::write_event(&mut buf, None, &data);
+    event_stream(body::full(buf.freeze()))
+}
+
+/// `200 text/event-stream; charset=utf-8`, as the runtime's `StreamingResponse` answers.
+fn event_stream(body: Body) -> Response<Body> {
+    let mut response = sse::response(body);
+    response.headers_mut().insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream; charset=utf-8"),
+    );
+    response
+}
+
+/// A JSON string as Python's `json.dumps` writes it (`ensure_ascii`: everything outside printable ASCII
+/// escaped, astral characters as surrogate pairs).
+fn python_json_string(text: &str, out: &mut String) {
+    out.push('"');
+    for ch in text.chars() {
+        match ch {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            '\u{8}' => out.push_str("\\b"),
+            '\u{c}' => out.push_str("\\f"),
+            ' '..='~' => out.push(ch),
+            _ => {
+                let mut units = [0u16; 2];
+                for unit in ch.encode_utf16(&mut units) {
+                    let _ = write!(out, "\\u{unit:04x}");
+                }
+            }
+        }
+    }
+    out.push('"');
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+    use crate::model::Outcome;
+
+    fn inbound() -> Inbound {
+        let config = Config::parse(
+            "[[routes]]\nname = \"as\"\npath = \"/as\"\ninbound = \"agentscope\"\noutbound = \"echo\"\n",
+            "test.toml",
+        )
+        .unwrap();
+        Inbound::new(&config.routes[0])
+    }
+
+    async fn body_text(response: Response<Body>) -> String {
+        let bytes = response.into_body().collect().await.unwrap().to_bytes();
+        String::from_utf8(bytes.to_vec()).unwrap()
+    }
+
+    #[test]
+    fn python_json_escapes_like_json_dumps() {
+        let mut out = String::new();
+        python_json_string("a\"b\\c\n北 😀\u{1}", &mut out);
+        assert_eq!(out, r#""a\"b\\c\n\u5317 \ud83d\ude00\u0001""#);
+    }
+
+    #[test]
+    fn json_content_types() {
+        assert!(is_json(None));
+        assert!(is_json(Some(&HeaderValue::from_static(
+            "application/json; charset=utf-8"
+        ))));
+        assert!(is_json(Some(&HeaderValue::from_static(
+            "application/vnd.x+json"
+        ))));
+        assert!(!is_json(Some(&HeaderValue::from_static("text/plain"))));
+    }
+
+    #[tokio::test]
+    async fn a_second_run_of_the_same_session_is_refused_until_the_first_ends() {
+        let inbound = inbound();
+        let body = br#"{"input":[],"session_id":"s1","user_id":"u1"}"#;
+        let first = inbound.serve(body, |_| stream::pending::<Event>());
+        let second = inbound.serve(body, |_| stream::empty::<Event>());
+        assert_eq!(
+            second.headers()[CONTENT_TYPE],
+            "text/event-stream; charset=utf-8"
+        );
+        assert_eq!(
+            body_text(second).await,
+            "data: {\"error\": \"Task u1:s1 is already in RUNNING state.\"}\n\n"
+        );
+        // Another user of the same session is another key.
+        let other = inbound.serve(br#"{"input":[],"session_id":"s1","user_id":"u2"}"#, |_| {
+            stream::iter([
+                Event::RunStarted,
+                Event::RunFinished {
+                    outcome: Outcome::Completed,
+                    usage: None,
+                },
+            ])
+        });
+        assert!(body_text(other).await.contains("\"status\":\"completed\""));
+        drop(first);
+        let third = inbound.serve(body, |_| {
+            stream::iter([
+                Event::RunStarted,
+                Event::RunFinished {
+                    outcome: Outcome::Completed,
+                    usage: None,
+                },
+            ])
+        });
+        assert!(body_text(third).await.contains("\"status\":\"completed\""));
+    }
+}
