@@ -229,6 +229,10 @@ pub struct Translate {
     /// A2A inbound: also put the whole reply text in the final `status.message`, for clients that ignore
     /// artifacts (`@ag-ui/a2a`).
     pub a2a_status_message: bool,
+    /// AgentScope inbound: the client sends only its new messages and relies on `session_id` for memory (as
+    /// the shipped client's `create_simple_text_request` does); the proxy keeps the session's history.
+    /// Default: `input` is the whole conversation.
+    pub agentscope_session_memory: bool,
 }
 
 impl Default for Translate {
@@ -242,6 +246,7 @@ impl Default for Translate {
             agui_protocol_version: None,
             a2a_card: None,
             a2a_status_message: false,
+            agentscope_session_memory: false,
         }
     }
 }

@@ -679,6 +679,38 @@ async fn agentscope_to_a2a_second_turn_sends_only_the_new_message_in_the_agents_
     );
 }
 
+#[tokio::test]
+async fn agentscope_session_memory_keeps_the_agents_context_when_clients_send_only_new_messages() {
+    // The shipped client's `create_simple_text_request`: each request holds only the new message.
+    let first = a2a::task("task-1", "ctx-up-1");
+    let second = a2a::task("task-2", "ctx-up-1");
+    let agent = Agent::new()
+        .on("message/stream", first.streams(&["Sunny."]))
+        .on("message/stream", second.streams(&["Rain."]))
+        .serve()
+        .await;
+    let proxy = Proxy::start(&format!(
+        "[[routes]]\nname = \"pair\"\npath = \"{PATH}\"\ninbound = \"agentscope\"\noutbound = \"a2a\"\n\
+         upstream = \"{}\"\n[routes.translate]\nagentscope_session_memory = true\n",
+        agent.url()
+    ))
+    .await;
+    let url = process(&proxy);
+    scope::run(&url, &weather("s-mem")).await;
+
+    let only_new = scope::request("s-mem", json!([scope::user("msg_u2", "And tomorrow?")]));
+    let events = scope::run(&url, &only_new).await;
+
+    assert_eq!(scope::text(&events), "Rain.");
+    let calls = a2a::calls(&agent, "message/stream");
+    let message = a2a::sent_message(&calls[1]);
+    assert_eq!(message["contextId"], "ctx-up-1", "the conversation goes on");
+    assert_eq!(
+        message["parts"],
+        json!([{"kind": "text", "text": "And tomorrow?"}])
+    );
+}
+
 /// An A2A agent that asks "Which city?" on the first call and answers "Paris is sunny." on the second.
 async fn asking_agent() -> Upstream {
     let task = a2a::task("task-1", "ctx-up-1");

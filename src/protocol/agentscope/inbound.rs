@@ -33,7 +33,7 @@ use super::encoder::{EncodeOptions, Encoder};
 use super::request::{self, Refusal};
 use crate::body::{self, Body};
 use crate::config::RouteConfig;
-use crate::model::{Event, Turn};
+use crate::model::{Event, History, Turn};
 use crate::route::Route;
 use crate::sse::{self, SseBody};
 
@@ -43,6 +43,8 @@ const HEARTBEAT: Duration = Duration::from_secs(15);
 
 pub struct Inbound {
     options: EncodeOptions,
+    /// What `input` holds: the whole conversation, or only what is new in the session.
+    history: History,
     running: Arc<Running>,
 }
 
@@ -51,6 +53,11 @@ impl Inbound {
         Self {
             options: EncodeOptions {
                 question_tool: route.translate.question_tool.clone(),
+            },
+            history: if route.translate.agentscope_session_memory {
+                History::Delta
+            } else {
+                History::Full
             },
             running: Arc::default(),
         }
@@ -86,10 +93,11 @@ impl Inbound {
         F: FnOnce(Turn) -> S,
         S: Stream<Item = Event> + Send + Sync + 'static,
     {
-        let accepted = match request::decode(body, &self.options.question_tool) {
+        let mut accepted = match request::decode(body, &self.options.question_tool) {
             Ok(accepted) => accepted,
             Err(refused) => return refusal(refused),
         };
+        accepted.turn.history = self.history;
         let key = format!("{}:{}", accepted.user_id, accepted.session_id);
         let Some(guard) = Running::enter(&self.running, &key) else {
             return error_frame(&format!("Task {key} is already in RUNNING state."));
