@@ -1,18 +1,20 @@
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-use agent_bridge::config::Config;
+use agent_bridge::config::{Config, ConfigError};
+
+const DEFAULT_CONFIG: &str = "routes.toml";
 use agent_bridge::server::Server;
 
 /// A protocol-translation proxy for AI agents (AG-UI, A2A, AgentScope, AG-Kit, CMDC).
 #[derive(Parser)]
 #[command(version)]
 struct Cli {
-    /// The routes file.
-    #[arg(long, short, global = true, default_value = "routes.toml")]
-    config: PathBuf,
+    /// The routes file [default: ./routes.toml, or the built-in echo routes when there is none].
+    #[arg(long, short, global = true)]
+    config: Option<PathBuf>,
     /// Listen address, overriding `listen` in the routes file (e.g. 0.0.0.0:8080).
     #[arg(long, global = true)]
     listen: Option<std::net::SocketAddr>,
@@ -37,7 +39,7 @@ fn main() -> ExitCode {
         )
         .with_writer(std::io::stderr)
         .init();
-    let mut config = match Config::load(&cli.config) {
+    let mut config = match load(cli.config.as_deref()) {
         Ok(config) => config,
         Err(error) => {
             eprintln!("error: {error}");
@@ -58,11 +60,8 @@ fn main() -> ExitCode {
         Command::Check => runtime
             .block_on(agent_bridge::server::check(&config))
             .map(|()| {
-                println!(
-                    "{}: ok ({} routes)",
-                    cli.config.display(),
-                    config.routes.len()
-                );
+                let file = cli.config.as_deref().unwrap_or(Path::new(DEFAULT_CONFIG));
+                println!("{}: ok ({} routes)", file.display(), config.routes.len());
             }),
         Command::Serve => runtime.block_on(serve(config)),
     };
@@ -71,6 +70,19 @@ fn main() -> ExitCode {
         Err(error) => {
             eprintln!("error: {error}");
             ExitCode::FAILURE
+        }
+    }
+}
+
+/// The routes file named, else `./routes.toml`, else the shipped one built into the binary (the echo routes).
+fn load(path: Option<&Path>) -> Result<Config, ConfigError> {
+    const SHIPPED: &str = include_str!("../routes.toml");
+    match path {
+        Some(path) => Config::load(path),
+        None if Path::new(DEFAULT_CONFIG).exists() => Config::load(Path::new(DEFAULT_CONFIG)),
+        None => {
+            tracing::info!("no {DEFAULT_CONFIG} here; serving the built-in echo routes");
+            Config::parse(SHIPPED, "routes.toml (built in)")
         }
     }
 }

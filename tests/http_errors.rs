@@ -408,6 +408,31 @@ impl Drop for TempConfig {
 }
 
 #[test]
+fn without_a_routes_file_the_built_in_echo_routes_are_used() {
+    let empty = std::env::temp_dir().join(format!("agent-bridge-empty-dir-{}", std::process::id()));
+    std::fs::create_dir_all(&empty).expect("create an empty directory");
+
+    let output = Command::new(env!("CARGO_BIN_EXE_agent-bridge"))
+        .arg("check")
+        .current_dir(&empty)
+        .env("RUST_LOG", "warn")
+        .output()
+        .expect("run agent-bridge check");
+    let _ = std::fs::remove_dir(&empty);
+
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(
+        stdout.contains("ok (3 routes)"),
+        "the shipped echo routes: {stdout}"
+    );
+}
+
+#[test]
 fn check_accepts_the_shipped_routes_file() {
     let shipped = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("routes.toml");
 
