@@ -12,7 +12,7 @@ use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpSocket};
 
 use crate::body::{json_response, with_allow, Body};
 use crate::config::Config;
@@ -38,8 +38,7 @@ impl Server {
     /// Builds every route and binds the listen address of the configuration.
     pub async fn bind(config: &Config) -> Result<Self> {
         let routes = Arc::new(Routes::from_config(config)?);
-        let listener = TcpListener::bind(config.listen)
-            .await
+        let listener = listen(config.listen)
             .map_err(|e| Error::config(format!("cannot listen on {}: {e}", config.listen)))?;
         Ok(Self {
             listener,
@@ -112,6 +111,21 @@ impl Server {
             );
         }
     }
+}
+
+/// How many connections may wait to be accepted. tokio's default (128) drops connections when a thousand
+/// clients connect at once; the kernel caps it at `net.core.somaxconn` anyway.
+const LISTEN_BACKLOG: u32 = 1024;
+
+fn listen(address: SocketAddr) -> std::io::Result<TcpListener> {
+    let socket = if address.is_ipv4() {
+        TcpSocket::new_v4()?
+    } else {
+        TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(address)?;
+    socket.listen(LISTEN_BACKLOG)
 }
 
 /// Builds every route without serving: what `agent-bridge check` reports.

@@ -12,8 +12,17 @@ use crate::error::{Error, Result};
 /// Records live in memory and expire after `idle_ttl` without a load or save.
 pub struct MemoryStore {
     idle_ttl: Duration,
-    records: Mutex<HashMap<Key, Entry>>,
+    records: Mutex<Records>,
 }
+
+struct Records {
+    entries: HashMap<Key, Entry>,
+    /// When idle records were last dropped: a sweep walks every record, so it runs at most once per
+    /// [`SWEEP_INTERVAL`], not on every save.
+    swept: Instant,
+}
+
+const SWEEP_INTERVAL: Duration = Duration::from_secs(60);
 
 struct Entry {
     record: Record,
@@ -22,13 +31,17 @@ struct Entry {
 
 impl MemoryStore {
     pub fn new(idle_ttl: Duration) -> Self {
+        let records = Records {
+            entries: HashMap::new(),
+            swept: Instant::now(),
+        };
         Self {
             idle_ttl,
-            records: Mutex::new(HashMap::new()),
+            records: Mutex::new(records),
         }
     }
 
-    fn with_records<T>(&self, f: impl FnOnce(&mut HashMap<Key, Entry>) -> T) -> Result<T> {
+    fn with_records<T>(&self, f: impl FnOnce(&mut Records) -> T) -> Result<T> {
         let mut records = self
             .records
             .lock()
@@ -36,17 +49,24 @@ impl MemoryStore {
         Ok(f(&mut records))
     }
 
-    /// Drops every record idle for longer than the ttl. Called on save, so memory stays bounded by the
-    /// conversations active within one ttl.
-    fn expire(&self, records: &mut HashMap<Key, Entry>, now: Instant) {
-        records.retain(|_, entry| now.duration_since(entry.touched) < self.idle_ttl);
+    /// Drops every record idle for longer than the ttl, at most once per sweep interval. Called on save, so
+    /// memory stays bounded by the conversations active within one ttl (plus one interval).
+    fn expire(&self, records: &mut Records, now: Instant) {
+        let interval = SWEEP_INTERVAL.min(self.idle_ttl);
+        if now.duration_since(records.swept) < interval {
+            return;
+        }
+        records.swept = now;
+        records
+            .entries
+            .retain(|_, entry| now.duration_since(entry.touched) < self.idle_ttl);
     }
 }
 
 impl Store for MemoryStore {
     fn load<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, Result<Option<Record>>> {
         let now = Instant::now();
-        let found = self.with_records(|records| match records.get_mut(key) {
+        let found = self.with_records(|records| match records.entries.get_mut(key) {
             Some(entry) if now.duration_since(entry.touched) < self.idle_ttl => {
                 entry.touched = now;
                 Some(entry.record.clone())
@@ -60,7 +80,7 @@ impl Store for MemoryStore {
         let now = Instant::now();
         let saved = self.with_records(|records| {
             self.expire(records, now);
-            records.insert(
+            records.entries.insert(
                 key.clone(),
                 Entry {
                     record,
@@ -104,7 +124,7 @@ mod tests {
         assert_eq!(store.load(&key("t1")).await.unwrap(), None);
         store.save(&key("t2"), Record::default()).await.unwrap();
         assert_eq!(
-            store.records.lock().unwrap().len(),
+            store.records.lock().unwrap().entries.len(),
             1,
             "expired records are dropped on save"
         );
