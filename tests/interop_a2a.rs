@@ -13,18 +13,17 @@
 //! on what the real server logged it received. Needs what `bash .ci/run` installs: `npm ci` in
 //! `tests/interop/*/client-*/` and the Python venv `tests/interop/.venv`; without them the tests fail and say so.
 
-use std::future::Future;
+mod support;
+
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use agent_bridge::config::Config;
 use agent_bridge::server::Server;
 use serde_json::{json, Value};
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
-use tokio::process::{Child, Command};
+use support::interop::{require_installed, run_driver, Process};
+use tokio::process::Command;
 use tokio::sync::oneshot;
 
 /// The pinned `@ag-ui/client` versions installed for `tests/interop_ag_ui.rs`.
@@ -49,23 +48,6 @@ fn venv_python() -> PathBuf {
     let python = interop_dir().join(".venv/bin/python");
     require_installed(&python, "the Python venv with a2a-sdk 0.2.13");
     python
-}
-
-/// Fails the test unless `path` exists, naming the command that installs it.
-fn require_installed(path: &Path, what: &str) {
-    assert!(
-        path.exists(),
-        "{what} is not installed ({} is missing): run `bash .ci/run` from the repository root, which \
-         installs the interop dependencies (npm ci in tests/interop/*/client-*, the Python venv \
-         tests/interop/.venv) and then runs every test",
-        path.display()
-    );
-}
-
-async fn within<F: Future>(limit: Duration, what: &str, future: F) -> F::Output {
-    tokio::time::timeout(limit, future)
-        .await
-        .unwrap_or_else(|_| panic!("timed out after {limit:?} waiting for {what}"))
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -119,11 +101,7 @@ fn route(
 
 /// `a2a_server.py` (a2a-sdk 0.2.13) on a port of its choosing; killed when dropped. Its stderr, where it logs
 /// every JSON-RPC request it received, is kept.
-struct A2aServer {
-    port: u16,
-    stderr: Arc<Mutex<String>>,
-    _child: Child,
-}
+struct A2aServer(Process);
 
 impl A2aServer {
     async fn start(streaming: bool) -> A2aServer {
@@ -133,67 +111,16 @@ impl A2aServer {
         if !streaming {
             command.arg("--no-streaming");
         }
-        command
-            .current_dir(a2a_dir())
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true);
-        let mut child = command
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {what}: {e}"));
-        let stderr = Arc::new(Mutex::new(String::new()));
-        let mut pipe = child.stderr.take().expect("stderr is piped");
-        let sink = Arc::clone(&stderr);
-        tokio::spawn(async move {
-            let mut buf = [0u8; 4096];
-            while let Ok(n) = pipe.read(&mut buf).await {
-                if n == 0 {
-                    break;
-                }
-                sink.lock()
-                    .unwrap()
-                    .push_str(&String::from_utf8_lossy(&buf[..n]));
-            }
-        });
-        let stdout = child.stdout.take().expect("stdout is piped");
-        let mut lines = BufReader::new(stdout).lines();
-        let first = within(
-            START_LIMIT,
-            &format!("{what} to print its port"),
-            lines.next_line(),
-        )
-        .await;
-        let port = first
-            .ok()
-            .flatten()
-            .and_then(|line| serde_json::from_str::<Value>(&line).ok())
-            .and_then(|v| v["port"].as_u64())
-            .and_then(|port| u16::try_from(port).ok());
-        let Some(port) = port else {
-            // Give the process a moment to write why it stopped.
-            tokio::time::sleep(Duration::from_millis(200)).await;
-            panic!(
-                "{what} did not print its port; its stderr:\n{}",
-                stderr.lock().unwrap()
-            );
-        };
-        // Keep reading stdout so the process never blocks on a full pipe.
-        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-        A2aServer {
-            port,
-            stderr,
-            _child: child,
-        }
+        A2aServer(Process::start(what, command, a2a_dir(), START_LIMIT).await)
     }
 
     /// The JSON-RPC endpoint (the card's `url`).
     fn url(&self) -> String {
-        format!("http://127.0.0.1:{}/", self.port)
+        self.0.url("/")
     }
 
     fn log(&self) -> String {
-        self.stderr.lock().unwrap().clone()
+        self.0.stderr()
     }
 
     /// The server's log lines `{"<kind>": {...}}`, in order.
@@ -277,39 +204,21 @@ impl A2aClient {
             .arg(spec.to_string())
             .current_dir(a2a_dir())
             .env("CLIENT_TIMEOUT_S", "30")
-            .env("DRIVE_TIMEOUT_MS", "30000")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true);
-        let child = command
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot run the {} client: {e}", self.name()));
-        let output = within(
+            .env("DRIVE_TIMEOUT_MS", "30000");
+        let output = run_driver(
+            command,
             DRIVE_LIMIT,
-            &format!("the {} client against {base}", self.name()),
-            child.wait_with_output(),
+            &format!("the {} client", self.name()),
+            base,
+            &format!("cannot run the {} client", self.name()),
+            "the client ran",
         )
-        .await
-        .expect("the client ran");
-        let stdout = String::from_utf8_lossy(&output.stdout);
-        let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
-        let report = stdout
-            .lines()
-            .rev()
-            .find_map(|line| serde_json::from_str::<Value>(line).ok())
-            .unwrap_or_else(|| {
-                panic!(
-                    "the {} client printed no report (exit {:?})\nstdout: {stdout}\nstderr: {stderr}",
-                    self.name(),
-                    output.status.code()
-                )
-            });
+        .await;
         A2aReport {
             client: self.name(),
-            code: output.status.code(),
-            report,
-            stderr,
+            code: output.code,
+            report: output.report,
+            stderr: output.stderr,
         }
     }
 
@@ -504,38 +413,21 @@ impl AgUiDrive {
             .arg(&dir)
             .arg(url)
             .arg(spec.to_string())
-            .env("DRIVE_TIMEOUT_MS", "30000")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true);
-        let child = command.spawn().unwrap_or_else(|e| {
-            panic!("cannot run `node` (Node.js 20+ is needed for the interop tests): {e}")
-        });
-        let output = within(
+            .env("DRIVE_TIMEOUT_MS", "30000");
+        let output = run_driver(
+            command,
             DRIVE_LIMIT,
-            &format!("@ag-ui/client {version} against {url}"),
-            child.wait_with_output(),
+            &format!("@ag-ui/client {version}"),
+            url,
+            "cannot run `node` (Node.js 20+ is needed for the interop tests)",
+            "the driver ran",
         )
-        .await
-        .expect("the driver ran");
-        let stdout = String::from_utf8_lossy(&output.stdout);
-        let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
-        let report = stdout
-            .lines()
-            .rev()
-            .find_map(|line| serde_json::from_str::<Value>(line).ok())
-            .unwrap_or_else(|| {
-                panic!(
-                    "@ag-ui/client {version} printed no report (exit {:?})\nstdout: {stdout}\nstderr: {stderr}",
-                    output.status.code()
-                )
-            });
+        .await;
         let drive = AgUiDrive {
             client: version.to_owned(),
-            code: output.status.code(),
-            report,
-            stderr,
+            code: output.code,
+            report: output.report,
+            stderr: output.stderr,
         };
         assert!(
             drive.code == Some(0) && drive.report["rejected"].is_null(),

@@ -7,18 +7,17 @@
 //! Needs what `bash .ci/run` installs: `npm ci` in `tests/interop/ag-ui/client-*/` and the Python venv
 //! `tests/interop/.venv` (shared with the A2A interop tests). Without them the tests fail and say so.
 
-use std::future::Future;
+mod support;
+
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use agent_bridge::config::Config;
 use agent_bridge::server::Server;
 use serde_json::{json, Value};
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
-use tokio::process::{Child, Command};
+use support::interop::{require_installed, run_driver, Process};
+use tokio::process::Command;
 use tokio::sync::oneshot;
 
 /// Every pinned client version; each lives in `tests/interop/ag-ui/client-VERSION/`.
@@ -33,17 +32,6 @@ fn interop_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/interop/ag-ui")
 }
 
-/// Fails the test unless `path` exists, naming the command that installs it.
-fn require_installed(path: &Path, what: &str) {
-    assert!(
-        path.exists(),
-        "{what} is not installed ({} is missing): run `bash .ci/run` from the repository root, which \
-         installs the interop dependencies (npm ci in tests/interop/*/client-*, the Python venv \
-         tests/interop/.venv) and then runs every test",
-        path.display()
-    );
-}
-
 fn client_dir(version: &str) -> PathBuf {
     let dir = interop_dir().join(format!("client-{version}"));
     require_installed(
@@ -51,12 +39,6 @@ fn client_dir(version: &str) -> PathBuf {
         &format!("@ag-ui/client@{version}"),
     );
     dir
-}
-
-async fn within<F: Future>(limit: Duration, what: &str, future: F) -> F::Output {
-    tokio::time::timeout(limit, future)
-        .await
-        .unwrap_or_else(|_| panic!("timed out after {limit:?} waiting for {what}"))
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -104,66 +86,11 @@ fn route(name: &str, outbound: &str, upstream: Option<&str>, translate: &str) ->
 
 /// An upstream process that printed `{"port": N}`; killed when dropped. Its stderr is kept for failure
 /// messages.
-struct UpstreamProcess {
-    port: u16,
-    stderr: Arc<Mutex<String>>,
-    _child: Child,
-}
+struct UpstreamProcess(Process);
 
 impl UpstreamProcess {
-    async fn start(what: &str, mut command: Command) -> UpstreamProcess {
-        command
-            .current_dir(interop_dir())
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true);
-        let mut child = command
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {what}: {e}"));
-        let stderr = Arc::new(Mutex::new(String::new()));
-        let mut pipe = child.stderr.take().expect("stderr is piped");
-        let sink = Arc::clone(&stderr);
-        tokio::spawn(async move {
-            let mut buf = [0u8; 4096];
-            while let Ok(n) = pipe.read(&mut buf).await {
-                if n == 0 {
-                    break;
-                }
-                sink.lock()
-                    .unwrap()
-                    .push_str(&String::from_utf8_lossy(&buf[..n]));
-            }
-        });
-        let stdout = child.stdout.take().expect("stdout is piped");
-        let mut lines = BufReader::new(stdout).lines();
-        let first = within(
-            START_LIMIT,
-            &format!("{what} to print its port"),
-            lines.next_line(),
-        )
-        .await;
-        let port = first
-            .ok()
-            .flatten()
-            .and_then(|line| serde_json::from_str::<Value>(&line).ok())
-            .and_then(|v| v["port"].as_u64())
-            .and_then(|port| u16::try_from(port).ok());
-        let Some(port) = port else {
-            // Give the process a moment to write why it stopped.
-            tokio::time::sleep(Duration::from_millis(200)).await;
-            panic!(
-                "{what} did not print its port; its stderr:\n{}",
-                stderr.lock().unwrap()
-            );
-        };
-        // Keep reading stdout so the process never blocks on a full pipe.
-        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-        UpstreamProcess {
-            port,
-            stderr,
-            _child: child,
-        }
+    async fn start(what: &str, command: Command) -> UpstreamProcess {
+        UpstreamProcess(Process::start(what, command, interop_dir(), START_LIMIT).await)
     }
 
     /// The scripted AG-UI upstream (`upstream.mjs`).
@@ -187,11 +114,11 @@ impl UpstreamProcess {
     }
 
     fn url(&self, path: &str) -> String {
-        format!("http://127.0.0.1:{}{path}", self.port)
+        self.0.url(path)
     }
 
     fn log(&self) -> String {
-        self.stderr.lock().unwrap().clone()
+        self.0.stderr()
     }
 }
 
@@ -222,38 +149,21 @@ impl Drive {
             .arg(&dir)
             .arg(url)
             .arg(spec.to_string())
-            .env("DRIVE_TIMEOUT_MS", "25000")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true);
-        let child = command.spawn().unwrap_or_else(|e| {
-            panic!("cannot run `node` (Node.js 20+ is needed for the interop tests): {e}")
-        });
-        let output = within(
+            .env("DRIVE_TIMEOUT_MS", "25000");
+        let output = run_driver(
+            command,
             DRIVE_LIMIT,
-            &format!("@ag-ui/client {version} against {url}"),
-            child.wait_with_output(),
+            &format!("@ag-ui/client {version}"),
+            url,
+            "cannot run `node` (Node.js 20+ is needed for the interop tests)",
+            "the driver ran",
         )
-        .await
-        .expect("the driver ran");
-        let stdout = String::from_utf8_lossy(&output.stdout);
-        let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
-        let report = stdout
-            .lines()
-            .rev()
-            .find_map(|line| serde_json::from_str::<Value>(line).ok())
-            .unwrap_or_else(|| {
-                panic!(
-                    "@ag-ui/client {version} printed no report (exit {:?})\nstdout: {stdout}\nstderr: {stderr}",
-                    output.status.code()
-                )
-            });
+        .await;
         Drive {
             client: version.to_owned(),
-            code: output.status.code(),
-            report,
-            stderr,
+            code: output.code,
+            report: output.report,
+            stderr: output.stderr,
         }
     }
 

@@ -18,19 +18,18 @@
 //! `tests/interop/agentscope/.venv` (agentscope-runtime needs a2a-sdk 0.3, so it has a venv of its own);
 //! without them the tests fail and say so.
 
+mod support;
+
 use std::collections::HashSet;
-use std::future::Future;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use agent_bridge::config::Config;
 use agent_bridge::server::Server;
 use serde_json::{json, Value};
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
-use tokio::process::{Child, Command};
+use support::interop::{require_installed_with, run_driver, Process};
+use tokio::process::Command;
 use tokio::sync::oneshot;
 
 /// The pinned `@ag-ui/client` versions installed for `tests/interop_ag_ui.rs`.
@@ -68,19 +67,11 @@ fn a2a_python() -> PathBuf {
 
 /// Fails the test unless `path` exists, naming the command that installs it.
 fn require_installed(path: &Path, what: &str) {
-    assert!(
-        path.exists(),
-        "{what} is not installed ({} is missing): run `bash .ci/run` from the repository root, which \
-         installs the interop dependencies (npm ci in tests/interop/*/client-*, the Python venvs \
-         tests/interop/.venv and tests/interop/agentscope/.venv) and then runs every test",
-        path.display()
+    require_installed_with(
+        path,
+        what,
+        "the Python venvs tests/interop/.venv and tests/interop/agentscope/.venv",
     );
-}
-
-async fn within<F: Future>(limit: Duration, what: &str, future: F) -> F::Output {
-    tokio::time::timeout(limit, future)
-        .await
-        .unwrap_or_else(|_| panic!("timed out after {limit:?} waiting for {what}"))
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -130,65 +121,14 @@ fn route(name: &str, inbound: &str, outbound: &str, upstream: Option<&str>) -> S
 /// where it logs every request it received, is kept.
 struct Peer {
     what: &'static str,
-    port: u16,
-    stderr: Arc<Mutex<String>>,
-    _child: Child,
+    process: Process,
 }
 
 impl Peer {
-    async fn start(what: &'static str, mut command: Command, dir: PathBuf) -> Peer {
-        command
-            .current_dir(dir)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true);
-        let mut child = command
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {what}: {e}"));
-        let stderr = Arc::new(Mutex::new(String::new()));
-        let mut pipe = child.stderr.take().expect("stderr is piped");
-        let sink = Arc::clone(&stderr);
-        tokio::spawn(async move {
-            let mut buf = [0u8; 4096];
-            while let Ok(n) = pipe.read(&mut buf).await {
-                if n == 0 {
-                    break;
-                }
-                sink.lock()
-                    .unwrap()
-                    .push_str(&String::from_utf8_lossy(&buf[..n]));
-            }
-        });
-        let stdout = child.stdout.take().expect("stdout is piped");
-        let mut lines = BufReader::new(stdout).lines();
-        let first = within(
-            START_LIMIT,
-            &format!("{what} to print its port"),
-            lines.next_line(),
-        )
-        .await;
-        let port = first
-            .ok()
-            .flatten()
-            .and_then(|line| serde_json::from_str::<Value>(&line).ok())
-            .and_then(|v| v["port"].as_u64())
-            .and_then(|port| u16::try_from(port).ok());
-        let Some(port) = port else {
-            // Give the process a moment to write why it stopped.
-            tokio::time::sleep(Duration::from_millis(200)).await;
-            panic!(
-                "{what} did not print its port; its stderr:\n{}",
-                stderr.lock().unwrap()
-            );
-        };
-        // Keep reading stdout so the process never blocks on a full pipe.
-        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    async fn start(what: &'static str, command: Command, dir: PathBuf) -> Peer {
         Peer {
             what,
-            port,
-            stderr,
-            _child: child,
+            process: Process::start(what, command, dir, START_LIMIT).await,
         }
     }
 
@@ -217,18 +157,17 @@ impl Peer {
     }
 
     fn url(&self, path: &str) -> String {
-        format!("http://127.0.0.1:{}{path}", self.port)
+        self.process.url(path)
     }
 
     fn log(&self) -> String {
-        format!("{} log:\n{}", self.what, self.stderr.lock().unwrap())
+        format!("{} log:\n{}", self.what, self.process.stderr())
     }
 
     /// The log lines `{"<kind>": {...}}`, in order.
     fn logged(&self, kind: &str) -> Vec<Value> {
-        self.stderr
-            .lock()
-            .unwrap()
+        self.process
+            .stderr()
             .lines()
             .filter_map(|line| serde_json::from_str::<Value>(line).ok())
             .filter_map(|v| v.get(kind).cloned())
@@ -297,39 +236,21 @@ struct Report {
 }
 
 impl Report {
-    async fn collect(client: String, mut command: Command, target: &str) -> Report {
-        command
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true);
-        let child = command
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot run the {client} client: {e}"));
-        let output = within(
+    async fn collect(client: String, command: Command, target: &str) -> Report {
+        let output = run_driver(
+            command,
             DRIVE_LIMIT,
-            &format!("the {client} client against {target}"),
-            child.wait_with_output(),
+            &format!("the {client} client"),
+            target,
+            &format!("cannot run the {client} client"),
+            "the client ran",
         )
-        .await
-        .expect("the client ran");
-        let stdout = String::from_utf8_lossy(&output.stdout);
-        let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
-        let report = stdout
-            .lines()
-            .rev()
-            .find_map(|line| serde_json::from_str::<Value>(line).ok())
-            .unwrap_or_else(|| {
-                panic!(
-                    "the {client} client printed no report (exit {:?})\nstdout: {stdout}\nstderr: {stderr}",
-                    output.status.code()
-                )
-            });
+        .await;
         Report {
             client,
-            code: output.status.code(),
-            report,
-            stderr,
+            code: output.code,
+            report: output.report,
+            stderr: output.stderr,
         }
     }
 

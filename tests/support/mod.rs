@@ -11,6 +11,7 @@ pub mod a2a;
 pub mod ag_ui;
 pub mod agentscope;
 mod client;
+pub mod interop;
 mod proxy;
 mod upstream;
 
