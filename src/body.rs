@@ -8,6 +8,7 @@ use http::header::{ALLOW, CONTENT_TYPE};
 use http::{HeaderMap, Method, Request, Response, StatusCode};
 use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
+use serde::Serialize;
 
 use crate::error::{Error, Result};
 
@@ -28,6 +29,29 @@ pub fn json_response(status: StatusCode, json: Vec<u8>) -> Response<Body> {
         http::HeaderValue::from_static("application/json"),
     );
     response
+}
+
+/// The answer to a request rejected before any stream, as the HTTP-native inbounds (AG-UI, AG-Kit) give it:
+/// the error's status and `{"error":{"code","message"}}` (CloudBase's servers answer so), with `Allow:
+/// allowed` on a 405.
+pub fn error_response(error: &Error, allowed: &'static str) -> Response<Body> {
+    #[derive(Serialize)]
+    struct ErrorBody<'a> {
+        error: ErrorDetail<'a>,
+    }
+    #[derive(Serialize)]
+    struct ErrorDetail<'a> {
+        code: &'a str,
+        message: &'a str,
+    }
+    let body = ErrorBody {
+        error: ErrorDetail {
+            code: error.code(),
+            message: error.message(),
+        },
+    };
+    let json = serde_json::to_vec(&body).unwrap_or_default();
+    with_allow(json_response(error.http_status(), json), allowed)
 }
 
 /// Adds the `Allow` header a 405 answer must carry.

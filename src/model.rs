@@ -236,6 +236,10 @@ pub enum InterruptKind {
     },
     /// Free input is needed to go on.
     InputRequired { text: String },
+    /// A pause only the upstream's own protocol describes (an AG-Kit `interrupt` with a reason of its own):
+    /// its reason and payload as the upstream gave them, passed through to an inbound that carries them and
+    /// shown as a question elsewhere.
+    Custom { reason: String, payload: Value },
 }
 
 impl InterruptKind {
@@ -247,6 +251,10 @@ impl InterruptKind {
             } => hint.clone(),
             Self::Approval { tool, .. } => format!("Approve the call of `{tool}`?"),
             Self::Question { text, .. } | Self::InputRequired { text } => text.clone(),
+            Self::Custom { reason, payload } => match payload {
+                Value::Null => reason.clone(),
+                payload => format!("{reason}: {payload}"),
+            },
         }
     }
 }

@@ -16,7 +16,7 @@ use tokio::sync::mpsc;
 
 use crate::error::{Error, Result};
 use crate::history::{self, ReplyLog};
-use crate::model::{Event, Resume, ResumeStatus, Role, Turn};
+use crate::model::{Event, History, Resume, ResumeStatus, Role, Turn};
 use crate::normalize::Normalizer;
 use crate::protocol::Outbound;
 use crate::store::{Key, Record, Store};
@@ -61,11 +61,17 @@ impl Translator {
             tenant: String::new(),
             conversation: turn.conversation.clone(),
         };
-        let mut context = RunContext::new(Record::default(), sender);
+        let mut context = RunContext::new(&turn, sender);
         context.record = match self.store.load(&key).await {
             Ok(record) => record.unwrap_or_default(),
             Err(error) => return context.finish(Err(error)).await,
         };
+        if let Err(error) = check_answers(&turn, &context.record) {
+            // Refused before anything reached the upstream; the conversation stays as it was.
+            return context.finish(Err(error)).await;
+        }
+        // Calls the client did not answer this turn lapse, as unanswered interrupts do.
+        context.record.pending_calls.clear();
         take_interrupt_answers(&mut turn, &mut context.record);
         context.reply = history::prepare(&mut turn, &mut context.record, self.outbound.history());
         match self.run_outbound(&turn, &mut context).await {
@@ -97,6 +103,38 @@ impl Translator {
             ))))),
             () = closed.closed() => None,
         }
+    }
+}
+
+/// A client that sends only what is new answers only what the conversation waits on: an answer to an
+/// interrupt or a tool call it was never asked, or answered already, is the client's mistake and never
+/// reaches the upstream. A full history repeats earlier answers by design, so it is not checked here.
+fn check_answers(turn: &Turn, record: &Record) -> Result<()> {
+    if turn.history != History::Delta {
+        return Ok(());
+    }
+    let is_pending_interrupt = |id: &str| record.pending_interrupts.iter().any(|i| i.id == id);
+    if let Some(resume) = turn
+        .resume
+        .iter()
+        .find(|r| !is_pending_interrupt(&r.interrupt_id))
+    {
+        return Err(Error::bad_request(format!(
+            "interrupt `{}` is not pending in this conversation",
+            resume.interrupt_id
+        )));
+    }
+    let unknown_call = turn
+        .messages
+        .iter()
+        .filter(|m| m.role == Role::Tool)
+        .map(|m| m.tool_call_id.as_deref().unwrap_or_default())
+        .find(|id| !record.pending_calls.iter().any(|c| c == id) && !is_pending_interrupt(id));
+    match unknown_call {
+        Some(id) => Err(Error::bad_request(format!(
+            "tool call `{id}` is not waiting for a result in this conversation"
+        ))),
+        None => Ok(()),
     }
 }
 
@@ -154,6 +192,8 @@ fn answer_payload(text: &str) -> Value {
 /// emit events.
 pub struct RunContext {
     pub record: Record,
+    /// The names of the tools the client executes itself: their calls wait for the client's answer.
+    client_tools: Vec<String>,
     reply: ReplyLog,
     normalizer: Normalizer,
     sender: mpsc::Sender<Event>,
@@ -161,9 +201,10 @@ pub struct RunContext {
 }
 
 impl RunContext {
-    fn new(record: Record, sender: mpsc::Sender<Event>) -> Self {
+    fn new(turn: &Turn, sender: mpsc::Sender<Event>) -> Self {
         Self {
-            record,
+            record: Record::default(),
+            client_tools: turn.tools.iter().map(|tool| tool.name.clone()).collect(),
             reply: ReplyLog::Nothing,
             normalizer: Normalizer::new(),
             sender,
@@ -187,8 +228,19 @@ impl RunContext {
     async fn send_ready(&mut self) -> Result<()> {
         let mut ready = std::mem::take(&mut self.ready);
         for event in ready.drain(..) {
-            if let Event::Interrupt(interrupt) = &event {
-                self.record.pending_interrupts.push(interrupt.clone());
+            match &event {
+                Event::Interrupt(interrupt) => {
+                    self.record.pending_interrupts.push(interrupt.clone());
+                }
+                Event::ToolCallStart { call_id, name, .. } if self.client_tools.contains(name) => {
+                    self.record.pending_calls.push(call_id.clone());
+                }
+                Event::ToolResult { call_id, .. } => {
+                    self.record
+                        .pending_calls
+                        .retain(|pending| pending != call_id);
+                }
+                _ => {}
             }
             self.reply.observe(&event, &mut self.record);
             if self.sender.send(event).await.is_err() {

@@ -8,6 +8,7 @@
 //! This file only picks the module a route names; what a protocol means lives in its module.
 
 pub mod a2a;
+pub mod ag_kit;
 pub mod ag_ui;
 pub mod agentscope;
 pub mod echo;
@@ -28,6 +29,7 @@ pub enum Inbound {
     AgUi(ag_ui::Inbound),
     A2a(a2a::Inbound),
     Agentscope(agentscope::Inbound),
+    AgKit(ag_kit::Inbound),
 }
 
 impl Inbound {
@@ -36,6 +38,7 @@ impl Inbound {
             Protocol::AgUi => Ok(Self::AgUi(ag_ui::Inbound::new(&route.translate))),
             Protocol::A2a => Ok(Self::A2a(a2a::Inbound::new(route))),
             Protocol::Agentscope => Ok(Self::Agentscope(agentscope::Inbound::new(route))),
+            Protocol::AgKit => Ok(Self::AgKit(ag_kit::Inbound::new())),
             other => Err(not_yet(&route.name, "inbound", other)),
         }
     }
@@ -46,6 +49,7 @@ impl Inbound {
             Self::AgUi(inbound) => inbound.handle(request, route).await,
             Self::A2a(inbound) => inbound.handle(request, route).await,
             Self::Agentscope(inbound) => inbound.handle(request, route).await,
+            Self::AgKit(inbound) => inbound.handle(request, route).await,
         }
     }
 }
@@ -57,6 +61,7 @@ pub enum Outbound {
     AgUi(ag_ui::Outbound),
     A2a(a2a::Outbound),
     Agentscope(agentscope::Outbound),
+    AgKit(ag_kit::Outbound),
     Echo(echo::Echo),
 }
 
@@ -84,6 +89,9 @@ impl Outbound {
             config::Outbound::Protocol(Protocol::Agentscope) => Ok(Self::Agentscope(
                 agentscope::Outbound::new(upstream()?, &route.translate),
             )),
+            config::Outbound::Protocol(Protocol::AgKit) => {
+                Ok(Self::AgKit(ag_kit::Outbound::new(upstream()?)))
+            }
             config::Outbound::Protocol(other) => Err(not_yet(&route.name, "outbound", other)),
         }
     }
@@ -92,7 +100,7 @@ impl Outbound {
     pub fn history(&self) -> History {
         match self {
             Self::AgUi(_) | Self::Agentscope(_) | Self::Echo(_) => History::Full,
-            Self::A2a(_) => History::Delta,
+            Self::A2a(_) | Self::AgKit(_) => History::Delta,
         }
     }
 
@@ -102,6 +110,7 @@ impl Outbound {
             Self::AgUi(outbound) => outbound.run(turn, context).await,
             Self::A2a(outbound) => outbound.run(turn, context).await,
             Self::Agentscope(outbound) => outbound.run(turn, context).await,
+            Self::AgKit(outbound) => outbound.run(turn, context).await,
             Self::Echo(echo) => echo.run(turn, context).await,
         }
     }

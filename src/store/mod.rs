@@ -33,6 +33,10 @@ pub struct Record {
     /// Interrupts the client has not answered yet.
     #[serde(default)]
     pub pending_interrupts: Vec<Interrupt>,
+    /// Calls of the client's own tools that the last run made and that the client has yet to answer with a
+    /// tool message.
+    #[serde(default)]
+    pub pending_calls: Vec<String>,
     /// Interrupts answered or left to lapse: an inbound that pauses with a tool call (AG-UI) keeps that
     /// call and its answer in the history it resends, and they must stay out of the upstream's history.
     #[serde(default)]

@@ -104,11 +104,17 @@ impl SseStream {
     /// The next event, or `None` when the stream ended. Fails the test if none arrives in time, or if the
     /// stream ends inside a frame.
     pub async fn next(&mut self) -> Option<Value> {
+        self.next_data().await.map(|data| parse(&data))
+    }
+
+    /// The joined `data:` lines of the next frame, as text (for payloads that are not JSON, such as
+    /// `[DONE]`), or `None` when the stream ended.
+    pub async fn next_data(&mut self) -> Option<String> {
         loop {
             if let Some(end) = find(&self.buf, b"\n\n") {
                 let frame: Vec<u8> = self.buf.drain(..end + 2).collect();
                 match data_of(&frame[..end]) {
-                    Some(data) => return Some(parse(&data)),
+                    Some(data) => return Some(data),
                     None => continue, // a comment
                 }
             }

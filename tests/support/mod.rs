@@ -2,12 +2,13 @@
 //! ([`Reply`], [`Upstream`]), and an HTTP client that reads SSE ([`post_json`], [`send`], [`SseStream`]).
 //!
 //! Everything binds `127.0.0.1:0`, every wait is bounded by [`WAIT`], and everything started stops when its
-//! handle is dropped. Protocol knowledge lives in one submodule per protocol ([`ag_ui`], [`a2a`], [`agentscope`]).
+//! handle is dropped. Protocol knowledge lives in one submodule per protocol ([`ag_ui`], [`a2a`], [`agentscope`], [`ag_kit`]).
 
 // Each test file compiles this module and uses a different part of it.
 #![allow(dead_code, unused_imports)]
 
 pub mod a2a;
+pub mod ag_kit;
 pub mod ag_ui;
 pub mod agentscope;
 mod client;

@@ -327,18 +327,26 @@ impl Encoder {
     }
 }
 
-/// What a paused task asks: the prompt as text, and a question's choices as a data part.
+/// What a paused task asks: the prompt as text, and a question's choices (or a custom pause's reason and
+/// payload) as a data part.
 fn question_parts(kind: &InterruptKind) -> Vec<wire::Part> {
     let mut parts = vec![wire::Part::text(kind.prompt())];
-    if let InterruptKind::Question { options, .. } = kind {
-        if !options.is_empty() {
-            let mut data = Map::new();
+    let mut data = Map::new();
+    match kind {
+        InterruptKind::Question { options, .. } if !options.is_empty() => {
             data.insert("options".to_owned(), json!(options));
-            parts.push(wire::Part::Data {
-                data,
-                metadata: None,
-            });
         }
+        InterruptKind::Custom { reason, payload } => {
+            data.insert("reason".to_owned(), json!(reason));
+            data.insert("payload".to_owned(), payload.clone());
+        }
+        _ => {}
+    }
+    if !data.is_empty() {
+        parts.push(wire::Part::Data {
+            data,
+            metadata: None,
+        });
     }
     parts
 }

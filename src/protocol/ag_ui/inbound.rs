@@ -62,7 +62,7 @@ impl Inbound {
     pub async fn handle(&self, request: Request<Incoming>, route: &Route) -> Response<Body> {
         match self.start(request, route).await {
             Ok(response) => response,
-            Err(error) => error_response(&error),
+            Err(error) => body::error_response(&error, "POST"),
         }
     }
 
@@ -84,18 +84,6 @@ impl Inbound {
             frames, HEARTBEAT,
         ))))
     }
-}
-
-/// The answer to a request rejected before any stream: the status and `{"error":{"code","message"}}`.
-fn error_response(error: &Error) -> Response<Body> {
-    let body = wire::ErrorBody {
-        error: wire::ErrorDetail {
-            code: error.code(),
-            message: error.message(),
-        },
-    };
-    let json = serde_json::to_vec(&body).unwrap_or_default();
-    body::with_allow(body::json_response(error.http_status(), json), "POST")
 }
 
 /// Decodes a `RunAgentInput` body into a turn.
@@ -268,6 +256,10 @@ impl Encoder {
             InterruptKind::InputRequired { text } => {
                 (&self.options.question_tool, json!({"question": text}))
             }
+            InterruptKind::Custom { reason, payload } => (
+                &self.options.question_tool,
+                json!({"question": interrupt.kind.prompt(), "reason": reason, "payload": payload}),
+            ),
         };
         let start = wire::Event::ToolCallStart {
             tool_call_id: Cow::Borrowed(&interrupt.id),
@@ -495,10 +487,11 @@ fn interrupt_to_wire(interrupt: Interrupt, prompt: String) -> wire::Interrupt {
         ),
         InterruptKind::Question { .. } => ("question", json!({"type": "string"})),
         InterruptKind::InputRequired { .. } => ("input_required", json!({"type": "string"})),
+        InterruptKind::Custom { reason, .. } => (reason.as_str(), json!({})),
     };
     wire::Interrupt {
-        id: interrupt.id,
         reason: reason.to_owned(),
+        id: interrupt.id,
         message: Some(prompt),
         tool_call_id: None,
         response_schema: Some(schema),

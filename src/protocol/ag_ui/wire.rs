@@ -430,15 +430,3 @@ pub struct TokenUsage {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub total_tokens: Option<u64>,
 }
-
-/// The error body a rejected request gets: `{"error":{"code","message"}}` (as CloudBase's AG-UI server).
-#[derive(Debug, Serialize)]
-pub struct ErrorBody<'a> {
-    pub error: ErrorDetail<'a>,
-}
-
-#[derive(Debug, Serialize)]
-pub struct ErrorDetail<'a> {
-    pub code: &'a str,
-    pub message: &'a str,
-}

@@ -433,6 +433,11 @@ impl<G> Encoder<G> {
                 self.options.question_tool.clone(),
                 json!({ "question": text }).to_string(),
             ),
+            InterruptKind::Custom { reason, payload } => (
+                reason.as_str(),
+                self.options.question_tool.clone(),
+                json!({ "question": prompt, "reason": reason, "payload": payload }).to_string(),
+            ),
         };
         let metadata = Map::from_iter([
             ("interrupt".to_owned(), Value::from(kind)),

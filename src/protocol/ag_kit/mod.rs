@@ -1,0 +1,17 @@
+//! AG-Kit send-message v0 (the legacy Tencent CloudBase protocol): the server keeps the history under
+//! `conversationId`, each `POST` carries only what is new (`messages`) or the answer to an interrupt
+//! (`resume`), and the reply is an SSE stream of lower-case events ending with `data: [DONE]`. See
+//! `specs/ag-kit.md`.
+
+mod inbound;
+mod outbound;
+pub mod wire;
+
+pub use inbound::{decode as decode_request, Encoder, Inbound};
+pub use outbound::{Decoder, Outbound};
+
+/// Interrupt reasons of the canonical pauses (`specs/ag-kit.md` §4.3); an upstream's own reasons pass
+/// through as they are.
+const APPROVAL: &str = "approval";
+const QUESTION: &str = "question";
+const INPUT_REQUIRED: &str = "input_required";

@@ -1,0 +1,609 @@
+//! AG-Kit outbound: we are the v0 client (`specs/ag-kit.md` §5). A turn becomes one `POST` of what the
+//! agent has not seen (`History::Delta`: the hub sends only the client's new messages) under the
+//! conversation's `conversationId`, or the `resume` of the interrupt the agent paused on; the v0 stream is
+//! decoded into canonical events, tolerating what legacy servers send (§5.2).
+
+use bytes::Bytes;
+use serde::Deserialize;
+use serde_json::{json, Value};
+use std::borrow::Cow;
+use tracing::{debug, info, warn};
+
+use super::{wire, APPROVAL, INPUT_REQUIRED, QUESTION};
+use crate::body;
+use crate::error::{Error, Result};
+use crate::model::{
+    Event, Interrupt, InterruptKind, MediaSource, Message, Outcome, Part, Resume, ResumeStatus,
+    Role, Turn,
+};
+use crate::protocol::ag_ui;
+use crate::sse::{self, SseReadError, SseReader};
+use crate::store::Record;
+use crate::translate::RunContext;
+use crate::upstream::Upstream;
+
+/// Record key: the `conversationId` this conversation has upstream.
+const CONVERSATION_ID: &str = "ag_kit.conversation_id";
+/// Record key: the interrupt the agent paused on; a `resume` of it is the next request.
+const INTERRUPT_ID: &str = "ag_kit.interrupt_id";
+/// The largest event accepted from an upstream.
+const MAX_EVENT_BYTES: usize = 10 * 1024 * 1024;
+/// How much of an answer that is not an event stream is read to explain it.
+const MAX_BODY_BYTES: usize = 64 * 1024;
+
+pub struct Outbound {
+    upstream: Upstream,
+}
+
+impl Outbound {
+    pub fn new(upstream: Upstream) -> Self {
+        Self { upstream }
+    }
+
+    pub async fn run(&self, turn: &Turn, context: &mut RunContext) -> Result<()> {
+        let request = request(turn, &mut context.record)?;
+        let body = serde_json::to_vec(&request).map_err(|e| {
+            Error::internal(format!("encoding the send-message request failed: {e}"))
+        })?;
+        let response = self
+            .upstream
+            .post_json(Bytes::from(body), "text/event-stream")
+            .await?;
+        if !sse::is_event_stream(response.headers()) {
+            let body = body::read_limited(response.into_body(), MAX_BODY_BYTES)
+                .await
+                .unwrap_or_default();
+            return Err(Error::upstream_malformed(format!(
+                "the AG-Kit upstream answered without an event stream: {}",
+                String::from_utf8_lossy(&body).trim()
+            )));
+        }
+        let mut reader = SseReader::new(response.into_body(), MAX_EVENT_BYTES);
+        let mut decoder = Decoder::default();
+        let mut events = Vec::new();
+        loop {
+            let over = match reader.next().await {
+                Ok(Some(frame)) => decoder.decode(&frame.data, &mut events),
+                // A clean end of the body ends the turn: `[DONE]` is optional in v0.
+                Ok(None) => {
+                    decoder.finish(&mut events);
+                    true
+                }
+                Err(SseReadError::Body(cause)) => {
+                    debug!("the upstream AG-Kit stream broke off: {cause}");
+                    return Err(Error::upstream_eof());
+                }
+                Err(SseReadError::Frame(e)) => {
+                    return Err(Error::upstream_malformed(format!(
+                        "reading the upstream AG-Kit stream failed: {e}"
+                    )))
+                }
+            };
+            // Kept before the events go out: the client may leave while they wait for it.
+            if let Some(interrupt_id) = decoder.take_interrupt() {
+                context
+                    .record
+                    .upstream
+                    .insert(INTERRUPT_ID.to_owned(), interrupt_id);
+            }
+            for event in events.drain(..) {
+                context.emit(event).await?;
+            }
+            if over {
+                return Ok(());
+            }
+        }
+    }
+}
+
+// --- The request -----------------------------------------------------------------------------------------
+
+/// The turn as one send-message request: the answer to the interrupt the agent waits on, if the turn has
+/// one, and the new messages, in the conversation's `conversationId` (minted on its first turn).
+fn request(turn: &Turn, record: &mut Record) -> Result<wire::SendMessageInput> {
+    let conversation_id = record
+        .upstream
+        .entry(CONVERSATION_ID.to_owned())
+        .or_insert_with(|| uuid::Uuid::new_v4().to_string())
+        .clone();
+    // The agent's interrupt is answered now or lapses: the client moved on.
+    let waiting = record.upstream.remove(INTERRUPT_ID);
+    let resume = waiting.and_then(|id| turn.resume.iter().find(|r| r.interrupt_id == id));
+    if turn.resume.len() > usize::from(resume.is_some()) {
+        debug!("resume entries for interrupts this AG-Kit conversation is not waiting on; ignored");
+    }
+    let messages: Vec<wire::Message> = turn.messages.iter().filter_map(message_to_wire).collect();
+    if messages.is_empty() && resume.is_none() {
+        return Err(Error::bad_request(
+            "the turn has nothing new for the AG-Kit agent: no user message, tool result or answer to its interrupt",
+        ));
+    }
+    Ok(wire::SendMessageInput {
+        messages: (!messages.is_empty() || resume.is_none()).then_some(messages),
+        tools: turn
+            .tools
+            .iter()
+            .map(|tool| wire::Tool {
+                name: tool.name.clone(),
+                description: tool.description.clone(),
+                // v0 clients send the schema as JSON text.
+                parameters: Some(Value::String(tool.parameters.to_string())),
+            })
+            .collect(),
+        conversation_id: Some(conversation_id),
+        resume: resume.map(resume_to_wire),
+    })
+}
+
+/// `payload` is the answer as JSON text; a dismissed interrupt is answered with `null`.
+fn resume_to_wire(resume: &Resume) -> wire::Resume {
+    let payload = match (resume.status, &resume.payload) {
+        (ResumeStatus::Resolved, Some(payload)) => payload.to_string(),
+        _ => Value::Null.to_string(),
+    };
+    wire::Resume {
+        interrupt_id: resume.interrupt_id.clone(),
+        payload: Value::String(payload),
+    }
+}
+
+/// A new message as v0 sends it: user text and tool results. The agent keeps its own instructions and its
+/// own replies, so system and assistant messages are not sent.
+fn message_to_wire(message: &Message) -> Option<wire::Message> {
+    let (role, tool_call_id) = match message.role {
+        Role::User => (wire::Role::User, None),
+        Role::Tool => (wire::Role::Tool, message.tool_call_id.clone()),
+        Role::System | Role::Developer => {
+            info!(message = %message.id,
+                "AG-Kit agents take no system or developer messages (they keep their own instructions); not sent");
+            return None;
+        }
+        Role::Assistant => {
+            debug!(message = %message.id, "assistant messages are not sent to an AG-Kit agent");
+            return None;
+        }
+    };
+    Some(wire::Message {
+        role,
+        content: flatten(&message.content),
+        tool_call_id,
+    })
+}
+
+/// v0 content is a string: text as it is, data as JSON text, media by its URL (or a placeholder naming it).
+fn flatten(parts: &[Part]) -> String {
+    let mut text = String::new();
+    for part in parts {
+        match part {
+            Part::Text(t) => text.push_str(t),
+            Part::Data(value) => text.push_str(&value.to_string()),
+            Part::Media(media) => {
+                info!("AG-Kit v0 messages are text only; an attachment is sent as its URL or name");
+                match &media.source {
+                    MediaSource::Url(url) => text.push_str(url),
+                    _ => {
+                        let name = media.filename.as_deref().or(media.mime_type.as_deref());
+                        text.push_str(&format!("[attachment: {}]", name.unwrap_or("file")));
+                    }
+                }
+            }
+        }
+    }
+    text
+}
+
+// --- The response ----------------------------------------------------------------------------------------
+
+/// Decodes an upstream v0 stream, one `data:` payload at a time, into canonical events. A stream whose first
+/// event is AG-UI (a current CloudBase server on the same path) is read as AG-UI from then on.
+#[derive(Default)]
+pub struct Decoder {
+    dialect: Dialect,
+    /// The interrupt the agent paused on, until the outbound keeps it.
+    interrupt: Option<String>,
+    interrupted: bool,
+    finished: bool,
+}
+
+#[derive(Default)]
+enum Dialect {
+    #[default]
+    Undetected,
+    V0,
+    AgUi(Box<ag_ui::Decoder>),
+}
+
+/// Only the `type` of an event, to tell the two dialects apart.
+#[derive(Deserialize)]
+struct Kind<'a> {
+    #[serde(rename = "type", borrow, default)]
+    kind: Option<Cow<'a, str>>,
+}
+
+impl Decoder {
+    /// Decodes one payload. Returns `true` when the turn is over (`[DONE]` or an error).
+    pub fn decode(&mut self, data: &str, out: &mut Vec<Event>) -> bool {
+        // The seed's own example pads payloads with tabs.
+        let data = data.trim();
+        if data == wire::DONE {
+            self.finish(out);
+            return true;
+        }
+        if let Dialect::Undetected = self.dialect {
+            self.dialect = detect(data);
+        }
+        if let Dialect::AgUi(decoder) = &mut self.dialect {
+            return decoder.decode(data, out).unwrap_or_else(|error| {
+                out.push(Event::RunError(error));
+                true
+            });
+        }
+        self.decode_v0(data, out)
+    }
+
+    /// At the end of the stream (or `[DONE]`): the end of the run.
+    pub fn finish(&mut self, out: &mut Vec<Event>) {
+        if std::mem::replace(&mut self.finished, true) {
+            return;
+        }
+        match &mut self.dialect {
+            Dialect::AgUi(decoder) => decoder.finish(out),
+            Dialect::V0 | Dialect::Undetected => out.push(Event::RunFinished {
+                outcome: if self.interrupted {
+                    Outcome::Interrupted
+                } else {
+                    Outcome::Completed
+                },
+                usage: None,
+            }),
+        }
+    }
+
+    /// The id of an interrupt decoded since the last call.
+    pub fn take_interrupt(&mut self) -> Option<String> {
+        self.interrupt.take()
+    }
+
+    fn decode_v0(&mut self, data: &str, out: &mut Vec<Event>) -> bool {
+        let event: wire::Event<'_> = match serde_json::from_str(data) {
+            Ok(event) => event,
+            Err(e) => return self.undecodable(data, e, out),
+        };
+        let event = match event {
+            wire::Event::Text { content } => Event::TextDelta {
+                message_id: String::new(),
+                delta: content.into_owned(),
+            },
+            wire::Event::Thinking { content } => Event::ReasoningDelta {
+                message_id: String::new(),
+                delta: content.into_owned(),
+            },
+            wire::Event::ToolCallStart {
+                tool_call_id,
+                tool_call_name,
+            } => Event::ToolCallStart {
+                call_id: tool_call_id.into_owned(),
+                name: tool_call_name.into_owned(),
+                parent_message_id: None,
+            },
+            wire::Event::ToolCallArgs {
+                tool_call_id,
+                delta,
+            } => Event::ToolCallArgs {
+                call_id: tool_call_id.into_owned(),
+                delta: delta.into_owned(),
+            },
+            wire::Event::ToolCallEnd { tool_call_id } => Event::ToolCallEnd {
+                call_id: tool_call_id.into_owned(),
+            },
+            wire::Event::ToolResult {
+                tool_call_id,
+                result,
+            } => Event::ToolResult {
+                call_id: tool_call_id.into_owned(),
+                message_id: String::new(),
+                content: match result {
+                    Value::String(text) => text,
+                    other => other.to_string(),
+                },
+                is_error: false,
+            },
+            wire::Event::Interrupt {
+                id,
+                reason,
+                payload,
+            } => {
+                self.interrupt = Some(id.clone());
+                self.interrupted = true;
+                Event::Interrupt(interrupt_from_wire(id, reason, payload))
+            }
+            wire::Event::Error { code, message } => {
+                out.push(agent_error(code, message));
+                return true;
+            }
+            wire::Event::Unknown => {
+                debug!("dropping an AG-Kit event type this proxy does not translate");
+                return false;
+            }
+        };
+        out.push(event);
+        false
+    }
+
+    /// A payload that is no v0 event: an error object (`{"error": …}`, shape unconfirmed) ends the run;
+    /// anything else is skipped, as `useChat` skips it.
+    fn undecodable(&mut self, data: &str, cause: serde_json::Error, out: &mut Vec<Event>) -> bool {
+        #[derive(Deserialize)]
+        struct ErrorObject {
+            error: Value,
+        }
+        match serde_json::from_str::<ErrorObject>(data) {
+            Ok(ErrorObject { error }) => {
+                let (code, message) = match error {
+                    Value::String(message) => (None, message),
+                    Value::Object(fields) => (
+                        fields.get("code").map(|code| match code {
+                            Value::String(code) => code.clone(),
+                            other => other.to_string(),
+                        }),
+                        fields.get("message").and_then(Value::as_str).map_or_else(
+                            || Value::Object(fields.clone()).to_string(),
+                            str::to_owned,
+                        ),
+                    ),
+                    other => (None, other.to_string()),
+                };
+                out.push(agent_error(code, message));
+                true
+            }
+            Err(_) => {
+                warn!("skipping an upstream AG-Kit frame that is not a v0 event ({cause}): {data}");
+                false
+            }
+        }
+    }
+}
+
+/// The dialect of a stream, from its first event: AG-UI event types are upper case.
+fn detect(data: &str) -> Dialect {
+    let kind = serde_json::from_str::<Kind<'_>>(data)
+        .ok()
+        .and_then(|k| k.kind);
+    if kind.is_some_and(|kind| kind.starts_with(|c: char| c.is_ascii_uppercase())) {
+        warn!("the AG-Kit upstream answers with AG-UI events (a current CloudBase server); reading AG-UI. Configure the route with outbound = \"ag-ui\" to send it the whole history");
+        return Dialect::AgUi(Box::default());
+    }
+    Dialect::V0
+}
+
+fn agent_error(code: Option<String>, message: String) -> Event {
+    Event::RunError(Error::upstream_agent(
+        code.unwrap_or_else(|| "UPSTREAM_ERROR".to_owned()),
+        message,
+    ))
+}
+
+/// An upstream interrupt: the canonical pauses this proxy's own AG-Kit inbound writes are read back as
+/// such (`specs/ag-kit.md` §4.3); any other reason is the agent's own, passed through.
+fn interrupt_from_wire(id: String, reason: String, payload: Value) -> Interrupt {
+    let text = |key: &str| payload.get(key).and_then(Value::as_str).map(str::to_owned);
+    let kind = match reason.as_str() {
+        APPROVAL if text("toolName").is_some() => InterruptKind::Approval {
+            tool: text("toolName").unwrap_or_default(),
+            args: payload.get("args").cloned().unwrap_or_else(|| json!({})),
+            hint: text("hint"),
+        },
+        QUESTION if text("question").is_some() => InterruptKind::Question {
+            text: text("question").unwrap_or_default(),
+            options: payload
+                .get("options")
+                .and_then(Value::as_array)
+                .map(|options| {
+                    options
+                        .iter()
+                        .filter_map(Value::as_str)
+                        .map(str::to_owned)
+                        .collect()
+                })
+                .unwrap_or_default(),
+        },
+        INPUT_REQUIRED if text("message").is_some() => InterruptKind::InputRequired {
+            text: text("message").unwrap_or_default(),
+        },
+        _ => InterruptKind::Custom { reason, payload },
+    };
+    Interrupt { id, kind }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn decode_all(frames: &[&str]) -> Vec<Event> {
+        let mut decoder = Decoder::default();
+        let mut out = Vec::new();
+        for frame in frames {
+            if decoder.decode(frame, &mut out) {
+                return out;
+            }
+        }
+        decoder.finish(&mut out);
+        out
+    }
+
+    #[test]
+    fn v0_events_become_canonical_events() {
+        let events = decode_all(&[
+            r#"{"type":"text","content":"Hello"}"#,
+            "\t{\"type\":\"tool-call-start\",\"toolCallId\":\"s1\",\"toolCallName\":\"get_weather\"}\t",
+            r#"{"type":"tool-call-args","toolCallId":"s1","delta":"{}"}"#,
+            r#"{"type":"tool-call-end","toolCallId":"s1"}"#,
+            r#"{"type":"tool-result","toolCallId":"s1","result":{"sky":"clear"}}"#,
+            r#"{"type":"mystery"}"#,
+            "[DONE]",
+        ]);
+        assert_eq!(events.len(), 6, "{events:#?}");
+        assert!(matches!(&events[0], Event::TextDelta { delta, .. } if delta == "Hello"));
+        assert!(
+            matches!(&events[1], Event::ToolCallStart { call_id, name, .. } if call_id == "s1" && name == "get_weather")
+        );
+        assert!(
+            matches!(&events[4], Event::ToolResult { content, .. } if content == r#"{"sky":"clear"}"#)
+        );
+        assert!(matches!(
+            &events[5],
+            Event::RunFinished {
+                outcome: Outcome::Completed,
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn interrupts_keep_their_id_and_the_run_pauses() {
+        let mut decoder = Decoder::default();
+        let mut out = Vec::new();
+        decoder.decode(
+            r#"{"type":"interrupt","id":"int_1","reason":"waiting_for_user_selection","payload":{"steps":[]}}"#,
+            &mut out,
+        );
+        assert_eq!(decoder.take_interrupt().as_deref(), Some("int_1"));
+        decoder.finish(&mut out);
+        assert!(
+            matches!(&out[0], Event::Interrupt(Interrupt { id, kind: InterruptKind::Custom { reason, payload } })
+            if id == "int_1" && reason == "waiting_for_user_selection" && payload == &json!({"steps": []}))
+        );
+        assert!(matches!(
+            &out[1],
+            Event::RunFinished {
+                outcome: Outcome::Interrupted,
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn the_proxys_own_interrupt_reasons_read_back_as_canonical_pauses() {
+        let approval = interrupt_from_wire(
+            "i".into(),
+            "approval".into(),
+            json!({"toolName": "Shell", "args": {"command": "ls"}}),
+        );
+        assert!(
+            matches!(approval.kind, InterruptKind::Approval { tool, args, hint: None } if tool == "Shell" && args == json!({"command": "ls"}))
+        );
+        let question = interrupt_from_wire(
+            "i".into(),
+            "question".into(),
+            json!({"question": "Which city?", "options": ["Paris", "Rome"]}),
+        );
+        assert!(
+            matches!(question.kind, InterruptKind::Question { text, options } if text == "Which city?" && options == ["Paris", "Rome"])
+        );
+        let bare = interrupt_from_wire("i".into(), "approval".into(), json!("yes?"));
+        assert!(matches!(bare.kind, InterruptKind::Custom { .. }));
+    }
+
+    #[test]
+    fn error_frames_end_the_run_with_the_agents_error() {
+        for frame in [
+            r#"{"type":"error","code":"RATE_LIMIT","message":"slow down"}"#,
+            r#"{"error":{"code":"RATE_LIMIT","message":"slow down"}}"#,
+        ] {
+            let events = decode_all(&[frame, r#"{"type":"text","content":"late"}"#]);
+            assert_eq!(events.len(), 1);
+            let Event::RunError(error) = &events[0] else {
+                panic!("{events:?}")
+            };
+            assert_eq!(error.code(), "RATE_LIMIT");
+            assert_eq!(error.message(), "slow down");
+        }
+    }
+
+    #[test]
+    fn an_ag_ui_stream_on_the_path_is_read_as_ag_ui() {
+        let events = decode_all(&[
+            r#"{"type":"RUN_STARTED","threadId":"t","runId":"r"}"#,
+            r#"{"type":"TEXT_MESSAGE_CONTENT","messageId":"m","delta":"Hi"}"#,
+            r#"{"type":"RUN_FINISHED","threadId":"t","runId":"r"}"#,
+        ]);
+        assert!(matches!(&events[1], Event::TextDelta { delta, .. } if delta == "Hi"));
+        assert!(events.last().is_some_and(Event::is_terminal));
+    }
+
+    fn user(text: &str) -> Message {
+        Message::text_message("u", Role::User, text)
+    }
+
+    #[test]
+    fn the_request_is_the_delta_in_one_conversation_with_string_schemas() {
+        let mut record = Record::default();
+        let mut answer = Message::text_message("t", Role::Tool, "blue");
+        answer.tool_call_id = Some("c1".into());
+        let turn = Turn {
+            messages: vec![
+                Message::text_message("s", Role::System, "be brief"),
+                user("hi"),
+                answer,
+            ],
+            tools: vec![crate::model::Tool {
+                name: "paint".into(),
+                description: "Paints".into(),
+                parameters: json!({"type": "object"}),
+            }],
+            ..Turn::default()
+        };
+        let first = serde_json::to_value(request(&turn, &mut record).unwrap()).unwrap();
+        let conversation = first["conversationId"].as_str().unwrap().to_owned();
+        assert!(uuid::Uuid::parse_str(&conversation).is_ok());
+        assert_eq!(
+            first["messages"],
+            json!([{"role": "user", "content": "hi"}, {"role": "tool", "content": "blue", "toolCallId": "c1"}])
+        );
+        assert_eq!(
+            first["tools"],
+            json!([{"name": "paint", "description": "Paints", "parameters": "{\"type\":\"object\"}"}])
+        );
+        assert!(first.get("resume").is_none());
+
+        let second = serde_json::to_value(
+            request(
+                &Turn {
+                    messages: vec![user("again")],
+                    ..Turn::default()
+                },
+                &mut record,
+            )
+            .unwrap(),
+        )
+        .unwrap();
+        assert_eq!(second["conversationId"], conversation.as_str());
+        assert!(second.get("tools").is_none(), "no tools, no key");
+    }
+
+    #[test]
+    fn an_answer_to_the_waiting_interrupt_is_a_resume_without_messages() {
+        let mut record = Record::default();
+        record
+            .upstream
+            .insert(INTERRUPT_ID.to_owned(), "int_1".to_owned());
+        let turn = Turn {
+            resume: vec![Resume {
+                interrupt_id: "int_1".into(),
+                status: ResumeStatus::Resolved,
+                payload: Some(json!({"selected": [0, 2]})),
+            }],
+            ..Turn::default()
+        };
+        let body = serde_json::to_value(request(&turn, &mut record).unwrap()).unwrap();
+        assert_eq!(
+            body["resume"],
+            json!({"interruptId": "int_1", "payload": "{\"selected\":[0,2]}"})
+        );
+        assert!(body.get("messages").is_none());
+        assert!(!record.upstream.contains_key(INTERRUPT_ID));
+
+        let error = request(&turn, &mut record).unwrap_err();
+        assert!(error.is_client(), "answered once, the interrupt is gone");
+    }
+}
