@@ -16,7 +16,7 @@ use tokio::sync::mpsc;
 
 use crate::error::{Error, Result};
 use crate::history::{self, ReplyLog};
-use crate::model::{Event, History, Resume, ResumeStatus, Role, Turn};
+use crate::model::{Event, History, Interrupt, Resume, ResumeStatus, Role, Turn};
 use crate::normalize::Normalizer;
 use crate::protocol::Outbound;
 use crate::store::{Key, Record, Store};
@@ -55,12 +55,26 @@ impl Translator {
         EventStream { receiver }
     }
 
-    async fn run(&self, mut turn: Turn, sender: mpsc::Sender<Event>) {
-        let key = Key {
+    /// The interrupt `interrupt_id` if the conversation waits on it: for an inbound whose answers take a
+    /// shape that depends on what was asked.
+    pub async fn pending_interrupt(&self, conversation: &str, interrupt_id: &str) -> Option<Interrupt> {
+        let record = self.store.load(&self.key(conversation)).await.ok()??;
+        record
+            .pending_interrupts
+            .into_iter()
+            .find(|interrupt| interrupt.id == interrupt_id)
+    }
+
+    fn key(&self, conversation: &str) -> Key {
+        Key {
             route: self.route.clone(),
             tenant: String::new(),
-            conversation: turn.conversation.clone(),
-        };
+            conversation: conversation.to_owned(),
+        }
+    }
+
+    async fn run(&self, mut turn: Turn, sender: mpsc::Sender<Event>) {
+        let key = self.key(&turn.conversation);
         let mut context = RunContext::new(&turn, sender);
         context.record = match self.store.load(&key).await {
             Ok(record) => record.unwrap_or_default(),
@@ -269,7 +283,7 @@ impl Stream for EventStream {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{Interrupt, InterruptKind, Message};
+    use crate::model::{InterruptKind, Message};
 
     fn question(id: &str) -> Interrupt {
         Interrupt {

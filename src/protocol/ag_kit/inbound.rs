@@ -70,9 +70,17 @@ impl Inbound {
         body::expect_method(&request, Method::POST)?;
         body::expect_json(request.headers())?;
         let bytes = body::read_limited(request.into_body(), route.max_body).await?;
-        let turn = decode(&bytes)?;
-        let conversation = HeaderValue::from_str(&turn.conversation).ok();
+        let mut turn = decode(&bytes)?;
         let translator = Arc::clone(&route.translator);
+        for resume in &mut turn.resume {
+            let asked = translator
+                .pending_interrupt(&turn.conversation, &resume.interrupt_id)
+                .await;
+            if let (Some(asked), Some(payload)) = (asked, &mut resume.payload) {
+                read_answer(&asked.kind, payload);
+            }
+        }
+        let conversation = HeaderValue::from_str(&turn.conversation).ok();
         let mut response = respond(translator.start(turn)).await?;
         if let Some(conversation) = conversation {
             response
@@ -216,25 +224,33 @@ fn tool_from_wire(tool: wire::Tool) -> Result<Tool> {
     })
 }
 
-/// `payload` is JSON text; text that is not JSON is taken as the answer itself. A question's answer in the
-/// shape this proxy asks for (`{"response": "…"}`) is that text, as every other inbound gives it.
+/// `payload` is JSON text; text that is not JSON is taken as the answer itself.
 fn resume_from_wire(resume: wire::Resume) -> Resume {
     let payload = match resume.payload {
         Value::String(text) => serde_json::from_str(&text).unwrap_or(Value::String(text)),
-        other => other,
-    };
-    let payload = match payload {
-        Value::Object(mut fields)
-            if fields.len() == 1 && fields.get("response").is_some_and(Value::is_string) =>
-        {
-            fields.remove("response").unwrap_or_default()
-        }
         other => other,
     };
     Resume {
         interrupt_id: resume.interrupt_id,
         status: ResumeStatus::Resolved,
         payload: Some(payload),
+    }
+}
+
+/// The answer to a question or a request for input, in the shape our interrupt asked for
+/// (`{"response": "…"}`), is its text, as every other inbound gives it. Answers to approvals and to an
+/// upstream's own interrupts stay as the client wrote them.
+fn read_answer(asked: &InterruptKind, payload: &mut Value) {
+    if !matches!(
+        asked,
+        InterruptKind::Question { .. } | InterruptKind::InputRequired { .. }
+    ) {
+        return;
+    }
+    if let Value::Object(fields) = payload {
+        if let (1, Some(Value::String(text))) = (fields.len(), fields.get_mut("response")) {
+            *payload = Value::String(std::mem::take(text));
+        }
     }
 }
 
@@ -393,13 +409,28 @@ mod tests {
             resume("{\"approved\":true}").payload,
             Some(json!({"approved": true}))
         );
-        assert_eq!(
-            resume("{\"response\":\"Paris\"}").payload,
-            Some(json!("Paris"))
-        );
         assert_eq!(resume("\"Paris\"").payload, Some(json!("Paris")));
         assert_eq!(resume("not json").payload, Some(json!("not json")));
         assert_eq!(resume("{\"selected\":[0,2]}").interrupt_id, "int_1");
+    }
+
+    #[test]
+    fn a_question_answered_in_the_asked_shape_is_its_text_other_answers_stay_whole() {
+        let question = InterruptKind::Question {
+            text: "Which city?".into(),
+            options: Vec::new(),
+        };
+        let mut answer = json!({"response": "Paris"});
+        read_answer(&question, &mut answer);
+        assert_eq!(answer, json!("Paris"));
+
+        let custom = InterruptKind::Custom {
+            reason: "waiting_for_user_selection".into(),
+            payload: json!({}),
+        };
+        let mut answer = json!({"response": "Paris"});
+        read_answer(&custom, &mut answer);
+        assert_eq!(answer, json!({"response": "Paris"}));
     }
 
     #[test]

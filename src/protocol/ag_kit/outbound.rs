@@ -233,10 +233,16 @@ impl Decoder {
             self.dialect = detect(data);
         }
         if let Dialect::AgUi(decoder) = &mut self.dialect {
-            return decoder.decode(data, out).unwrap_or_else(|error| {
+            let over = decoder.decode(data, out).unwrap_or_else(|error| {
                 out.push(Event::RunError(error));
                 true
             });
+            // Finished: a server that keeps the connection open must not keep the client waiting.
+            if decoder.holds_finish() {
+                self.finish(out);
+                return true;
+            }
+            return over;
         }
         self.decode_v0(data, out)
     }
