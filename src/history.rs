@@ -62,27 +62,42 @@ impl ReplyLog {
 
 /// Full history toward an upstream that keeps its own: only the client's messages not sent before, and
 /// none of the messages the proxy itself streamed to the client. A history that no longer holds a message
-/// already sent was rewritten (an edit, a branch): the upstream conversation starts afresh.
+/// already sent was rewritten (an edit, a branch), and one with nothing new and no answer asks again for an
+/// answer the upstream already gave (a regenerate, a retry): either way the upstream conversation starts
+/// afresh, and the whole history is new to it.
 fn keep_unseen(turn: &mut Turn, record: &mut Record) {
+    let is_new = |m: &Message, record: &Record| {
+        !record.sent.contains(&m.id) && !record.produced.contains(&m.id)
+    };
     let ids: HashSet<&str> = turn.messages.iter().map(|m| m.id.as_str()).collect();
-    if let Some(missing) = record.sent.iter().find(|id| !ids.contains(id.as_str())) {
+    let rewritten = record.sent.iter().find(|id| !ids.contains(id.as_str()));
+    let asks_again = !record.sent.is_empty()
+        && turn.resume.is_empty()
+        && !turn.messages.iter().any(|m| is_new(m, record));
+    if let Some(missing) = rewritten {
         tracing::info!(
             conversation = %turn.conversation,
             "history no longer holds message {missing}; starting a fresh upstream conversation"
         );
-        record.upstream.clear();
-        record.sent.clear();
-        record.produced.clear();
+        forget_upstream(record);
+    } else if asks_again {
+        tracing::info!(
+            conversation = %turn.conversation,
+            "history has nothing new and answers nothing (a regenerated answer); starting a fresh upstream conversation"
+        );
+        forget_upstream(record);
     }
-    let seen: HashSet<&String> = record.sent.iter().chain(&record.produced).collect();
-    let unseen: Vec<Message> = turn
-        .messages
-        .drain(..)
-        .filter(|m| !seen.contains(&m.id))
-        .collect();
-    record.sent.extend(unseen.iter().map(|m| m.id.clone()));
-    turn.messages = unseen;
+    turn.messages.retain(|m| is_new(m, record));
+    record
+        .sent
+        .extend(turn.messages.iter().map(|m| m.id.clone()));
     turn.history = History::Delta;
+}
+
+fn forget_upstream(record: &mut Record) {
+    record.upstream.clear();
+    record.sent.clear();
+    record.produced.clear();
 }
 
 /// The ids of the messages a client builds from the events the proxy streamed to it, so that they are not
@@ -253,6 +268,37 @@ mod tests {
             "the old upstream conversation is forgotten"
         );
         assert_eq!(record.sent, ["u1-edited"]);
+    }
+
+    #[test]
+    fn asking_again_with_nothing_new_starts_a_fresh_upstream_conversation() {
+        let mut record = Record::default();
+        let mut reply = prepare(
+            &mut full_turn(vec![user("u1", "Hi")]),
+            &mut record,
+            History::Delta,
+        );
+        reply.observe(
+            &Event::TextStart {
+                message_id: "reply-1".into(),
+                role: Role::Assistant,
+            },
+            &mut record,
+        );
+        record
+            .upstream
+            .insert("ag_kit.conversation_id".into(), "c1".into());
+
+        // The client dropped the reply and runs the same history again (regenerate).
+        let mut again = full_turn(vec![user("u1", "Hi")]);
+        prepare(&mut again, &mut record, History::Delta);
+
+        assert_eq!(
+            ids(&again),
+            ["u1"],
+            "the whole history is new to a fresh conversation"
+        );
+        assert!(record.upstream.is_empty());
     }
 
     #[test]

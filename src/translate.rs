@@ -57,7 +57,11 @@ impl Translator {
 
     /// The interrupt `interrupt_id` if the conversation waits on it: for an inbound whose answers take a
     /// shape that depends on what was asked.
-    pub async fn pending_interrupt(&self, conversation: &str, interrupt_id: &str) -> Option<Interrupt> {
+    pub async fn pending_interrupt(
+        &self,
+        conversation: &str,
+        interrupt_id: &str,
+    ) -> Option<Interrupt> {
         let record = self.store.load(&self.key(conversation)).await.ok()??;
         record
             .pending_interrupts
