@@ -204,6 +204,61 @@ pub struct Resume {
     pub payload: Option<Value>,
 }
 
+impl Resume {
+    /// What a resume entry says about an approval: `(approve, reason)`.
+    ///
+    /// - status `cancelled` → not approved;
+    /// - no payload (or `null`) → approved: resolving an approval without saying more is taken as consent;
+    /// - `true` / `false`; a number (non-zero approves);
+    /// - a string: `yes`, `y`, `true`, `ok`, `approve(d)`, `accept(ed)`, `allow(ed)`, `confirm(ed)` approve;
+    ///   `no`, `n`, `false`, `deny`, `denied`, `reject(ed)`, `decline(d)`, `cancel(led)` refuse; any other text
+    ///   refuses and is passed on as the `reason`;
+    /// - an object: the first boolean of `approved`, `approve`, `accepted`, `confirmed`, else the first string of
+    ///   `status`, `decision`, `answer` read as above; `reason` (or `message`, `comment`) becomes the reason. An
+    ///   object that says none of this refuses.
+    ///
+    /// Anything unclear refuses: an unintended approval can run a tool the user did not agree to.
+    pub fn approval(&self) -> (bool, Option<String>) {
+        if self.status == ResumeStatus::Cancelled {
+            return (false, None);
+        }
+        match self.payload.as_ref().unwrap_or(&Value::Null) {
+            Value::Null => (true, None),
+            Value::Bool(approve) => (*approve, None),
+            Value::Number(n) => (n.as_f64().is_some_and(|n| n != 0.0), None),
+            Value::String(text) => match word_answer(text) {
+                Some(approve) => (approve, None),
+                None => (false, Some(text.clone())),
+            },
+            Value::Object(map) => {
+                let reason = ["reason", "message", "comment"]
+                    .iter()
+                    .find_map(|key| map.get(*key).and_then(Value::as_str))
+                    .map(str::to_owned);
+                let flag = ["approved", "approve", "accepted", "confirmed"]
+                    .iter()
+                    .find_map(|key| map.get(*key).and_then(Value::as_bool));
+                let word = ["status", "decision", "answer"]
+                    .iter()
+                    .find_map(|key| map.get(*key).and_then(Value::as_str))
+                    .and_then(word_answer);
+                (flag.or(word).unwrap_or(false), reason)
+            }
+            Value::Array(_) => (false, None),
+        }
+    }
+}
+
+fn word_answer(text: &str) -> Option<bool> {
+    match text.trim().to_ascii_lowercase().as_str() {
+        "yes" | "y" | "true" | "ok" | "okay" | "approve" | "approved" | "accept" | "accepted"
+        | "allow" | "allowed" | "confirm" | "confirmed" => Some(true),
+        "no" | "n" | "false" | "deny" | "denied" | "reject" | "rejected" | "decline"
+        | "declined" | "cancel" | "cancelled" | "canceled" => Some(false),
+        _ => None,
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ResumeStatus {
@@ -382,4 +437,51 @@ pub struct Artifact {
 /// A fresh unique id with a readable prefix (`msg_…`, `call_…`).
 pub fn new_id(prefix: &str) -> String {
     format!("{prefix}_{}", uuid::Uuid::new_v4().simple())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn resume(status: ResumeStatus, payload: Option<Value>) -> Resume {
+        Resume {
+            interrupt_id: "apr_1".into(),
+            status,
+            payload,
+        }
+    }
+
+    #[test]
+    fn approval_answers_read_booleans_words_and_objects() {
+        use ResumeStatus::{Cancelled, Resolved};
+        let cases = [
+            (resume(Resolved, None), (true, None)),
+            (resume(Resolved, Some(json!(true))), (true, None)),
+            (resume(Resolved, Some(json!(false))), (false, None)),
+            (resume(Resolved, Some(json!("Yes"))), (true, None)),
+            (resume(Resolved, Some(json!(" no "))), (false, None)),
+            (
+                resume(Resolved, Some(json!("only on Fridays"))),
+                (false, Some("only on Fridays".to_owned())),
+            ),
+            (
+                resume(Resolved, Some(json!({"approved": true, "reason": "fine"}))),
+                (true, Some("fine".to_owned())),
+            ),
+            (
+                resume(Resolved, Some(json!({"status": "rejected"}))),
+                (false, None),
+            ),
+            (
+                resume(Resolved, Some(json!({"something": 1}))),
+                (false, None),
+            ),
+            (resume(Resolved, Some(json!(1))), (true, None)),
+            (resume(Cancelled, Some(json!(true))), (false, None)),
+        ];
+        for (resume, expected) in cases {
+            assert_eq!(resume.approval(), expected, "{resume:?}");
+        }
+    }
 }

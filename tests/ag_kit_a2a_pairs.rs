@@ -764,7 +764,7 @@ async fn a2a_to_agkit_canceling_the_paused_task_declines_the_interrupt_with_a_nu
 }
 
 #[tokio::test]
-async fn a2a_to_agkit_approval_interrupt_answered_in_text_reaches_the_agent_as_that_text() {
+async fn a2a_to_agkit_approval_answered_in_words_reaches_the_agent_as_a_decision() {
     let agent = Upstream::serve([
         kit::reply([kit::interrupt(
             "int_1",
@@ -786,8 +786,31 @@ async fn a2a_to_agkit_approval_interrupt_answered_in_text_reaches_the_agent_as_t
     assert_eq!(a2a::streamed_text(&resumed), "Cleaned up.");
     assert_eq!(
         agent.received()[1].body["resume"],
-        json!({"interruptId": "int_1", "payload": "\"yes\""}),
-        "an A2A answer is text; the v0 agent gets it as JSON text"
+        json!({"interruptId": "int_1", "payload": "{\"approved\":true}"}),
+        "an A2A answer is text; an approval's answer reaches the v0 agent as its decision"
+    );
+}
+
+#[tokio::test]
+async fn a2a_to_agkit_approval_refused_in_words_keeps_them_as_the_reason() {
+    let agent = Upstream::serve([
+        kit::reply([kit::interrupt(
+            "int_1",
+            "approval",
+            json!({"toolName": "Shell", "args": {"command": "rm -rf ./old-logs"}}),
+        )]),
+        kit::reply([kit::text("Left them alone.")]),
+    ])
+    .await;
+    let proxy = a2a_to_agkit(&agent).await;
+    let url = proxy.url(PATH);
+    let paused = a2a::stream_to_end(&url, a2a::message("Clean the logs")).await;
+
+    a2a::stream_to_end(&url, a2a::answer_to(paused.last().unwrap(), "not today")).await;
+
+    assert_eq!(
+        agent.received()[1].body["resume"]["payload"],
+        "{\"approved\":false,\"reason\":\"not today\"}"
     );
 }
 

@@ -26,6 +26,8 @@ use crate::upstream::Upstream;
 const CONVERSATION_ID: &str = "ag_kit.conversation_id";
 /// Record key: the interrupt the agent paused on; a `resume` of it is the next request.
 const INTERRUPT_ID: &str = "ag_kit.interrupt_id";
+/// Record key, present when that interrupt asks for an approval: the answer is `{"approved": …}`.
+const INTERRUPT_IS_APPROVAL: &str = "ag_kit.interrupt_is_approval";
 /// The largest event accepted from an upstream.
 const MAX_EVENT_BYTES: usize = 10 * 1024 * 1024;
 /// How much of an answer that is not an event stream is read to explain it.
@@ -79,12 +81,11 @@ impl Outbound {
                     )))
                 }
             };
-            // Kept before the events go out: the client may leave while they wait for it.
-            if let Some(interrupt_id) = decoder.take_interrupt() {
-                context
-                    .record
-                    .upstream
-                    .insert(INTERRUPT_ID.to_owned(), interrupt_id);
+            for event in &events {
+                // Kept before the events go out: the client may leave while they wait for it.
+                if let Event::Interrupt(interrupt) = event {
+                    remember_interrupt(interrupt, &mut context.record);
+                }
             }
             for event in events.drain(..) {
                 context.emit(event).await?;
@@ -93,6 +94,17 @@ impl Outbound {
                 return Ok(());
             }
         }
+    }
+}
+
+fn remember_interrupt(interrupt: &Interrupt, record: &mut Record) {
+    record
+        .upstream
+        .insert(INTERRUPT_ID.to_owned(), interrupt.id.clone());
+    if matches!(interrupt.kind, InterruptKind::Approval { .. }) {
+        record
+            .upstream
+            .insert(INTERRUPT_IS_APPROVAL.to_owned(), String::new());
     }
 }
 
@@ -108,6 +120,7 @@ fn request(turn: &Turn, record: &mut Record) -> Result<wire::SendMessageInput> {
         .clone();
     // The agent's interrupt is answered now or lapses: the client moved on.
     let waiting = record.upstream.remove(INTERRUPT_ID);
+    let approval = record.upstream.remove(INTERRUPT_IS_APPROVAL).is_some();
     let resume = waiting.and_then(|id| turn.resume.iter().find(|r| r.interrupt_id == id));
     if turn.resume.len() > usize::from(resume.is_some()) {
         debug!("resume entries for interrupts this AG-Kit conversation is not waiting on; ignored");
@@ -131,19 +144,33 @@ fn request(turn: &Turn, record: &mut Record) -> Result<wire::SendMessageInput> {
             })
             .collect(),
         conversation_id: Some(conversation_id),
-        resume: resume.map(resume_to_wire),
+        resume: resume.map(|resume| resume_to_wire(resume, approval)),
     })
 }
 
-/// `payload` is the answer as JSON text; a dismissed interrupt is answered with `null`.
-fn resume_to_wire(resume: &Resume) -> wire::Resume {
-    let payload = match (resume.status, &resume.payload) {
-        (ResumeStatus::Resolved, Some(payload)) => payload.to_string(),
-        _ => Value::Null.to_string(),
+/// `payload` is the answer as JSON text. An approval is answered `{"approved": …}` (with the `reason` the
+/// answer gave), whatever words the client used (`specs/ag-kit.md` §4.3), unless the client already answered
+/// in that shape; another dismissed interrupt is answered `null`.
+fn resume_to_wire(resume: &Resume, approval: bool) -> wire::Resume {
+    let answered = resume.payload.as_ref().filter(|payload| {
+        resume.status == ResumeStatus::Resolved
+            && (!approval || payload.get("approved").is_some_and(Value::is_boolean))
+    });
+    let payload = match answered {
+        Some(payload) => payload.clone(),
+        None if approval => {
+            let (approved, reason) = resume.approval();
+            let mut decision = json!({ "approved": approved });
+            if let Some(reason) = reason {
+                decision["reason"] = Value::String(reason);
+            }
+            decision
+        }
+        None => Value::Null,
     };
     wire::Resume {
         interrupt_id: resume.interrupt_id.clone(),
-        payload: Value::String(payload),
+        payload: Value::String(payload.to_string()),
     }
 }
 
@@ -199,8 +226,6 @@ fn flatten(parts: &[Part]) -> String {
 #[derive(Default)]
 pub struct Decoder {
     dialect: Dialect,
-    /// The interrupt the agent paused on, until the outbound keeps it.
-    interrupt: Option<String>,
     interrupted: bool,
     finished: bool,
 }
@@ -265,11 +290,6 @@ impl Decoder {
         }
     }
 
-    /// The id of an interrupt decoded since the last call.
-    pub fn take_interrupt(&mut self) -> Option<String> {
-        self.interrupt.take()
-    }
-
     fn decode_v0(&mut self, data: &str, out: &mut Vec<Event>) -> bool {
         let event: wire::Event<'_> = match serde_json::from_str(data) {
             Ok(event) => event,
@@ -319,7 +339,6 @@ impl Decoder {
                 reason,
                 payload,
             } => {
-                self.interrupt = Some(id.clone());
                 self.interrupted = true;
                 Event::Interrupt(interrupt_from_wire(id, reason, payload))
             }
@@ -473,7 +492,6 @@ mod tests {
             r#"{"type":"interrupt","id":"int_1","reason":"waiting_for_user_selection","payload":{"steps":[]}}"#,
             &mut out,
         );
-        assert_eq!(decoder.take_interrupt().as_deref(), Some("int_1"));
         decoder.finish(&mut out);
         assert!(
             matches!(&out[0], Event::Interrupt(Interrupt { id, kind: InterruptKind::Custom { reason, payload } })
@@ -611,5 +629,41 @@ mod tests {
 
         let error = request(&turn, &mut record).unwrap_err();
         assert!(error.is_client(), "answered once, the interrupt is gone");
+    }
+
+    #[test]
+    fn an_approval_is_answered_approved_true_or_false_whatever_the_words() {
+        let approval = Interrupt {
+            id: "int_1".into(),
+            kind: InterruptKind::Approval {
+                tool: "Shell".into(),
+                args: json!({}),
+                hint: None,
+            },
+        };
+        let answer = |payload: Value| {
+            let mut record = Record::default();
+            remember_interrupt(&approval, &mut record);
+            let turn = Turn {
+                resume: vec![Resume {
+                    interrupt_id: "int_1".into(),
+                    status: ResumeStatus::Resolved,
+                    payload: Some(payload),
+                }],
+                ..Turn::default()
+            };
+            let body = serde_json::to_value(request(&turn, &mut record).unwrap()).unwrap();
+            body["resume"]["payload"].as_str().unwrap().to_owned()
+        };
+        assert_eq!(answer(json!("yes")), r#"{"approved":true}"#);
+        assert_eq!(
+            answer(json!("only on Fridays")),
+            r#"{"approved":false,"reason":"only on Fridays"}"#
+        );
+        assert_eq!(
+            answer(json!({"approved": true, "editedArgs": {"n": 1}})),
+            r#"{"approved":true,"editedArgs":{"n":1}}"#,
+            "an answer in the asked shape stays whole"
+        );
     }
 }

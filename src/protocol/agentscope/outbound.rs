@@ -32,7 +32,7 @@
 //!   `response` (the runtime's `stop_chat`, a dropped connection) is left to the normalizer, which reports
 //!   `UPSTREAM_EOF`: an interrupted run is never a success.
 //! - `mcp_approval_request` → `Interrupt` (approval, id = the request's `id`); the answer goes back, in the
-//!   next turn, as the request message followed by an `mcp_approval_response` (see [`approval_answer`]).
+//!   next turn, as the request message followed by an `mcp_approval_response` (see [`Resume::approval`]).
 
 use std::collections::{HashMap, HashSet};
 
@@ -47,7 +47,7 @@ use crate::config::Translate;
 use crate::error::{Error, Result};
 use crate::model::{
     new_id, Artifact, Event, Interrupt, InterruptKind, Media, MediaKind, MediaSource, Message,
-    Outcome, Part, Resume, ResumeStatus, Role, Turn, Usage,
+    Outcome, Part, Resume, Role, Turn, Usage,
 };
 use crate::sse::{self, SseReadError, SseReader};
 use crate::store::Record;
@@ -221,59 +221,6 @@ fn remember_approvals(new: Vec<PendingApproval>, record: &mut Record) {
     all.extend(new);
     if let Ok(json) = serde_json::to_string(&all) {
         record.upstream.insert(APPROVALS.to_owned(), json);
-    }
-}
-
-/// What a resume entry says about an approval: `(approve, reason)`.
-///
-/// - status `cancelled` → not approved;
-/// - no payload (or `null`) → approved: resolving an approval without saying more is taken as consent;
-/// - `true` / `false`; a number (non-zero approves);
-/// - a string: `yes`, `y`, `true`, `ok`, `approve(d)`, `accept(ed)`, `allow(ed)`, `confirm(ed)` approve;
-///   `no`, `n`, `false`, `deny`, `denied`, `reject(ed)`, `decline(d)`, `cancel(led)` refuse; any other text
-///   refuses and is passed on as the `reason`;
-/// - an object: the first boolean of `approved`, `approve`, `accepted`, `confirmed`, else the first string of
-///   `status`, `decision`, `answer` read as above; `reason` (or `message`, `comment`) becomes the reason. An
-///   object that says none of this refuses.
-///
-/// Anything unclear refuses: an unintended approval can run a tool the user did not agree to.
-pub fn approval_answer(resume: &Resume) -> (bool, Option<String>) {
-    if resume.status == ResumeStatus::Cancelled {
-        return (false, None);
-    }
-    match resume.payload.as_ref().unwrap_or(&Value::Null) {
-        Value::Null => (true, None),
-        Value::Bool(approve) => (*approve, None),
-        Value::Number(n) => (n.as_f64().is_some_and(|n| n != 0.0), None),
-        Value::String(text) => match word_answer(text) {
-            Some(approve) => (approve, None),
-            None => (false, Some(text.clone())),
-        },
-        Value::Object(map) => {
-            let reason = ["reason", "message", "comment"]
-                .iter()
-                .find_map(|key| map.get(*key).and_then(Value::as_str))
-                .map(str::to_owned);
-            let flag = ["approved", "approve", "accepted", "confirmed"]
-                .iter()
-                .find_map(|key| map.get(*key).and_then(Value::as_bool));
-            let word = ["status", "decision", "answer"]
-                .iter()
-                .find_map(|key| map.get(*key).and_then(Value::as_str))
-                .and_then(word_answer);
-            (flag.or(word).unwrap_or(false), reason)
-        }
-        Value::Array(_) => (false, None),
-    }
-}
-
-fn word_answer(text: &str) -> Option<bool> {
-    match text.trim().to_ascii_lowercase().as_str() {
-        "yes" | "y" | "true" | "ok" | "okay" | "approve" | "approved" | "accept" | "accepted"
-        | "allow" | "allowed" | "confirm" | "confirmed" => Some(true),
-        "no" | "n" | "false" | "deny" | "denied" | "reject" | "rejected" | "decline"
-        | "declined" | "cancel" | "cancelled" | "canceled" => Some(false),
-        _ => None,
     }
 }
 
@@ -490,7 +437,7 @@ fn approval_messages(resume: &[Resume], approvals: &[PendingApproval]) -> Vec<wi
                 "resume entry for no approval this AgentScope conversation waits on; ignored");
             continue;
         };
-        let (approve, reason) = approval_answer(answer);
+        let (approve, reason) = answer.approval();
         let mut request = wire::Message::new(
             &approval.message_id,
             wire::MessageType::McpApprovalRequest,
@@ -1335,7 +1282,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::model::{ContextItem, GenerationOptions, Tool, ToolCall};
+    use crate::model::{ContextItem, GenerationOptions, ResumeStatus, Tool, ToolCall};
 
     fn identity() -> Identity {
         Identity {
@@ -1507,39 +1454,6 @@ mod tests {
             interrupt_id: "apr_1".into(),
             status,
             payload,
-        }
-    }
-
-    #[test]
-    fn approval_answers_read_booleans_words_and_objects() {
-        use ResumeStatus::{Cancelled, Resolved};
-        let cases = [
-            (resume(Resolved, None), (true, None)),
-            (resume(Resolved, Some(json!(true))), (true, None)),
-            (resume(Resolved, Some(json!(false))), (false, None)),
-            (resume(Resolved, Some(json!("Yes"))), (true, None)),
-            (resume(Resolved, Some(json!(" no "))), (false, None)),
-            (
-                resume(Resolved, Some(json!("only on Fridays"))),
-                (false, Some("only on Fridays".to_owned())),
-            ),
-            (
-                resume(Resolved, Some(json!({"approved": true, "reason": "fine"}))),
-                (true, Some("fine".to_owned())),
-            ),
-            (
-                resume(Resolved, Some(json!({"status": "rejected"}))),
-                (false, None),
-            ),
-            (
-                resume(Resolved, Some(json!({"something": 1}))),
-                (false, None),
-            ),
-            (resume(Resolved, Some(json!(1))), (true, None)),
-            (resume(Cancelled, Some(json!(true))), (false, None)),
-        ];
-        for (resume, expected) in cases {
-            assert_eq!(approval_answer(&resume), expected, "{resume:?}");
         }
     }
 
