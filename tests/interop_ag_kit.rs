@@ -24,17 +24,14 @@
 mod support;
 
 use std::io::Write;
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use agent_bridge::config::Config;
-use agent_bridge::server::Server;
 use serde_json::{json, Value};
 use support::interop::{require_installed, run_driver, Process};
+use support::Proxy;
 use tokio::process::Command;
-use tokio::sync::oneshot;
 
 /// The longest one client run (every step of a scenario) may take.
 const DRIVE_LIMIT: Duration = Duration::from_secs(40);
@@ -66,33 +63,9 @@ fn venv_python() -> PathBuf {
 // ---------------------------------------------------------------------------------------------------------
 // The proxy, in process
 
-/// The proxy serving `routes` (TOML `[[routes]]` tables) on `127.0.0.1:0`; stops when dropped.
-struct Proxy {
-    addr: SocketAddr,
-    _stop: oneshot::Sender<()>,
-}
-
-impl Proxy {
-    async fn start(routes: &str) -> Proxy {
-        let text = format!("listen = \"127.0.0.1:0\"\n\n{routes}");
-        let config = Config::parse(&text, "interop.toml")
-            .unwrap_or_else(|e| panic!("test config rejected: {e}\n{text}"));
-        let server = Server::bind(&config)
-            .await
-            .unwrap_or_else(|e| panic!("the proxy cannot start: {e}"))
-            .with_shutdown_grace(Duration::from_secs(1));
-        let addr = server.local_addr();
-        let (stop, stopped) = oneshot::channel::<()>();
-        tokio::spawn(server.run(async move {
-            let _ = stopped.await;
-        }));
-        Proxy { addr, _stop: stop }
-    }
-
-    /// The AG-Kit endpoint of the route `name` (its `send-message` path, `useChat`'s default).
-    fn send_message(&self, name: &str) -> String {
-        format!("http://{}/{name}/send-message", self.addr)
-    }
+/// The AG-Kit endpoint of the route `name` (its `send-message` path, `useChat`'s default).
+fn send_message(proxy: &Proxy, name: &str) -> String {
+    proxy.url(&format!("/{name}/send-message"))
 }
 
 /// A route table for one AG-Kit inbound route.
@@ -476,7 +449,7 @@ async fn scripted_route(agent: &Peer) -> Proxy {
 async fn text_streams_through_to_the_client_and_the_agent_gets_a_v0_delta() {
     let agent = Peer::scripted().await;
     let proxy = scripted_route(&agent).await;
-    let chat = Chat::run(&proxy.send_message("kit"), "text")
+    let chat = Chat::run(&send_message(&proxy, "kit"), "text")
         .await
         .with(agent.log());
 
@@ -531,7 +504,7 @@ async fn text_streams_through_to_the_client_and_the_agent_gets_a_v0_delta() {
 async fn a_client_tool_call_runs_in_the_client_and_only_its_result_is_reposted() {
     let agent = Peer::scripted().await;
     let proxy = scripted_route(&agent).await;
-    let chat = Chat::run(&proxy.send_message("kit"), "client-tool")
+    let chat = Chat::run(&send_message(&proxy, "kit"), "client-tool")
         .await
         .with(agent.log());
     let ctx = chat.context();
@@ -583,7 +556,7 @@ async fn a_client_tool_call_runs_in_the_client_and_only_its_result_is_reposted()
 async fn a_server_tool_call_arrives_with_its_result_and_nothing_is_reposted() {
     let agent = Peer::scripted().await;
     let proxy = scripted_route(&agent).await;
-    let chat = Chat::run(&proxy.send_message("kit"), "server-tool")
+    let chat = Chat::run(&send_message(&proxy, "kit"), "server-tool")
         .await
         .with(agent.log());
     let ctx = chat.context();
@@ -624,7 +597,7 @@ async fn a_server_tool_call_arrives_with_its_result_and_nothing_is_reposted() {
 async fn an_interrupt_reaches_the_client_and_its_resume_continues_the_run() {
     let agent = Peer::scripted().await;
     let proxy = scripted_route(&agent).await;
-    let chat = Chat::run(&proxy.send_message("kit"), "interrupt")
+    let chat = Chat::run(&send_message(&proxy, "kit"), "interrupt")
         .await
         .with(agent.log());
     let ctx = chat.context();
@@ -666,7 +639,7 @@ async fn an_interrupt_reaches_the_client_and_its_resume_continues_the_run() {
 async fn the_agent_remembers_a_conversation_and_only_that_one() {
     let agent = Peer::scripted().await;
     let proxy = scripted_route(&agent).await;
-    let chat = Chat::run(&proxy.send_message("kit"), "memory")
+    let chat = Chat::run(&send_message(&proxy, "kit"), "memory")
         .await
         .with(agent.log());
     let ctx = chat.context();
@@ -719,7 +692,7 @@ async fn an_agent_error_before_any_event_is_an_http_502_with_its_code_and_the_co
 {
     let agent = Peer::scripted().await;
     let proxy = scripted_route(&agent).await;
-    let chat = Chat::run(&proxy.send_message("kit"), "fail")
+    let chat = Chat::run(&send_message(&proxy, "kit"), "fail")
         .await
         .with(agent.log());
     let ctx = chat.context();
@@ -745,7 +718,7 @@ async fn an_agent_error_before_any_event_is_an_http_502_with_its_code_and_the_co
 async fn an_agent_error_after_text_is_an_error_frame_then_done() {
     let agent = Peer::scripted().await;
     let proxy = scripted_route(&agent).await;
-    let chat = Chat::run(&proxy.send_message("kit"), "fail-after-text")
+    let chat = Chat::run(&send_message(&proxy, "kit"), "fail-after-text")
         .await
         .with(agent.log());
     let ctx = chat.context();
@@ -771,7 +744,7 @@ async fn an_agent_error_after_text_is_an_error_frame_then_done() {
 async fn resumes_of_interrupts_that_are_not_pending_are_a_400_and_never_reach_the_agent() {
     let agent = Peer::scripted().await;
     let proxy = scripted_route(&agent).await;
-    let chat = Chat::run(&proxy.send_message("kit"), "stale-resume")
+    let chat = Chat::run(&send_message(&proxy, "kit"), "stale-resume")
         .await
         .with(agent.log());
     let ctx = chat.context();
@@ -824,7 +797,7 @@ async fn resumes_of_interrupts_that_are_not_pending_are_a_400_and_never_reach_th
 #[tokio::test]
 async fn the_echo_agent_answers_text_calls_a_client_tool_and_asks_a_question() {
     let proxy = Proxy::start(&route("echo", "echo", None)).await;
-    let chat = Chat::run(&proxy.send_message("echo"), "echo").await;
+    let chat = Chat::run(&send_message(&proxy, "echo"), "echo").await;
     let ctx = chat.context();
 
     assert_eq!(chat.only(0).assert_streamed().text(), "hello echo", "{ctx}");
@@ -872,7 +845,7 @@ async fn an_ag_ui_answer_on_an_ag_kit_upstream_is_detected_read_as_ag_ui_and_log
     let warnings = Warnings::capture();
     let server = Peer::cloudbase().await;
     let proxy = cloudbase_route(&server).await;
-    let chat = Chat::run(&proxy.send_message("cloudbase"), "cloudbase")
+    let chat = Chat::run(&send_message(&proxy, "cloudbase"), "cloudbase")
         .await
         .with(server.log());
     let ctx = chat.context();
@@ -925,7 +898,7 @@ async fn an_ag_ui_answer_on_an_ag_kit_upstream_is_detected_read_as_ag_ui_and_log
 async fn a_client_tool_round_trips_through_a_cloudbase_server_behind_an_ag_kit_route() {
     let server = Peer::cloudbase().await;
     let proxy = cloudbase_route(&server).await;
-    let chat = Chat::run(&proxy.send_message("cloudbase"), "cloudbase-client-tool")
+    let chat = Chat::run(&send_message(&proxy, "cloudbase"), "cloudbase-client-tool")
         .await
         .with(server.log());
     let ctx = chat.context();
@@ -949,7 +922,7 @@ async fn a_client_tool_round_trips_through_a_cloudbase_server_behind_an_ag_kit_r
 async fn a_cloudbase_run_error_after_text_is_an_error_frame_then_done() {
     let server = Peer::cloudbase().await;
     let proxy = cloudbase_route(&server).await;
-    let chat = Chat::run(&proxy.send_message("cloudbase"), "cloudbase-boom")
+    let chat = Chat::run(&send_message(&proxy, "cloudbase"), "cloudbase-boom")
         .await
         .with(server.log());
     let ctx = chat.context();
