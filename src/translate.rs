@@ -328,6 +328,44 @@ mod tests {
     }
 
     #[test]
+    fn a_delta_client_may_answer_only_what_the_conversation_waits_on() {
+        let record = Record {
+            pending_interrupts: vec![question("int_1")],
+            pending_calls: vec!["call_1".into()],
+            ..Record::default()
+        };
+        let delta = |messages: Vec<Message>, resume: Vec<Resume>| Turn {
+            messages,
+            resume,
+            history: History::Delta,
+            ..Turn::default()
+        };
+        let resume = |id: &str| Resume {
+            interrupt_id: id.into(),
+            status: ResumeStatus::Resolved,
+            payload: None,
+        };
+        assert!(check_answers(
+            &delta(vec![answer("call_1", "ok")], vec![resume("int_1")]),
+            &record
+        )
+        .is_ok());
+        let unknown_call = check_answers(&delta(vec![answer("call_9", "ok")], vec![]), &record);
+        assert!(unknown_call.unwrap_err().message().contains("call_9"));
+        let unknown_interrupt = check_answers(&delta(vec![], vec![resume("int_9")]), &record);
+        assert!(unknown_interrupt.unwrap_err().is_client());
+
+        let full = Turn {
+            messages: vec![answer("call_9", "ok")],
+            ..Turn::default()
+        };
+        assert!(
+            check_answers(&full, &record).is_ok(),
+            "a full history repeats old answers"
+        );
+    }
+
+    #[test]
     fn answers_repeated_by_a_later_full_history_are_dropped() {
         let mut record = Record {
             closed_interrupts: vec!["int_1".into()],

@@ -63,7 +63,8 @@ impl Inbound {
             Some("" | "/send-message")
         ) {
             return Err(Error::not_found(format!(
-                "no AG-Kit endpoint at {}; POST to {0} or {0}/send-message",
+                "no AG-Kit endpoint at {}; POST to {1} or {1}/send-message",
+                request.uri().path(),
                 route.path
             )));
         }
@@ -93,7 +94,7 @@ impl Inbound {
 
 /// The response to a run: v0 frames as the events come. The head waits for the first frame (or one
 /// heartbeat interval); an error before any frame is the HTTP error answer instead.
-pub async fn respond<S>(mut events: S) -> Result<Response<Body>>
+async fn respond<S>(mut events: S) -> Result<Response<Body>>
 where
     S: Stream<Item = Event> + Send + Sync + Unpin + 'static,
 {
