@@ -150,6 +150,13 @@ impl Error {
     pub fn is_cancelled(&self) -> bool {
         self.inner.kind == Kind::Cancelled
     }
+    /// The HTTP status of an upstream's non-success answer.
+    pub fn upstream_status_code(&self) -> Option<u16> {
+        match self.inner.kind {
+            Kind::Status(status) => Some(status),
+            _ => None,
+        }
+    }
 
     /// The human-readable message.
     pub fn message(&self) -> &str {

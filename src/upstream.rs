@@ -57,6 +57,14 @@ impl Upstream {
         &self.uri
     }
 
+    /// The URL of `path` under the upstream URL (`http://gw/base` + `/v1/x` = `http://gw/base/v1/x`).
+    pub fn join(&self, path: &str) -> Result<Uri> {
+        let base = self.uri.to_string();
+        let uri = format!("{}{path}", base.trim_end_matches('/'));
+        uri.parse()
+            .map_err(|e| Error::config(format!("upstream URL {uri} is not valid: {e}")))
+    }
+
     /// POSTs a JSON body to the upstream URL and returns the response once its head arrived with a 2xx
     /// status. Failures to connect and non-2xx answers become upstream errors.
     pub async fn post_json(&self, body: Bytes, accept: &'static str) -> Result<Response<Incoming>> {
@@ -72,9 +80,21 @@ impl Upstream {
         body: Bytes,
         accept: &'static str,
     ) -> Result<Response<Incoming>> {
+        self.post_json_to(self.uri.clone(), body, accept).await
+    }
+
+    /// POSTs a JSON body to `uri` (a path under the upstream, for APIs with several endpoints) with the
+    /// configured headers, and returns the response whatever its status. Only failures to connect are
+    /// errors.
+    pub async fn post_json_to(
+        &self,
+        uri: Uri,
+        body: Bytes,
+        accept: &'static str,
+    ) -> Result<Response<Incoming>> {
         let request = Request::builder()
             .method(Method::POST)
-            .uri(self.uri.clone())
+            .uri(uri)
             .header(CONTENT_TYPE, "application/json")
             .header(ACCEPT, accept)
             .body(Full::new(body))
@@ -118,7 +138,7 @@ impl Upstream {
 }
 
 /// The response if its status is 2xx, else an error that carries the status and (the start of) the body.
-async fn check_status(response: Response<Incoming>) -> Result<Response<Incoming>> {
+pub async fn check_status(response: Response<Incoming>) -> Result<Response<Incoming>> {
     if response.status().is_success() {
         Ok(response)
     } else {

@@ -11,6 +11,7 @@ pub mod a2a;
 pub mod ag_kit;
 pub mod ag_ui;
 pub mod agentscope;
+pub mod cmdc;
 pub mod echo;
 
 use http::{Request, Response};
@@ -62,6 +63,7 @@ pub enum Outbound {
     A2a(a2a::Outbound),
     Agentscope(agentscope::Outbound),
     AgKit(ag_kit::Outbound),
+    Cmdc(cmdc::Outbound),
     Echo(echo::Echo),
 }
 
@@ -92,7 +94,10 @@ impl Outbound {
             config::Outbound::Protocol(Protocol::AgKit) => {
                 Ok(Self::AgKit(ag_kit::Outbound::new(upstream()?)))
             }
-            config::Outbound::Protocol(other) => Err(not_yet(&route.name, "outbound", other)),
+            config::Outbound::Protocol(Protocol::Cmdc) => Ok(Self::Cmdc(cmdc::Outbound::new(
+                upstream()?,
+                &route.translate,
+            ))),
         }
     }
 
@@ -100,7 +105,7 @@ impl Outbound {
     pub fn history(&self) -> History {
         match self {
             Self::AgUi(_) | Self::Agentscope(_) | Self::Echo(_) => History::Full,
-            Self::A2a(_) | Self::AgKit(_) => History::Delta,
+            Self::A2a(_) | Self::AgKit(_) | Self::Cmdc(_) => History::Delta,
         }
     }
 
@@ -111,6 +116,7 @@ impl Outbound {
             Self::A2a(outbound) => outbound.run(turn, context).await,
             Self::Agentscope(outbound) => outbound.run(turn, context).await,
             Self::AgKit(outbound) => outbound.run(turn, context).await,
+            Self::Cmdc(outbound) => outbound.run(turn, context).await,
             Self::Echo(echo) => echo.run(turn, context).await,
         }
     }

@@ -1,0 +1,9 @@
+//! The CMDC gateway API: stateful and asynchronous. A session (an agent process holding the history) is
+//! created first; `POST …/prompt` only enqueues text (202) and the run's events arrive on a separate SSE
+//! stream (or WebSocket); approvals and questions pause the run until answered by separate calls. See
+//! `specs/cmdc.md`.
+
+mod outbound;
+pub mod wire;
+
+pub use outbound::Outbound;
