@@ -188,6 +188,15 @@ pub struct RouteConfig {
     pub translate: Translate,
     /// What an a2a inbound route advertises in its agent card; accepted, unused, on other inbounds.
     pub card: Option<Card>,
+    /// `[routes.api_keys]`, cmdc inbound only: each API key clients may send and the tenant it belongs to
+    /// (`"sk-abc" = "acme"`); keys expand `${VAR}`. Absent: the route takes any key, or none, for one
+    /// tenant.
+    #[serde(default, deserialize_with = "de::api_keys")]
+    pub api_keys: Vec<(String, String)>,
+    /// cmdc inbound only: requests per minute each API key may make (a token bucket of that size); absent:
+    /// no limit.
+    #[serde(default, deserialize_with = "de::rate_limit")]
+    pub rate_limit: Option<std::num::NonZeroU32>,
 }
 
 fn default_timeout() -> Duration {
@@ -233,6 +242,10 @@ pub struct Translate {
     /// the shipped client's `create_simple_text_request` does); the proxy keeps the session's history.
     /// Default: `input` is the whole conversation.
     pub agentscope_session_memory: bool,
+    /// The proxy's own base URL as the upstream reaches it, for upstreams that call back (a CMDC gateway
+    /// calling the client's tools). Default: the address the proxy listens on (127.0.0.1 for an unspecified
+    /// address).
+    pub proxy_url: Option<String>,
 }
 
 impl Default for Translate {
@@ -247,6 +260,7 @@ impl Default for Translate {
             a2a_card: None,
             a2a_status_message: false,
             agentscope_session_memory: false,
+            proxy_url: None,
         }
     }
 }
@@ -478,6 +492,37 @@ fn check_route(route: &RouteConfig, at: &KeyPath) -> Result<(), Issue> {
             "echo has no upstream to send headers to",
         ));
     }
+    if route.inbound != Protocol::Cmdc {
+        if !route.api_keys.is_empty() {
+            return Err(Issue::new(
+                at.clone().key("api_keys"),
+                format!(
+                    "only cmdc inbound routes take API keys, not {}",
+                    route.inbound
+                ),
+            ));
+        }
+        if route.rate_limit.is_some() {
+            return Err(Issue::new(
+                at.clone().key("rate_limit"),
+                format!(
+                    "only cmdc inbound routes take a rate limit, not {}",
+                    route.inbound
+                ),
+            ));
+        }
+    }
+    for (index, (key, _)) in route.api_keys.iter().enumerate() {
+        if route.api_keys[..index]
+            .iter()
+            .any(|(earlier, _)| earlier == key)
+        {
+            return Err(Issue::new(
+                at.clone().key("api_keys"),
+                "two keys are the same API key after ${VAR} expansion",
+            ));
+        }
+    }
     if let Some(card) = &route.translate.a2a_card {
         let absolute = card.parse::<http::Uri>().is_ok_and(|uri| {
             matches!(uri.scheme_str(), Some("http" | "https")) && uri.host().is_some()
@@ -676,6 +721,76 @@ mod de {
             )));
         }
         Ok(Some(uri))
+    }
+
+    /// `[routes.api_keys]`: API key (expanded) → tenant, both non-empty, in file order.
+    pub(super) fn api_keys<'de, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<Vec<(String, String)>, D::Error> {
+        struct KeysVisitor;
+
+        impl<'de> Visitor<'de> for KeysVisitor {
+            type Value = Vec<(String, String)>;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a table of API keys to tenant names")
+            }
+
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                let mut keys = Vec::new();
+                while let Some(ApiKey(key)) = map.next_key()? {
+                    let Tenant(tenant) = map.next_value()?;
+                    keys.push((key, tenant));
+                }
+                Ok(keys)
+            }
+        }
+
+        struct ApiKey(String);
+
+        impl<'de> Deserialize<'de> for ApiKey {
+            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                let raw = String::deserialize(d)?;
+                // Not quoted in messages: after expansion it is a secret.
+                let key = expand_env(&raw).map_err(D::Error::custom)?;
+                if key.trim().is_empty() || key.chars().any(char::is_control) {
+                    return Err(D::Error::custom(
+                        "an API key must not be empty or contain control characters",
+                    ));
+                }
+                Ok(ApiKey(key))
+            }
+        }
+
+        struct Tenant(String);
+
+        impl<'de> Deserialize<'de> for Tenant {
+            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                let tenant = String::deserialize(d)?;
+                if tenant.trim().is_empty() {
+                    return Err(D::Error::custom("the tenant name must not be empty"));
+                }
+                Ok(Tenant(tenant))
+            }
+        }
+
+        d.deserialize_map(KeysVisitor)
+    }
+
+    /// A positive number of requests per minute.
+    pub(super) fn rate_limit<'de, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<Option<std::num::NonZeroU32>, D::Error> {
+        let n = i64::deserialize(d)?;
+        u32::try_from(n)
+            .ok()
+            .and_then(std::num::NonZeroU32::new)
+            .map(Some)
+            .ok_or_else(|| {
+                D::Error::custom(format!(
+                    "expected a positive number of requests per minute, not {n}"
+                ))
+            })
     }
 
     pub(super) fn redis_url<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
@@ -1095,6 +1210,8 @@ mod tests {
                     examples: vec![],
                 }],
             }),
+            api_keys: vec![],
+            rate_limit: None,
         };
         assert_eq!(*weather, expected);
 
@@ -1605,6 +1722,62 @@ mod tests {
             1,
             "listen",
             "invalid socket address",
+        );
+    }
+
+    #[test]
+    fn cmdc_routes_take_api_keys_bound_to_tenants_and_a_rate_limit() {
+        std::env::set_var("AGENT_BRIDGE_CONFIG_TEST_CMDC_KEY", "sk-from-env");
+        let text = route_with(
+            "rate_limit = 30\n[routes.api_keys]\n\"sk-a\" = \"acme\"\n\"${AGENT_BRIDGE_CONFIG_TEST_CMDC_KEY}\" = \"globex\"\n",
+        )
+        .replace("ag-ui", "cmdc");
+        let route = &parse(&text).unwrap_or_else(|e| panic!("{e}")).routes[0];
+        assert_eq!(
+            route.api_keys,
+            [
+                ("sk-a".to_owned(), "acme".to_owned()),
+                ("sk-from-env".to_owned(), "globex".to_owned())
+            ]
+        );
+        assert_eq!(route.rate_limit.map(|n| n.get()), Some(30));
+        let plain = parse(&route_with("").replace("ag-ui", "cmdc")).unwrap();
+        assert!(plain.routes[0].api_keys.is_empty());
+        assert_eq!(plain.routes[0].rate_limit, None);
+    }
+
+    #[test]
+    fn api_keys_and_rate_limits_are_checked_and_only_for_cmdc_inbounds() {
+        assert_error(
+            &route_with("[routes.api_keys]\n\"sk-a\" = \"acme\"\n"),
+            EXTRA,
+            "routes[0].api_keys",
+            "only cmdc inbound routes",
+        );
+        assert_error(
+            &route_with("rate_limit = 5\n"),
+            EXTRA,
+            "routes[0].rate_limit",
+            "only cmdc inbound routes",
+        );
+        let cmdc = |extra: &str| route_with(extra).replace("ag-ui", "cmdc");
+        assert_error(
+            &cmdc("rate_limit = 0\n"),
+            EXTRA,
+            "routes[0].rate_limit",
+            "positive number",
+        );
+        assert_error(
+            &cmdc("[routes.api_keys]\n\"sk-a\" = \"\"\n"),
+            EXTRA + 1,
+            "routes[0].api_keys.sk-a",
+            "tenant name must not be empty",
+        );
+        assert_error(
+            &cmdc("[routes.api_keys]\n\"sk-a\" = \"acme\"\nbogus_key = 3\n"),
+            EXTRA + 2,
+            "routes[0].api_keys.bogus_key",
+            "invalid type",
         );
     }
 

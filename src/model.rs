@@ -13,6 +13,9 @@ use crate::error::Error;
 pub struct Turn {
     /// The inbound's conversation key (AG-UI threadId, A2A contextId, ...).
     pub conversation: String,
+    /// Who the conversation belongs to, for inbounds that authenticate their clients (a CMDC API key's
+    /// tenant); empty otherwise. Conversation records are kept per (route, tenant, conversation).
+    pub tenant: String,
     /// The inbound's id for this run.
     pub run_id: String,
     pub messages: Vec<Message>,

@@ -1,7 +1,12 @@
 //! A route as the server runs it: built once from its configuration.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 
+use http::{Request, Response};
+use hyper::body::Incoming;
+
+use crate::body::Body;
 use crate::config::RouteConfig;
 use crate::error::Result;
 use crate::protocol::{Inbound, Outbound};
@@ -19,8 +24,13 @@ pub struct Route {
 }
 
 impl Route {
-    pub fn from_config(config: &RouteConfig, store: Arc<dyn Store>) -> Result<Self> {
-        let outbound = Outbound::from_config(config)?;
+    /// Builds the route; `local` is the address the proxy listens on (for upstreams that call back).
+    pub fn from_config(
+        config: &RouteConfig,
+        store: Arc<dyn Store>,
+        local: SocketAddr,
+    ) -> Result<Self> {
+        let outbound = Outbound::from_config(config, local)?;
         Ok(Self {
             name: config.name.clone(),
             path: config.path.clone(),
@@ -33,6 +43,16 @@ impl Route {
                 config.timeout,
             )),
         })
+    }
+
+    /// Serves one request addressed to the route: a call from its upstream back into the proxy (a CMDC
+    /// callback tool), or else a request of its inbound clients.
+    pub async fn handle(&self, request: Request<Incoming>) -> Response<Body> {
+        let outbound = self.translator.outbound();
+        if outbound.serves_callback(request.uri().path()) {
+            return outbound.serve_callback(request).await;
+        }
+        self.inbound.handle(request, self).await
     }
 
     /// The part of `path` below the mount point (`""` for the mount point itself), if the route serves it.

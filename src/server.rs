@@ -37,9 +37,11 @@ pub struct Server {
 impl Server {
     /// Builds every route and binds the listen address of the configuration.
     pub async fn bind(config: &Config) -> Result<Self> {
-        let routes = Arc::new(Routes::from_config(config)?);
         let listener = listen(config.listen)
             .map_err(|e| Error::config(format!("cannot listen on {}: {e}", config.listen)))?;
+        // Routes whose upstream calls back into the proxy need the address it really listens on.
+        let local = listener.local_addr().unwrap_or(config.listen);
+        let routes = Arc::new(Routes::from_config(config, local)?);
         Ok(Self {
             listener,
             routes,
@@ -130,7 +132,7 @@ fn listen(address: SocketAddr) -> std::io::Result<TcpListener> {
 
 /// Builds every route without serving: what `agent-bridge check` reports.
 pub async fn check(config: &Config) -> Result<()> {
-    Routes::from_config(config).map(drop)
+    Routes::from_config(config, config.listen).map(drop)
 }
 
 /// Resolves on SIGINT or SIGTERM.
@@ -164,12 +166,12 @@ struct Routes {
 }
 
 impl Routes {
-    fn from_config(config: &Config) -> Result<Self> {
+    fn from_config(config: &Config, local: SocketAddr) -> Result<Self> {
         let store = store::open(&config.store)?;
         let mut routes = config
             .routes
             .iter()
-            .map(|route| Route::from_config(route, Arc::clone(&store)))
+            .map(|route| Route::from_config(route, Arc::clone(&store), local))
             .collect::<Result<Vec<_>>>()?;
         routes.sort_by_key(|route| std::cmp::Reverse(route.path.len()));
         for route in &routes {
@@ -188,7 +190,7 @@ impl Routes {
             .iter()
             .find(|route| route.subpath(path).is_some())
         {
-            Some(route) => route.inbound.handle(request, route).await,
+            Some(route) => route.handle(request).await,
             None if path == "/healthz" => with_allow(
                 error_response(&Error::method_not_allowed(format!(
                     "method {} is not allowed here; use GET",

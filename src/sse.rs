@@ -423,6 +423,7 @@ pin_project_lite::pin_project! {
         #[pin]
         idle: Sleep,
         heartbeat: Duration,
+        ping: Bytes,
         done: bool,
     }
 }
@@ -433,8 +434,15 @@ impl<S: Stream<Item = Bytes>> SseBody<S> {
             frames,
             idle: tokio::time::sleep(heartbeat),
             heartbeat,
+            ping: Bytes::from_static(PING),
             done: false,
         }
+    }
+
+    /// Sends `comment` (a whole comment frame, e.g. `: heartbeat\n\n`) instead of `: ping`.
+    pub fn with_ping(mut self, comment: &'static [u8]) -> Self {
+        self.ping = Bytes::from_static(comment);
+        self
     }
 }
 
@@ -464,7 +472,7 @@ impl<S: Stream<Item = Bytes>> Body for SseBody<S> {
         }
         ready!(this.idle.as_mut().poll(cx));
         this.idle.as_mut().reset(Instant::now() + *this.heartbeat);
-        Poll::Ready(Some(Ok(Frame::data(Bytes::from_static(PING)))))
+        Poll::Ready(Some(Ok(Frame::data(this.ping.clone()))))
     }
 
     fn is_end_stream(&self) -> bool {

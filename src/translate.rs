@@ -55,30 +55,35 @@ impl Translator {
         EventStream { receiver }
     }
 
+    /// How the route reaches its agent.
+    pub fn outbound(&self) -> &Outbound {
+        &self.outbound
+    }
+
     /// The interrupt `interrupt_id` if the conversation waits on it: for an inbound whose answers take a
-    /// shape that depends on what was asked.
+    /// shape that depends on what was asked. (Inbounds without tenants: the record of the empty tenant.)
     pub async fn pending_interrupt(
         &self,
         conversation: &str,
         interrupt_id: &str,
     ) -> Option<Interrupt> {
-        let record = self.store.load(&self.key(conversation)).await.ok()??;
+        let record = self.store.load(&self.key("", conversation)).await.ok()??;
         record
             .pending_interrupts
             .into_iter()
             .find(|interrupt| interrupt.id == interrupt_id)
     }
 
-    fn key(&self, conversation: &str) -> Key {
+    fn key(&self, tenant: &str, conversation: &str) -> Key {
         Key {
             route: self.route.clone(),
-            tenant: String::new(),
+            tenant: tenant.to_owned(),
             conversation: conversation.to_owned(),
         }
     }
 
     async fn run(&self, mut turn: Turn, sender: mpsc::Sender<Event>) {
-        let key = self.key(&turn.conversation);
+        let key = self.key(&turn.tenant, &turn.conversation);
         let mut context = RunContext::new(&turn, sender);
         context.record = match self.store.load(&key).await {
             Ok(record) => record.unwrap_or_default(),

@@ -427,7 +427,7 @@ fn without_a_routes_file_the_built_in_echo_routes_are_used() {
         String::from_utf8_lossy(&output.stderr)
     );
     assert!(
-        stdout.contains("ok (4 routes)"),
+        stdout.contains("ok (5 routes)"),
         "the shipped echo routes: {stdout}"
     );
 }

@@ -14,10 +14,12 @@ pub mod agentscope;
 pub mod cmdc;
 pub mod echo;
 
+use std::net::SocketAddr;
+
 use http::{Request, Response};
 use hyper::body::Incoming;
 
-use crate::body::Body;
+use crate::body::{self, Body};
 use crate::config::{self, Protocol, RouteConfig};
 use crate::error::{Error, Result};
 use crate::model::{History, Turn};
@@ -31,6 +33,7 @@ pub enum Inbound {
     A2a(a2a::Inbound),
     Agentscope(agentscope::Inbound),
     AgKit(ag_kit::Inbound),
+    Cmdc(cmdc::Inbound),
 }
 
 impl Inbound {
@@ -40,7 +43,7 @@ impl Inbound {
             Protocol::A2a => Ok(Self::A2a(a2a::Inbound::new(route))),
             Protocol::Agentscope => Ok(Self::Agentscope(agentscope::Inbound::new(route))),
             Protocol::AgKit => Ok(Self::AgKit(ag_kit::Inbound::new())),
-            other => Err(not_yet(&route.name, "inbound", other)),
+            Protocol::Cmdc => Ok(Self::Cmdc(cmdc::Inbound::new(route))),
         }
     }
 
@@ -51,6 +54,7 @@ impl Inbound {
             Self::A2a(inbound) => inbound.handle(request, route).await,
             Self::Agentscope(inbound) => inbound.handle(request, route).await,
             Self::AgKit(inbound) => inbound.handle(request, route).await,
+            Self::Cmdc(inbound) => inbound.handle(request, route).await,
         }
     }
 }
@@ -68,7 +72,8 @@ pub enum Outbound {
 }
 
 impl Outbound {
-    pub fn from_config(route: &RouteConfig) -> Result<Self> {
+    /// Builds the route's outbound; `local` is the address the proxy listens on.
+    pub fn from_config(route: &RouteConfig, local: SocketAddr) -> Result<Self> {
         let upstream = || {
             let uri = route.upstream.clone().ok_or_else(|| {
                 Error::config(format!("route `{}` needs an upstream URL", route.name))
@@ -94,10 +99,9 @@ impl Outbound {
             config::Outbound::Protocol(Protocol::AgKit) => {
                 Ok(Self::AgKit(ag_kit::Outbound::new(upstream()?)))
             }
-            config::Outbound::Protocol(Protocol::Cmdc) => Ok(Self::Cmdc(cmdc::Outbound::new(
-                upstream()?,
-                &route.translate,
-            ))),
+            config::Outbound::Protocol(Protocol::Cmdc) => {
+                Ok(Self::Cmdc(cmdc::Outbound::new(upstream()?, route, local)?))
+            }
         }
     }
 
@@ -106,6 +110,22 @@ impl Outbound {
         match self {
             Self::AgUi(_) | Self::Agentscope(_) | Self::Echo(_) => History::Full,
             Self::A2a(_) | Self::AgKit(_) | Self::Cmdc(_) => History::Delta,
+        }
+    }
+
+    /// Whether `path` is where the upstream calls back into the proxy (CMDC callback tools).
+    pub fn serves_callback(&self, path: &str) -> bool {
+        match self {
+            Self::Cmdc(outbound) => outbound.serves_callback(path),
+            _ => false,
+        }
+    }
+
+    /// Answers a call of the upstream back into the proxy (see [`Self::serves_callback`]).
+    pub async fn serve_callback(&self, request: Request<Incoming>) -> Response<Body> {
+        match self {
+            Self::Cmdc(outbound) => outbound.serve_callback(request).await,
+            _ => body::error_response(&Error::not_found("no callback here"), "POST"),
         }
     }
 
@@ -129,11 +149,4 @@ where
     T: Default + serde::Deserialize<'de>,
 {
     Ok(<Option<T> as serde::Deserialize>::deserialize(deserializer)?.unwrap_or_default())
-}
-
-fn not_yet(route: &str, face: &str, protocol: Protocol) -> Error {
-    Error::config(format!(
-        "route `{route}`: {face} protocol `{}` is not implemented yet",
-        protocol.name()
-    ))
 }

@@ -114,6 +114,7 @@ fn turn_from_input(input: wire::RunAgentInput) -> Result<Turn> {
     }
     Ok(Turn {
         conversation: input.thread_id,
+        tenant: String::new(),
         run_id: input.run_id,
         messages: input
             .messages

@@ -179,6 +179,7 @@ fn accept(request: wire::AgentRequest, tools: Option<Value>, question_tool: &str
     Accepted {
         turn: Turn {
             conversation: session_id.clone(),
+            tenant: String::new(),
             run_id: format!("response_{}", uuid::Uuid::new_v4()),
             messages,
             history: History::Full,

@@ -3,7 +3,11 @@
 //! stream (or WebSocket); approvals and questions pause the run until answered by separate calls. See
 //! `specs/cmdc.md`.
 
+mod inbound;
 mod outbound;
+mod run;
+mod sessions;
 pub mod wire;
 
+pub use inbound::Inbound;
 pub use outbound::Outbound;

@@ -9,17 +9,32 @@
 //! ends our run as an interrupt, and the gateway's run stays paused: the next turn answers it
 //! (`approve` / `reject` / `respond`) and reads on. A turn that moves on without answering declines it first
 //! (`reject`, or an empty answer), so that its prompt is not queued behind a run that waits forever.
+//!
+//! Client tools are bridged as callback tools: each is registered on the session with a `callbackUrl` under
+//! the route's own path on the proxy. When the gateway calls one, the proxy holds the callback open, shows
+//! the client the tool call (the turn ends, as any client tool call ends it), and answers the held
+//! callback with the result the client's next turn carries; then it reads on.
+
+use std::collections::{HashMap, HashSet};
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use bytes::Bytes;
-use http::{StatusCode, Uri};
+use http::{Method, Request, Response, StatusCode, Uri};
+use hyper::body::Incoming;
 use serde::Serialize;
 use serde_json::Value;
+use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, info};
 
 use super::wire;
-use crate::config::Translate;
+use crate::body::{self, Body};
+use crate::config::RouteConfig;
 use crate::error::{Error, Result};
-use crate::model::{new_id, Event, Interrupt, InterruptKind, Message, Outcome, Role, Turn, Usage};
+use crate::model::{
+    new_id, Event, Interrupt, InterruptKind, Message, Outcome, ResumeStatus, Role, Turn, Usage,
+};
 use crate::sse::{SseReadError, SseReader};
 use crate::store::Record;
 use crate::translate::RunContext;
@@ -27,14 +42,69 @@ use crate::upstream::{self, Upstream};
 
 /// Record key: the gateway session of this conversation.
 const SESSION_ID: &str = "cmdc.session_id";
-/// Record key: the pause the session's run waits on, as `approval:<approvalId>` or `ask:<ref>`.
+/// Record key: what the session's run waits on, as `approval:<approvalId>`, `ask:<ref>` or
+/// `callback:<callId>`.
 const WAITING: &str = "cmdc.waiting";
+/// Record key, present while a step reads a run: left behind when the client went away mid-run, so the
+/// next turn knows the gateway may still be running it.
+const RUNNING: &str = "cmdc.running";
+/// Record key: the system prompt the conversation's session was created with, for a session created again.
+const SYSTEM_PROMPT: &str = "cmdc.system_prompt";
+/// Record key: the client tools registered on the session as callback tools, one name a line.
+const REGISTERED: &str = "cmdc.tools";
+/// Where under the route the gateway calls the client's tools.
+const CALLBACK_PATH: &str = "/agent-bridge/cmdc-callback";
+/// The largest callback body accepted.
+const MAX_CALLBACK_BYTES: usize = 1024 * 1024;
 /// The largest event accepted from the gateway.
 const MAX_EVENT_BYTES: usize = 10 * 1024 * 1024;
 
 pub struct Outbound {
     upstream: Upstream,
     model: Option<String>,
+    /// The route's callback endpoint: its path on the proxy, and its URL as the gateway reaches it.
+    callback_path: String,
+    callback_url: String,
+    /// How long a held callback may wait for the client (the route's whole-run timeout).
+    callback_timeout: Duration,
+    callbacks: Arc<Callbacks>,
+}
+
+/// The callbacks of the route's sessions.
+#[derive(Default)]
+struct Callbacks {
+    /// The step reading each session's run, by session id: where that session's callbacks go.
+    listening: Mutex<HashMap<String, mpsc::Sender<wire::ToolCallback>>>,
+    /// Callbacks held open until the client answers, by call id.
+    held: Mutex<HashMap<String, oneshot::Sender<wire::CallbackAnswer>>>,
+}
+
+impl Callbacks {
+    fn listen(&self, session: &str, sender: mpsc::Sender<wire::ToolCallback>) {
+        lock(&self.listening).insert(session.to_owned(), sender);
+    }
+
+    fn stop_listening(&self, session: &str) {
+        lock(&self.listening).remove(session);
+    }
+
+    fn listener(&self, session: &str) -> Option<mpsc::Sender<wire::ToolCallback>> {
+        lock(&self.listening).get(session).cloned()
+    }
+
+    fn hold(&self, call_id: &str) -> oneshot::Receiver<wire::CallbackAnswer> {
+        let (sender, receiver) = oneshot::channel();
+        lock(&self.held).insert(call_id.to_owned(), sender);
+        receiver
+    }
+
+    fn release(&self, call_id: &str) -> Option<oneshot::Sender<wire::CallbackAnswer>> {
+        lock(&self.held).remove(call_id)
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// One thing that makes the agent run.
@@ -43,7 +113,26 @@ enum Action {
     Prompt(String),
     Approve(String),
     Reject(String),
-    Respond { reference: String, response: String },
+    Respond {
+        reference: String,
+        response: String,
+    },
+    /// The client's answer to a held callback.
+    Callback {
+        call_id: String,
+        answer: CallbackAnswer,
+    },
+    /// The client dismissed the pause: the run is aborted (gateway 0.2+), or else declined.
+    Abort {
+        decline: Box<Action>,
+    },
+}
+
+/// What a held callback is answered with (`{"result"}` / `{"error"}`).
+#[derive(Debug, Clone, PartialEq)]
+enum CallbackAnswer {
+    Result(String),
+    Error(String),
 }
 
 /// The pause a gateway run waits on.
@@ -51,6 +140,8 @@ enum Action {
 enum Waiting {
     Approval(String),
     Question(String),
+    /// A client tool's call, held open by the proxy.
+    Callback(String),
 }
 
 /// How one step's run went.
@@ -62,31 +153,89 @@ enum StepEnd {
 }
 
 impl Outbound {
-    pub fn new(upstream: Upstream, translate: &Translate) -> Self {
-        Self {
+    /// `local` is the address the proxy listens on: the callback URL's default host.
+    pub fn new(upstream: Upstream, route: &RouteConfig, local: SocketAddr) -> Result<Self> {
+        let callback_path = format!("{}{CALLBACK_PATH}", route.path.trim_end_matches('/'));
+        let base = match &route.translate.proxy_url {
+            Some(url) => url.trim_end_matches('/').to_owned(),
+            None if local.ip().is_unspecified() => format!("http://127.0.0.1:{}", local.port()),
+            None => format!("http://{local}"),
+        };
+        Ok(Self {
             upstream,
-            model: translate.model.clone(),
+            model: route.translate.model.clone(),
+            callback_url: format!("{base}{callback_path}"),
+            callback_path,
+            callback_timeout: route.timeout,
+            callbacks: Arc::default(),
+        })
+    }
+
+    pub fn serves_callback(&self, path: &str) -> bool {
+        path == self.callback_path
+    }
+
+    /// A call of a client tool by the gateway: handed to the step reading that session's run, and held
+    /// open until the client answers (within the route's timeout). The answer is always 200: a failure is
+    /// `{"error"}`, which the agent sees as the tool's failure.
+    pub async fn serve_callback(&self, request: Request<Incoming>) -> Response<Body> {
+        let answer = self.callback(request).await.unwrap_or_else(|error| {
+            info!("a CMDC tool callback was not answered by the client: {error}");
+            wire::CallbackAnswer::Error(error.message().to_owned())
+        });
+        let json = serde_json::to_vec(&answer).unwrap_or_default();
+        body::json_response(StatusCode::OK, json)
+    }
+
+    async fn callback(&self, request: Request<Incoming>) -> Result<wire::CallbackAnswer> {
+        body::expect_method(&request, Method::POST)?;
+        let bytes = body::read_limited(request.into_body(), MAX_CALLBACK_BYTES).await?;
+        let call: wire::ToolCallback = serde_json::from_slice(&bytes)
+            .map_err(|e| Error::bad_request(format!("not a CMDC tool callback: {e}")))?;
+        let listener = self.callbacks.listener(&call.session_id).ok_or_else(|| {
+            Error::bad_request(format!(
+                "no client is waiting on session {}",
+                call.session_id
+            ))
+        })?;
+        let call_id = call.call_id.clone();
+        let answer = self.callbacks.hold(&call_id);
+        if listener.send(call).await.is_err() {
+            self.callbacks.release(&call_id);
+            return Err(Error::cancelled("the client went away"));
+        }
+        let answered = tokio::time::timeout(self.callback_timeout, answer).await;
+        self.callbacks.release(&call_id);
+        match answered {
+            Ok(Ok(answer)) => Ok(answer),
+            Ok(Err(_)) => Err(Error::cancelled(
+                "the client moved on without running the tool",
+            )),
+            Err(_) => Err(Error::upstream_timeout(
+                "the client did not run the tool in time",
+            )),
         }
     }
 
     pub async fn run(&self, turn: &Turn, context: &mut RunContext) -> Result<()> {
         let actions = plan(turn, &mut context.record)?;
-        if !turn.tools.is_empty() {
-            debug!(
-                tools = turn.tools.len(),
-                "client tools are not offered to a CMDC gateway yet (callback tools); not sent"
-            );
-        }
         let mut session = match context.record.upstream.get(SESSION_ID) {
             Some(session) => session.clone(),
             None => self.create_session(turn, &mut context.record).await?,
         };
+        self.register_tools(&session, turn, &mut context.record)
+            .await?;
+        if context.record.upstream.remove(RUNNING).is_some() {
+            self.await_abandoned_run(&session).await?;
+        }
         let mut usage = None;
         for action in actions {
             let end = match self.step(&session, &action, context).await {
                 Err(gone) if gone.is_session_gone() && matches!(action, Action::Prompt(_)) => {
                     info!(session = %session, "the CMDC session is gone (its history with it); creating a new one");
                     session = self.create_session(turn, &mut context.record).await?;
+                    self.register_tools(&session, turn, &mut context.record)
+                        .await?;
                     self.step(&session, &action, context)
                         .await
                         .map_err(StepError::into_error)?
@@ -100,12 +249,12 @@ impl Outbound {
                         .record
                         .upstream
                         .insert(WAITING.to_owned(), waiting.to_record());
-                    return context
-                        .emit(Event::RunFinished {
-                            outcome: Outcome::Interrupted,
-                            usage,
-                        })
-                        .await;
+                    // A client tool's call ends the turn as any client tool call does; the others pause it.
+                    let outcome = match waiting {
+                        Waiting::Callback(_) => Outcome::Completed,
+                        Waiting::Approval(_) | Waiting::Question(_) => Outcome::Interrupted,
+                    };
+                    return context.emit(Event::RunFinished { outcome, usage }).await;
                 }
                 StepEnd::Cancelled => {
                     return context
@@ -143,9 +292,21 @@ impl Outbound {
             .filter(|m| matches!(m.role, Role::System | Role::Developer))
             .map(Message::text)
             .collect();
+        // A session created again (the first one died) keeps the instructions of the first.
+        let system_prompt = match system.is_empty() {
+            true => record.upstream.get(SYSTEM_PROMPT).cloned(),
+            false => Some(system.join("\n\n")),
+        };
+        if let Some(prompt) = &system_prompt {
+            record
+                .upstream
+                .insert(SYSTEM_PROMPT.to_owned(), prompt.clone());
+        }
+        // A new session has none of the client's tools yet.
+        record.upstream.remove(REGISTERED);
         let request = wire::CreateSession {
             model: Some(model),
-            system_prompt: (!system.is_empty()).then(|| system.join("\n\n")),
+            system_prompt,
             ..wire::CreateSession::default()
         };
         let response = self
@@ -171,26 +332,79 @@ impl Outbound {
         Ok(created.session_id)
     }
 
-    /// Subscribes to the session's events, performs `action`, and reads the run it causes.
+    /// Registers the turn's client tools not registered on the session yet as callback tools.
+    async fn register_tools(&self, session: &str, turn: &Turn, record: &mut Record) -> Result<()> {
+        let registered: HashSet<String> = record
+            .upstream
+            .get(REGISTERED)
+            .map(|names| names.lines().map(str::to_owned).collect())
+            .unwrap_or_default();
+        for tool in turn.tools.iter().filter(|t| !registered.contains(&t.name)) {
+            let request = wire::CallbackTool {
+                name: tool.name.clone(),
+                description: Some(tool.description.clone()).filter(|d| !d.is_empty()),
+                callback_url: self.callback_url.clone(),
+                parameters: Some(tool.parameters.clone()),
+                timeout_ms: Some(
+                    u64::try_from(self.callback_timeout.as_millis()).unwrap_or(u64::MAX),
+                ),
+            };
+            let uri = self.session_uri(session, "/tools")?;
+            let response = self
+                .upstream
+                .post_json_to(uri, json_body(&request)?, "application/json")
+                .await?;
+            upstream::check_status(response).await?;
+            let names = record.upstream.entry(REGISTERED.to_owned()).or_default();
+            names.push_str(&tool.name);
+            names.push('\n');
+        }
+        Ok(())
+    }
+
+    /// Subscribes to the session's events, performs `action`, and reads the run it causes. While it reads,
+    /// the record says so: a step dropped mid-run (the client went away) leaves that behind.
     async fn step(
         &self,
         session: &str,
         action: &Action,
         context: &mut RunContext,
     ) -> Result<StepEnd, StepError> {
-        let events = self
+        context
+            .record
             .upstream
-            .get(self.session_uri(session, "/events")?, "text/event-stream")
-            .await
-            .map_err(StepError::from_status)?;
-        let mut reader = SseReader::new(events.into_body(), MAX_EVENT_BYTES);
-        let queued = self.act(session, action).await?;
+            .insert(RUNNING.to_owned(), String::new());
+        let end = self.read_step(session, action, context).await;
+        context.record.upstream.remove(RUNNING);
+        end
+    }
+
+    async fn read_step(
+        &self,
+        session: &str,
+        action: &Action,
+        context: &mut RunContext,
+    ) -> Result<StepEnd, StepError> {
+        let mut reader = self.subscribe(session).await?;
+        let (callback_sender, mut callbacks) = mpsc::channel(4);
+        self.callbacks.listen(session, callback_sender);
+        let _listening = StopListening {
+            callbacks: &self.callbacks,
+            session,
+        };
         let mut guard = AbortGuard {
             upstream: self.upstream.clone(),
             session: session.to_owned(),
             armed: true,
         };
+        let queued = self.act(session, action).await.inspect_err(|_| {
+            guard.armed = false;
+        })?;
         let mut decoder = Decoder::default();
+        if let Action::Callback { call_id, .. } = action {
+            // The client ran the tool itself: the gateway's report of its end is not news to the client.
+            decoder.answered.insert(call_id.clone());
+        }
         if queued {
             if let Action::Prompt(text) = action {
                 // The gateway runs our prompt after another run: its events come first.
@@ -199,7 +413,18 @@ impl Outbound {
         }
         let mut out = Vec::new();
         loop {
-            let frame = match reader.next().await {
+            let next = tokio::select! {
+                next = reader.next() => next,
+                Some(call) = callbacks.recv() => {
+                    let waiting = decoder.callback(call, &mut out);
+                    for event in out.drain(..) {
+                        context.emit(event).await?;
+                    }
+                    guard.armed = false;
+                    return Ok(StepEnd::Paused(waiting));
+                }
+            };
+            let frame = match next {
                 Ok(Some(frame)) => frame,
                 Ok(None) | Err(SseReadError::Body(_)) => return Err(Error::upstream_eof().into()),
                 Err(SseReadError::Frame(e)) => {
@@ -223,7 +448,14 @@ impl Outbound {
                 );
                 continue;
             };
+            // The gateway closes the stream after each run: one that ends before our queued prompt's run
+            // starts means a new subscription, and the next run is ours.
+            let earlier_run_ended = decoder.skip_until_prompt.is_some() && event.is_terminal();
             let end = decoder.decode(event, &mut out);
+            if earlier_run_ended {
+                decoder.skip_until_prompt = None;
+                reader = self.subscribe(session).await?;
+            }
             for event in out.drain(..) {
                 context.emit(event).await?;
             }
@@ -241,40 +473,72 @@ impl Outbound {
         }
     }
 
+    /// A run the client left may still be going (a 0.1 gateway cannot abort it): a prompt now would be
+    /// queued behind it and start as soon as it ends, before a new subscription could see it. So the rest of
+    /// that run is read (and dropped) first.
+    async fn await_abandoned_run(&self, session: &str) -> Result<()> {
+        let uri = self.session_uri(session, "")?;
+        let response = self.upstream.get(uri, "application/json").await?;
+        let body = crate::body::read_limited(response.into_body(), 64 * 1024)
+            .await
+            .unwrap_or_default();
+        let working = serde_json::from_slice::<wire::SessionInfo>(&body)
+            .is_ok_and(|info| info.state == "working");
+        if !working {
+            return Ok(());
+        }
+        info!(session = %session, "the CMDC session still runs the turn the client left; waiting for its end");
+        let mut reader = self
+            .subscribe(session)
+            .await
+            .map_err(StepError::into_error)?;
+        loop {
+            match reader.next().await {
+                Ok(Some(frame))
+                    if matches!(frame.event.as_deref(), Some("agent_end" | "agent_abort")) =>
+                {
+                    return Ok(())
+                }
+                Ok(Some(_)) => {}
+                // The stream closes after the run's end.
+                Ok(None) | Err(_) => return Ok(()),
+            }
+        }
+    }
+
+    /// `GET …/events`: the session's event stream, from now on.
+    async fn subscribe(&self, session: &str) -> Result<SseReader<Incoming>, StepError> {
+        let events = self
+            .upstream
+            .get(self.session_uri(session, "/events")?, "text/event-stream")
+            .await
+            .map_err(StepError::from_status)?;
+        Ok(SseReader::new(events.into_body(), MAX_EVENT_BYTES))
+    }
+
     /// Performs one action; whether the gateway queued the prompt behind another run.
     async fn act(&self, session: &str, action: &Action) -> Result<bool, StepError> {
         let (path, body) = match action {
-            Action::Prompt(text) => (
-                "/prompt",
-                json_body(&wire::Prompt {
-                    text: Some(text.clone()),
-                })?,
-            ),
-            Action::Approve(id) | Action::Reject(id) => (
-                if matches!(action, Action::Approve(_)) {
-                    "/approve"
-                } else {
-                    "/reject"
-                },
-                json_body(&wire::Decision {
-                    approval_id: Some(id.clone()),
-                })?,
-            ),
-            Action::Respond {
-                reference,
-                response,
-            } => (
-                "/respond",
-                json_body(&wire::Answer {
-                    reference: Some(reference.clone()),
-                    response: Some(response.clone()),
-                })?,
-            ),
+            Action::Callback { call_id, answer } => {
+                self.answer_callback(call_id, answer);
+                return Ok(false);
+            }
+            action => request_of(action)?,
         };
-        let response = self
+        let mut response = self
             .upstream
             .post_json_to(self.session_uri(session, path)?, body, "application/json")
             .await?;
+        if let Action::Abort { decline } = action {
+            if response.status() == StatusCode::NOT_FOUND {
+                debug!("the CMDC gateway has no abort (0.1); declining instead");
+                let (path, body) = request_of(decline)?;
+                response = self
+                    .upstream
+                    .post_json_to(self.session_uri(session, path)?, body, "application/json")
+                    .await?;
+            }
+        }
         let response = upstream::check_status(response)
             .await
             .map_err(StepError::from_status)?;
@@ -288,9 +552,60 @@ impl Outbound {
             .is_ok_and(|accepted| accepted.queued))
     }
 
+    /// Answers a held callback with the client's result (a callback the gateway stopped waiting for is
+    /// gone: the agent went on without it).
+    fn answer_callback(&self, call_id: &str, answer: &CallbackAnswer) {
+        let Some(held) = self.callbacks.release(call_id) else {
+            return info!(call = %call_id, "the CMDC gateway no longer waits for this tool's result");
+        };
+        let answer = match answer {
+            CallbackAnswer::Result(text) => wire::CallbackAnswer::Result(text.clone()),
+            CallbackAnswer::Error(text) => wire::CallbackAnswer::Error(text.clone()),
+        };
+        // The callback's request may have ended meanwhile (the gateway gave up).
+        let _ = held.send(answer);
+    }
+
     fn session_uri(&self, session: &str, path: &str) -> Result<Uri> {
         self.upstream.join(&format!("/v1/sessions/{session}{path}"))
     }
+}
+
+/// The endpoint under the session and the body of an action that is a gateway request.
+fn request_of(action: &Action) -> Result<(&'static str, Bytes)> {
+    match action {
+        Action::Prompt(text) => Ok((
+            "/prompt",
+            json_body(&wire::Prompt {
+                text: Some(text.clone()),
+            })?,
+        )),
+        Action::Approve(id) => Ok(("/approve", decision(id)?)),
+        Action::Reject(id) => Ok(("/reject", decision(id)?)),
+        Action::Respond {
+            reference,
+            response,
+        } => Ok((
+            "/respond",
+            json_body(&wire::Answer {
+                reference: Some(reference.clone()),
+                response: Some(response.clone()),
+            })?,
+        )),
+        Action::Abort { .. } => Ok((
+            "/abort",
+            Bytes::from_static(br#"{"reason":"user_cancelled"}"#),
+        )),
+        Action::Callback { .. } => {
+            Err(Error::internal("a callback's answer is no gateway request"))
+        }
+    }
+}
+
+fn decision(approval_id: &str) -> Result<Bytes> {
+    json_body(&wire::Decision {
+        approval_id: Some(approval_id.to_owned()),
+    })
 }
 
 fn json_body<T: Serialize>(value: &T) -> Result<Bytes> {
@@ -333,6 +648,18 @@ impl From<Error> for StepError {
     }
 }
 
+/// Stops handing a session's callbacks to a step when the step ends.
+struct StopListening<'a> {
+    callbacks: &'a Callbacks,
+    session: &'a str,
+}
+
+impl Drop for StopListening<'_> {
+    fn drop(&mut self) {
+        self.callbacks.stop_listening(self.session);
+    }
+}
+
 /// Asks the gateway to abort the session's run when a step is dropped mid-run (the client went away, the
 /// route's timeout): `POST …/abort` (gateway 0.2+; a 0.1 gateway answers 404, which changes nothing).
 struct AbortGuard {
@@ -370,6 +697,7 @@ impl Waiting {
         match self {
             Self::Approval(id) => format!("approval:{id}"),
             Self::Question(reference) => format!("ask:{reference}"),
+            Self::Callback(call_id) => format!("callback:{call_id}"),
         }
     }
 
@@ -377,49 +705,35 @@ impl Waiting {
         match text.split_once(':')? {
             ("approval", id) => Some(Self::Approval(id.to_owned())),
             ("ask", reference) => Some(Self::Question(reference.to_owned())),
+            ("callback", call_id) => Some(Self::Callback(call_id.to_owned())),
             _ => None,
         }
     }
 
     fn id(&self) -> &str {
         match self {
-            Self::Approval(id) | Self::Question(id) => id,
+            Self::Approval(id) | Self::Question(id) | Self::Callback(id) => id,
         }
     }
 }
 
-/// What a turn asks of the gateway, in order: the answer to the paused run (or, when the turn moves on
-/// without one, declining it), then the new text as a prompt.
+/// What a turn asks of the gateway, in order: the answer to what the session's run waits on (or, when the
+/// turn moves on without one, declining it), then the new text as a prompt.
 fn plan(turn: &Turn, record: &mut Record) -> Result<Vec<Action>> {
     let mut actions = Vec::new();
-    if let Some(waiting) = record
+    let waiting = record
         .upstream
         .remove(WAITING)
         .as_deref()
-        .and_then(Waiting::from_record)
-    {
-        let answer = turn.resume.iter().find(|r| r.interrupt_id == waiting.id());
-        if answer.is_none() {
-            info!(
-                pause = waiting.id(),
-                "the client moved on without answering the CMDC agent; declining"
-            );
-        }
-        actions.push(match waiting {
-            Waiting::Approval(id) => match answer.map(|a| a.approval().0) {
-                Some(true) => Action::Approve(id),
-                _ => Action::Reject(id),
-            },
-            Waiting::Question(reference) => Action::Respond {
-                reference,
-                response: answer
-                    .and_then(|a| a.payload.as_ref())
-                    .map(answer_text)
-                    .unwrap_or_default(),
-            },
-        });
+        .and_then(Waiting::from_record);
+    if let Some(waiting) = &waiting {
+        actions.push(answer(turn, waiting));
     }
-    let text = new_text(&turn.messages);
+    let answered = match &waiting {
+        Some(Waiting::Callback(call_id)) => Some(call_id.as_str()),
+        _ => None,
+    };
+    let text = new_text(&turn.messages, answered);
     if !text.is_empty() {
         actions.push(Action::Prompt(text));
     }
@@ -431,6 +745,72 @@ fn plan(turn: &Turn, record: &mut Record) -> Result<Vec<Action>> {
     Ok(actions)
 }
 
+/// The turn's answer to what the run waits on; a turn that brings none declines it.
+fn answer(turn: &Turn, waiting: &Waiting) -> Action {
+    let resume = || {
+        let answer = turn.resume.iter().find(|r| r.interrupt_id == waiting.id());
+        if answer.is_none() {
+            info!(
+                pause = waiting.id(),
+                "the client moved on without answering the CMDC agent; declining"
+            );
+        }
+        answer
+    };
+    let dismissed = || resume().is_some_and(|r| r.status == ResumeStatus::Cancelled);
+    match waiting {
+        Waiting::Approval(_) | Waiting::Question(_) if dismissed() => Action::Abort {
+            decline: Box::new(decline(waiting)),
+        },
+        Waiting::Approval(id) => match resume().map(|a| a.approval().0) {
+            Some(true) => Action::Approve(id.clone()),
+            _ => Action::Reject(id.clone()),
+        },
+        Waiting::Question(reference) => Action::Respond {
+            reference: reference.clone(),
+            response: resume()
+                .and_then(|a| a.payload.as_ref())
+                .map(answer_text)
+                .unwrap_or_default(),
+        },
+        Waiting::Callback(call_id) => Action::Callback {
+            call_id: call_id.clone(),
+            answer: callback_answer(turn, call_id),
+        },
+    }
+}
+
+/// What declines a pause: rejecting the approval, an empty answer to the question, a failed tool.
+fn decline(waiting: &Waiting) -> Action {
+    match waiting {
+        Waiting::Approval(id) => Action::Reject(id.clone()),
+        Waiting::Question(reference) => Action::Respond {
+            reference: reference.clone(),
+            response: String::new(),
+        },
+        Waiting::Callback(call_id) => Action::Callback {
+            call_id: call_id.clone(),
+            answer: CallbackAnswer::Error("the user dismissed the tool call".to_owned()),
+        },
+    }
+}
+
+/// The client's result of a callback tool's call: its tool message.
+fn callback_answer(turn: &Turn, call_id: &str) -> CallbackAnswer {
+    let result = turn
+        .messages
+        .iter()
+        .find(|m| m.role == Role::Tool && m.tool_call_id.as_deref() == Some(call_id));
+    match result {
+        Some(message) if message.is_error => CallbackAnswer::Error(message.text()),
+        Some(message) => CallbackAnswer::Result(message.text()),
+        None => {
+            info!(call = %call_id, "the client moved on without running the tool");
+            CallbackAnswer::Error("the user moved on without running the tool".to_owned())
+        }
+    }
+}
+
 /// An answer as the text CMDC takes: a JSON string is the text itself, other JSON its text.
 fn answer_text(payload: &Value) -> String {
     match payload {
@@ -439,13 +819,14 @@ fn answer_text(payload: &Value) -> String {
     }
 }
 
-/// The turn's new user text (CMDC prompts are text only), blank-line separated. Tool results reach the
-/// agent as labelled text; system messages only shape a new session.
-fn new_text(messages: &[Message]) -> String {
+/// The turn's new user text (CMDC prompts are text only), blank-line separated. Tool results other than the
+/// callback's `answered` reach the agent as labelled text; system messages only shape a new session.
+fn new_text(messages: &[Message], answered: Option<&str>) -> String {
     let mut parts = Vec::new();
     for message in messages {
         match message.role {
             Role::User => parts.push(message.text()),
+            Role::Tool if message.tool_call_id.as_deref() == answered => {}
             Role::Tool => {
                 let call = message.tool_call_id.as_deref().unwrap_or_default();
                 info!(call = %call, "a CMDC prompt has no tool results; sent as text");
@@ -468,6 +849,10 @@ pub struct Decoder {
     reasoning_id: Option<String>,
     /// A queued prompt: the events of the runs before it are not ours.
     skip_until_prompt: Option<String>,
+    /// Calls already shown to the client.
+    shown_calls: HashSet<String>,
+    /// Client tool calls the client answered itself: the gateway's report of their end is not shown.
+    answered: HashSet<String>,
 }
 
 impl Decoder {
@@ -501,18 +886,8 @@ impl Decoder {
                 tool_name,
                 call_id,
                 args,
-            } => {
-                out.push(Event::ToolCallStart {
-                    call_id: call_id.clone(),
-                    name: tool_name,
-                    parent_message_id: None,
-                });
-                out.push(Event::ToolCallArgs {
-                    call_id: call_id.clone(),
-                    delta: args.to_string(),
-                });
-                out.push(Event::ToolCallEnd { call_id });
-            }
+            } => self.show_call(call_id, tool_name, &args, out),
+            W::ToolExecutionEnd { call_id, .. } if self.answered.contains(&call_id) => {}
             W::ToolExecutionEnd {
                 call_id,
                 status,
@@ -572,6 +947,30 @@ impl Decoder {
             }
         }
         Ok(None)
+    }
+
+    /// A call, once: the gateway reports a callback tool's call on the stream and calls back, in either
+    /// order.
+    fn show_call(&mut self, call_id: String, name: String, args: &Value, out: &mut Vec<Event>) {
+        if !self.shown_calls.insert(call_id.clone()) {
+            return;
+        }
+        out.push(Event::ToolCallStart {
+            call_id: call_id.clone(),
+            name,
+            parent_message_id: None,
+        });
+        out.push(Event::ToolCallArgs {
+            call_id: call_id.clone(),
+            delta: args.to_string(),
+        });
+        out.push(Event::ToolCallEnd { call_id });
+    }
+
+    /// The gateway called a client tool: the client is shown the call, and the step waits for its answer.
+    fn callback(&mut self, call: wire::ToolCallback, out: &mut Vec<Event>) -> Waiting {
+        self.show_call(call.call_id.clone(), call.tool_name, &call.args, out);
+        Waiting::Callback(call.call_id)
     }
 }
 
@@ -650,6 +1049,24 @@ mod tests {
     }
 
     #[test]
+    fn a_dismissed_pause_aborts_the_run_or_else_declines_it() {
+        let dismissed = Turn {
+            resume: vec![Resume {
+                interrupt_id: "apr_1".into(),
+                status: ResumeStatus::Cancelled,
+                payload: None,
+            }],
+            ..Turn::default()
+        };
+        assert_eq!(
+            plan(&dismissed, &mut waiting("approval:apr_1")).unwrap(),
+            [Action::Abort {
+                decline: Box::new(Action::Reject("apr_1".into()))
+            }]
+        );
+    }
+
+    #[test]
     fn moving_on_without_an_answer_declines_the_pause() {
         let moved_on = Turn {
             messages: vec![user("something else")],
@@ -662,6 +1079,62 @@ mod tests {
                 Action::Prompt("something else".into())
             ]
         );
+    }
+
+    #[test]
+    fn a_held_callback_is_answered_with_the_clients_tool_message() {
+        let mut result = Message::text_message("t1", Role::Tool, "blue");
+        result.tool_call_id = Some("tc_1".into());
+        let answered = Turn {
+            messages: vec![result, user("and now?")],
+            ..Turn::default()
+        };
+        assert_eq!(
+            plan(&answered, &mut waiting("callback:tc_1")).unwrap(),
+            [
+                Action::Callback {
+                    call_id: "tc_1".into(),
+                    answer: CallbackAnswer::Result("blue".into())
+                },
+                Action::Prompt("and now?".into())
+            ],
+            "the tool message answers the callback and is not also prompt text"
+        );
+        let moved_on = Turn {
+            messages: vec![user("never mind")],
+            ..Turn::default()
+        };
+        assert!(matches!(
+            &plan(&moved_on, &mut waiting("callback:tc_1")).unwrap()[0],
+            Action::Callback {
+                answer: CallbackAnswer::Error(_),
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn a_callback_tool_call_is_shown_once_whichever_comes_first() {
+        let mut decoder = Decoder::default();
+        let mut out = Vec::new();
+        let start = wire::Event::from_sse(
+            "tool_execution_start",
+            r#"{"toolName":"paint","callId":"tc_1","args":{"color":"blue"}}"#,
+        )
+        .unwrap()
+        .unwrap();
+        assert!(decoder.decode(start, &mut out).unwrap().is_none());
+        let waiting = decoder.callback(
+            wire::ToolCallback {
+                call_id: "tc_1".into(),
+                tool_name: "paint".into(),
+                args: json!({"color": "blue"}),
+                session_id: "s1".into(),
+            },
+            &mut out,
+        );
+        assert_eq!(waiting, Waiting::Callback("tc_1".into()));
+        assert_eq!(out.len(), 3, "{out:#?}");
     }
 
     fn decode_all(events: &[(&str, Value)]) -> (Vec<Event>, Option<Result<StepEnd>>) {

@@ -34,6 +34,23 @@ pub struct SessionCreated {
     pub status: String,
 }
 
+/// `GET /v1/sessions/:id` (the stats add to it).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionInfo {
+    pub session_id: String,
+    /// `idle`, `working`, `waiting_approval` or `waiting_input`.
+    pub state: String,
+    #[serde(default)]
+    pub turns: u64,
+    #[serde(default)]
+    pub tool_calls: u64,
+    #[serde(default)]
+    pub total_tokens: u64,
+    #[serde(default)]
+    pub uptime_ms: u64,
+}
+
 /// `POST …/prompt {"text"}` (`prompt` is an alias).
 #[derive(Debug, Default, Serialize, Deserialize)]
 pub struct Prompt {

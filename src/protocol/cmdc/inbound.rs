@@ -1,0 +1,746 @@
+//! CMDC inbound: we are a CMDC gateway (`specs/cmdc.md` §4) for cmdc-sdk 0.1.0 and anything written to the
+//! seed API. Everything is served under the route path P: `GET P/healthz`, `P/v1/sessions/...` and the
+//! WebSocket `GET P/v1/sessions/:id/ws?api_key=`.
+//!
+//! Choices:
+//! - a route without `[routes.api_keys]` is open: any key, or none, for one tenant (logged at start);
+//! - sessions live in memory per route and tenant; another tenant's session is a 404;
+//! - `queued:true` prompts run after the current run, each a run of its own;
+//! - WebSocket actions are acknowledged by the very next frame: the socket's one task writes the ack before
+//!   it reads another event; keep-alive is WS pings only.
+
+use std::collections::HashMap;
+use std::num::NonZeroU32;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use bytes::{Bytes, BytesMut};
+use futures_util::{stream, SinkExt, StreamExt};
+use governor::clock::{Clock, DefaultClock};
+use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
+use http::header::{self, HeaderValue, CONTENT_TYPE};
+use http::{HeaderMap, Method, Request, Response, StatusCode};
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use hyper_util::rt::TokioIo;
+use serde::de::DeserializeOwned;
+use serde_json::{json, Value};
+use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
+use tokio_tungstenite::tungstenite::protocol::Role as WsRole;
+use tokio_tungstenite::tungstenite::Message as WsMessage;
+use tokio_tungstenite::WebSocketStream;
+
+use super::run::{self, Runner};
+use super::sessions::{CreateError, Session, Sessions};
+use super::wire;
+use crate::body::{self, Body};
+use crate::config::RouteConfig;
+use crate::error::Error;
+use crate::route::Route;
+use crate::sse::{self, SseBody};
+use crate::upstream::Upstream;
+
+/// SSE comment on idle streams (§1.3: every 30 s; 15 s is fine).
+const HEARTBEAT: Duration = Duration::from_secs(15);
+const HEARTBEAT_FRAME: &[u8] = b": heartbeat\n\n";
+/// WebSocket ping interval.
+const WS_PING: Duration = Duration::from_secs(30);
+/// The gateway version `GET /healthz` reports.
+const VERSION: &str = "0.1.0";
+/// The meter key of clients of an open route that sent no key.
+const ANONYMOUS: &str = "anonymous";
+
+pub struct Inbound {
+    /// API key → tenant; empty: the route is open.
+    keys: HashMap<String, String>,
+    limiter: Option<DefaultKeyedRateLimiter<String>>,
+    runner: std::sync::OnceLock<Arc<Runner>>,
+    connect_timeout: Duration,
+}
+
+/// A request's caller: its API key (for the meter and the rate limit) and tenant.
+struct Caller {
+    key: String,
+    tenant: String,
+}
+
+/// A CMDC error answer: `{"error","message"}` (+ `retryAfter` and `Retry-After` on 429). The one place
+/// errors take CMDC's shape.
+#[derive(Debug)]
+struct ApiError {
+    status: StatusCode,
+    code: &'static str,
+    message: String,
+    retry_after: Option<u64>,
+}
+
+impl ApiError {
+    fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            status,
+            code,
+            message: message.into(),
+            retry_after: None,
+        }
+    }
+    fn bad_request(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, "bad_request", message)
+    }
+    fn not_found(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::NOT_FOUND, "not_found", message)
+    }
+    fn unauthorized() -> Self {
+        Self::new(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "Missing or invalid API key",
+        )
+    }
+    fn session_not_found(id: &str) -> Self {
+        Self::not_found(format!("Session {id} not found"))
+    }
+
+    fn body(&self) -> Vec<u8> {
+        let body = wire::ErrorBody {
+            error: self.code.to_owned(),
+            message: self.message.clone(),
+            retry_after: self.retry_after,
+        };
+        serde_json::to_vec(&body).unwrap_or_default()
+    }
+
+    fn into_response(self) -> Response<Body> {
+        let mut response = json(self.status, self.body());
+        if let Some(seconds) = self.retry_after {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+        }
+        response
+    }
+}
+
+impl From<Error> for ApiError {
+    fn from(error: Error) -> Self {
+        if error.is_client() {
+            Self::new(error.http_status(), "bad_request", error.message())
+        } else {
+            Self::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "internal_error",
+                error.message(),
+            )
+        }
+    }
+}
+
+type Answer = Result<Response<Body>, ApiError>;
+
+impl Inbound {
+    pub fn new(route: &RouteConfig) -> Self {
+        if route.api_keys.is_empty() {
+            tracing::warn!(route = %route.name, "cmdc route without [routes.api_keys]: every client is let in");
+        }
+        Self {
+            keys: route.api_keys.iter().cloned().collect(),
+            limiter: route
+                .rate_limit
+                .map(|per_minute: NonZeroU32| RateLimiter::keyed(Quota::per_minute(per_minute))),
+            runner: std::sync::OnceLock::new(),
+            connect_timeout: route.connect_timeout,
+        }
+    }
+
+    /// The route's sessions and runs, made on first use (the translator belongs to the route).
+    fn runner(&self, route: &Route) -> Arc<Runner> {
+        Arc::clone(self.runner.get_or_init(|| {
+            Arc::new(Runner {
+                sessions: Sessions::default(),
+                translator: Arc::clone(&route.translator),
+                callbacks: Upstream::new(
+                    http::Uri::from_static("http://127.0.0.1/"),
+                    Vec::new(),
+                    self.connect_timeout,
+                ),
+            })
+        }))
+    }
+
+    pub async fn handle(&self, request: Request<Incoming>, route: &Route) -> Response<Body> {
+        let mut response = match self.serve(request, route).await {
+            Ok(response) => response,
+            Err(error) => error.into_response(),
+        };
+        response
+            .headers_mut()
+            .insert("access-control-allow-origin", HeaderValue::from_static("*"));
+        response
+    }
+
+    async fn serve(&self, request: Request<Incoming>, route: &Route) -> Answer {
+        let method = request.method().clone();
+        let path = route.subpath(request.uri().path()).unwrap_or("").to_owned();
+        let segments: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
+        let no_route = || {
+            ApiError::not_found(format!(
+                "No route matches {method} {}",
+                if path.is_empty() { "/" } else { &path }
+            ))
+        };
+        if method == Method::OPTIONS {
+            return Ok(preflight());
+        }
+        if segments == ["healthz"] && method == Method::GET {
+            return Ok(self.health());
+        }
+        if segments.first() != Some(&"v1") || segments.get(1) != Some(&"sessions") {
+            return Err(no_route());
+        }
+        let ws = segments.len() == 4 && segments[3] == "ws" && method == Method::GET;
+        let caller = self.authenticate(&request, ws)?;
+        self.check_rate(&caller)?;
+        let runner = self.runner(route);
+        match (&method, &segments[2..]) {
+            (&Method::POST, []) => create(&runner, &caller, request, route.max_body).await,
+            (&Method::GET, [id]) => {
+                let session = find(&runner, &caller, id)?;
+                Ok(ok(info(&session)))
+            }
+            (&Method::DELETE, [id]) => {
+                find(&runner, &caller, id)?;
+                if let Some(session) = runner.sessions.remove(&caller.tenant, id) {
+                    session.close();
+                }
+                Ok(ok(json!({"sessionId": id, "status": "deleted"})))
+            }
+            (&Method::POST, [id, "prompt"]) => {
+                let session = find(&runner, &caller, id)?;
+                let prompt: wire::Prompt = read_json(request, route.max_body).await?;
+                let text = prompt
+                    .text
+                    .filter(|t| !t.is_empty())
+                    .ok_or_else(|| ApiError::bad_request("Missing 'text' field"))?;
+                let queued = runner.prompt(&session, text, &caller.key);
+                let accepted = wire::PromptAccepted {
+                    request_id: request_id(),
+                    session_id: session.id.clone(),
+                    queued,
+                };
+                Ok(json(StatusCode::ACCEPTED, to_vec(&accepted)))
+            }
+            (&Method::POST, [id, action @ ("approve" | "reject")]) => {
+                let session = find(&runner, &caller, id)?;
+                let decision: wire::Decision = read_json(request, route.max_body).await?;
+                let approval_id = decision
+                    .approval_id
+                    .filter(|a| !a.is_empty())
+                    .ok_or_else(|| ApiError::bad_request("Missing 'approvalId' field"))?;
+                let approved = *action == "approve";
+                answer(&session, run::approval_answer(&approval_id, approved))?;
+                Ok(ok(
+                    json!({"ok": true, "action": action, "approvalId": approval_id}),
+                ))
+            }
+            (&Method::POST, [id, "respond"]) => {
+                let session = find(&runner, &caller, id)?;
+                let reply: wire::Answer = read_json(request, route.max_body).await?;
+                let (Some(reference), Some(response)) =
+                    (reply.reference.filter(|r| !r.is_empty()), reply.response)
+                else {
+                    return Err(ApiError::bad_request("Missing 'ref' or 'response' field"));
+                };
+                answer(&session, run::text_answer(&reference, &response))?;
+                Ok(ok(
+                    json!({"ok": true, "action": "respond", "ref": reference}),
+                ))
+            }
+            (&Method::POST, [id, "tools"]) => {
+                let session = find(&runner, &caller, id)?;
+                register_tool(&session, request, route.max_body).await
+            }
+            (&Method::GET, [id, "events"]) => {
+                let session = find(&runner, &caller, id)?;
+                Ok(events(&session))
+            }
+            (&Method::GET, [id, "stats"]) => {
+                let session = find(&runner, &caller, id)?;
+                Ok(ok(stats(&runner, &caller, &session)))
+            }
+            (&Method::GET, [id, "messages"]) => {
+                let session = find(&runner, &caller, id)?;
+                let messages = session.state().messages.clone();
+                Ok(ok(json!({"sessionId": session.id, "messages": messages})))
+            }
+            (&Method::GET, [id, "ws"]) => {
+                let session = runner.sessions.get(&caller.tenant, id).ok_or_else(|| {
+                    ApiError::new(
+                        StatusCode::NOT_FOUND,
+                        "session_not_found",
+                        format!("Session {id} not found"),
+                    )
+                })?;
+                upgrade(runner, session, caller, request)
+            }
+            _ => Err(no_route()),
+        }
+    }
+
+    fn health(&self) -> Response<Body> {
+        let (active, tracked) = self.runner.get().map_or((0, 0), |runner| {
+            (runner.sessions.active(), runner.sessions.tracked_keys())
+        });
+        ok(json!({
+            "status": "ok",
+            "version": VERSION,
+            "sessions": {"active": active},
+            "meter": {"tracked_keys": tracked},
+            "timestamp": run::timestamp(SystemTime::now(), true),
+        }))
+    }
+
+    /// The caller of a `/v1` request: `X-API-Key`, `Authorization: Bearer`, or (WebSocket) `?api_key=`.
+    fn authenticate<B>(&self, request: &Request<B>, ws: bool) -> Result<Caller, ApiError> {
+        let key = api_key(request.headers()).or_else(|| {
+            ws.then(|| query_key(request.uri().query().unwrap_or("")))
+                .flatten()
+        });
+        if self.keys.is_empty() {
+            return Ok(Caller {
+                key: key.unwrap_or_else(|| ANONYMOUS.to_owned()),
+                tenant: String::new(),
+            });
+        }
+        let key = key.ok_or_else(ApiError::unauthorized)?;
+        let tenant = self.keys.get(&key).ok_or_else(ApiError::unauthorized)?;
+        Ok(Caller {
+            tenant: tenant.clone(),
+            key,
+        })
+    }
+
+    fn check_rate(&self, caller: &Caller) -> Result<(), ApiError> {
+        let Some(limiter) = &self.limiter else {
+            return Ok(());
+        };
+        limiter.check_key(&caller.key).map_err(|not_until| {
+            let wait = not_until.wait_time_from(DefaultClock::default().now());
+            let seconds = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+            let mut error = ApiError::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                "rate_limited",
+                "Rate limit exceeded",
+            );
+            error.retry_after = Some(seconds.max(1));
+            error
+        })
+    }
+}
+
+fn api_key(headers: &HeaderMap) -> Option<String> {
+    let header = |name| {
+        headers
+            .get(name)
+            .and_then(|v: &HeaderValue| v.to_str().ok())
+    };
+    if let Some(key) = header("x-api-key").filter(|k| !k.is_empty()) {
+        return Some(key.to_owned());
+    }
+    let bearer = header("authorization")?;
+    let (scheme, token) = bearer.split_once(' ')?;
+    (scheme.eq_ignore_ascii_case("bearer") && !token.trim().is_empty())
+        .then(|| token.trim().to_owned())
+}
+
+fn query_key(query: &str) -> Option<String> {
+    query.split('&').find_map(|pair| {
+        let (name, value) = pair.split_once('=')?;
+        (name == "api_key" && !value.is_empty()).then(|| percent_decode(value))
+    })
+}
+
+fn percent_decode(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'%' if i + 2 < bytes.len() => {
+                let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).ok();
+                match hex.and_then(|hex| u8::from_str_radix(hex, 16).ok()) {
+                    Some(byte) => {
+                        out.push(byte);
+                        i += 3;
+                        continue;
+                    }
+                    None => out.push(b'%'),
+                }
+            }
+            b'+' => out.push(b' '),
+            byte => out.push(byte),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+fn find(runner: &Runner, caller: &Caller, id: &str) -> Result<Arc<Session>, ApiError> {
+    runner
+        .sessions
+        .get(&caller.tenant, id)
+        .ok_or_else(|| ApiError::session_not_found(id))
+}
+
+async fn create(
+    runner: &Runner,
+    caller: &Caller,
+    request: Request<Incoming>,
+    limit: usize,
+) -> Answer {
+    let create: wire::CreateSession = read_json(request, limit).await?;
+    let model = create
+        .model
+        .filter(|m| !m.trim().is_empty())
+        .ok_or_else(|| {
+            ApiError::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "create_failed",
+                ":missing_model",
+            )
+        })?;
+    let id = create
+        .session_id
+        .filter(|id| !id.is_empty())
+        .unwrap_or_else(|| uuid::Uuid::new_v4().simple().to_string()[..16].to_owned());
+    if id.contains(['/', '?', '#', '%']) || id.chars().any(char::is_whitespace) {
+        return Err(ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "create_failed",
+            format!("invalid sessionId {id:?}"),
+        ));
+    }
+    let kernel: Vec<&String> = create.kernel.keys().collect();
+    if !kernel.is_empty() || create.max_turns.is_some() || create.max_tokens.is_some() {
+        tracing::debug!(session = %id, ?kernel, "CMDC kernel fields have no upstream equivalent; ignored");
+    }
+    let session = runner
+        .sessions
+        .create(&caller.tenant, &id, model, create.system_prompt)
+        .map_err(|error| {
+            let reason = match error {
+                CreateError::Exists => ":already_started",
+                CreateError::Full => ":too_many_sessions",
+            };
+            ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "create_failed", reason)
+        })?;
+    let created = wire::SessionCreated {
+        session_id: session.id.clone(),
+        status: "created".into(),
+    };
+    Ok(json(StatusCode::CREATED, to_vec(&created)))
+}
+
+fn info(session: &Session) -> Value {
+    let state = session.state();
+    json!({
+        "sessionId": session.id,
+        "state": state.status.name(),
+        "turns": state.turns,
+        "toolCalls": state.tool_calls,
+        "totalTokens": state.usage.total_tokens,
+        "uptimeMs": session.uptime_ms(),
+    })
+}
+
+/// Both shapes: the seed's `meter` (per API key) and the SDK's top-level fields.
+fn stats(runner: &Runner, caller: &Caller, session: &Session) -> Value {
+    let mut body = info(session);
+    let meter = runner.sessions.meter(&caller.key);
+    let usage = session.state().usage;
+    body["meter"] = json!({
+        "promptCount": meter.prompts,
+        "totalPromptTokens": meter.usage.prompt_tokens,
+        "totalCompletionTokens": meter.usage.completion_tokens,
+        "totalTokens": meter.usage.total_tokens,
+    });
+    body["promptCount"] = json!(meter.prompts);
+    body["costUsd"] = json!(0);
+    body["tokenUsage"] = serde_json::to_value(usage).unwrap_or_default();
+    body
+}
+
+/// Hands an answer to the paused run; unknown ids are a 404.
+fn answer(session: &Session, resume: crate::model::Resume) -> Result<(), ApiError> {
+    let mut state = session.state();
+    let position = state
+        .pending
+        .iter()
+        .position(|p| p.id == resume.interrupt_id);
+    let (Some(position), Some(answers)) = (position, state.answers.clone()) else {
+        return Err(ApiError::not_found(format!(
+            "No pending request {} in session {}",
+            resume.interrupt_id, session.id
+        )));
+    };
+    state.pending.remove(position);
+    answers
+        .send(resume)
+        .map_err(|_| ApiError::not_found("The run waiting for this answer has ended"))
+}
+
+async fn register_tool(session: &Session, request: Request<Incoming>, limit: usize) -> Answer {
+    let bytes = read_body(request, limit).await?;
+    let tool: wire::CallbackTool = serde_json::from_slice(&bytes).map_err(|e| {
+        ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "registration_failed",
+            format!("invalid tool: {e}"),
+        )
+    })?;
+    let valid_url = tool
+        .callback_url
+        .parse::<http::Uri>()
+        .is_ok_and(|u| matches!(u.scheme_str(), Some("http" | "https")) && u.host().is_some());
+    if tool.name.is_empty() || !valid_url {
+        return Err(ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "registration_failed",
+            "a tool needs a name and an absolute http(s) callbackUrl",
+        ));
+    }
+    let name = tool.name.clone();
+    {
+        let mut state = session.state();
+        state.tools.retain(|t| t.name != name);
+        state.tools.push(tool);
+    }
+    Ok(json(
+        StatusCode::CREATED,
+        to_vec(&json!({"ok": true, "sessionId": session.id, "toolName": name})),
+    ))
+}
+
+/// `GET …/events`: the current run (replayed from its start), then live; closes after its terminal event.
+fn events(session: &Arc<Session>) -> Response<Body> {
+    let follower = session.subscribe_run();
+    let frames = stream::unfold(follower, |mut follower| async move {
+        let event = follower.next().await?;
+        let mut frame = BytesMut::new();
+        sse::write_event(&mut frame, Some(event.name()), &event.data_json());
+        Some((frame.freeze(), follower))
+    });
+    let body = SseBody::new(frames, HEARTBEAT).with_ping(HEARTBEAT_FRAME);
+    let mut response = sse::response(BodyExt::boxed(body));
+    response.headers_mut().insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream; charset=utf-8"),
+    );
+    response
+}
+
+/// `GET …/ws`: the WebSocket handshake, then the socket in a task of its own.
+fn upgrade(
+    runner: Arc<Runner>,
+    session: Arc<Session>,
+    caller: Caller,
+    mut request: Request<Incoming>,
+) -> Answer {
+    let headers = request.headers();
+    let is_upgrade = headers
+        .get(header::UPGRADE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.eq_ignore_ascii_case("websocket"));
+    let key = headers.get(header::SEC_WEBSOCKET_KEY).cloned();
+    let (true, Some(key)) = (is_upgrade, key) else {
+        return Err(ApiError::bad_request(
+            "expected a WebSocket upgrade (Upgrade: websocket)",
+        ));
+    };
+    let accept = derive_accept_key(key.as_bytes());
+    let upgrade = hyper::upgrade::on(&mut request);
+    tokio::spawn(async move {
+        match upgrade.await {
+            Ok(upgraded) => {
+                let socket =
+                    WebSocketStream::from_raw_socket(TokioIo::new(upgraded), WsRole::Server, None)
+                        .await;
+                serve_socket(runner, session, caller, socket).await;
+            }
+            Err(error) => tracing::debug!("WebSocket upgrade failed: {error}"),
+        }
+    });
+    let mut response = Response::new(body::full(Bytes::new()));
+    *response.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
+    let headers = response.headers_mut();
+    headers.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
+    headers.insert(header::CONNECTION, HeaderValue::from_static("Upgrade"));
+    if let Ok(accept) = HeaderValue::from_str(&accept) {
+        headers.insert(header::SEC_WEBSOCKET_ACCEPT, accept);
+    }
+    Ok(response)
+}
+
+/// One WebSocket: actions in, acks and events out, all written by this one task, so an action's ack is the
+/// next frame after the action was read.
+async fn serve_socket<S>(
+    runner: Arc<Runner>,
+    session: Arc<Session>,
+    caller: Caller,
+    mut socket: WebSocketStream<S>,
+) where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    let mut follower = session.subscribe_all();
+    let mut ping = tokio::time::interval_at(tokio::time::Instant::now() + WS_PING, WS_PING);
+    loop {
+        let outgoing = tokio::select! {
+            biased;
+            incoming = socket.next() => match incoming {
+                Some(Ok(WsMessage::Text(text))) => action(&runner, &session, &caller, text.as_str()),
+                Some(Ok(WsMessage::Binary(bytes))) => {
+                    action(&runner, &session, &caller, &String::from_utf8_lossy(&bytes))
+                }
+                Some(Ok(WsMessage::Close(_))) | None | Some(Err(_)) => break,
+                Some(Ok(_)) => continue,
+            },
+            event = follower.next() => match event {
+                Some(event) => WsMessage::text(event.to_frame()),
+                None => break,
+            },
+            _ = ping.tick() => WsMessage::Ping(Bytes::new()),
+        };
+        if socket.send(outgoing).await.is_err() {
+            return;
+        }
+    }
+    let _ = socket.close(None).await;
+}
+
+/// One WebSocket action, and its ack or error frame.
+fn action(runner: &Arc<Runner>, session: &Arc<Session>, caller: &Caller, text: &str) -> WsMessage {
+    let reply = match serde_json::from_str::<Value>(text) {
+        Err(_) => json!({"error": "invalid_json", "message": "Failed to parse JSON"}),
+        Ok(frame) => match frame.get("action") {
+            None | Some(Value::Null) => {
+                json!({"error": "missing_action", "message": "Message must contain 'action' field"})
+            }
+            Some(action) => {
+                let name = action.as_str().unwrap_or_default().to_owned();
+                match ws_action(runner, session, caller, &name, &frame) {
+                    Ok(()) => json!({"ok": true, "action": name}),
+                    Err(Some(error)) => json!({"error": error.code, "message": error.message}),
+                    Err(None) => json!({"error": "unknown_action", "action": action}),
+                }
+            }
+        },
+    };
+    WsMessage::text(reply.to_string())
+}
+
+/// `Err(None)`: not an action of ours.
+fn ws_action(
+    runner: &Arc<Runner>,
+    session: &Arc<Session>,
+    caller: &Caller,
+    name: &str,
+    frame: &Value,
+) -> Result<(), Option<ApiError>> {
+    let field = |key: &str| {
+        frame
+            .get(key)
+            .and_then(Value::as_str)
+            .filter(|s| !s.is_empty())
+    };
+    match name {
+        "prompt" => {
+            let text = field("text")
+                .or_else(|| field("prompt"))
+                .ok_or_else(|| Some(ApiError::bad_request("Missing 'text' field")))?;
+            runner.prompt(session, text.to_owned(), &caller.key);
+            Ok(())
+        }
+        "approve" | "reject" => {
+            let id = field("approvalId")
+                .ok_or_else(|| Some(ApiError::bad_request("Missing 'approvalId' field")))?;
+            answer(session, run::approval_answer(id, name == "approve")).map_err(Some)
+        }
+        "respond" => {
+            let (Some(reference), Some(response)) = (field("ref"), frame.get("response")) else {
+                return Err(Some(ApiError::bad_request(
+                    "Missing 'ref' or 'response' field",
+                )));
+            };
+            let response = match response {
+                Value::String(text) => text.clone(),
+                other => other.to_string(),
+            };
+            answer(session, run::text_answer(reference, &response)).map_err(Some)
+        }
+        _ => Err(None),
+    }
+}
+
+async fn read_body(request: Request<Incoming>, limit: usize) -> Result<Bytes, ApiError> {
+    Ok(body::read_limited(request.into_body(), limit).await?)
+}
+
+/// The JSON body; an empty body reads as `{}`.
+async fn read_json<T: DeserializeOwned>(
+    request: Request<Incoming>,
+    limit: usize,
+) -> Result<T, ApiError> {
+    let bytes = read_body(request, limit).await?;
+    let bytes: &[u8] = if bytes.iter().all(u8::is_ascii_whitespace) {
+        b"{}"
+    } else {
+        &bytes
+    };
+    serde_json::from_slice(bytes)
+        .map_err(|e| ApiError::bad_request(format!("invalid JSON body: {e}")))
+}
+
+fn request_id() -> String {
+    uuid::Uuid::new_v4().simple().to_string()[..16].to_owned()
+}
+
+fn to_vec<T: serde::Serialize>(value: &T) -> Vec<u8> {
+    serde_json::to_vec(value).unwrap_or_default()
+}
+
+fn json(status: StatusCode, body: Vec<u8>) -> Response<Body> {
+    body::json_response(status, body)
+}
+
+fn ok(body: Value) -> Response<Body> {
+    json(StatusCode::OK, to_vec(&body))
+}
+
+fn preflight() -> Response<Body> {
+    let mut response = Response::new(body::full(Bytes::new()));
+    *response.status_mut() = StatusCode::NO_CONTENT;
+    let headers = response.headers_mut();
+    headers.insert(
+        "access-control-allow-methods",
+        HeaderValue::from_static("GET, POST, DELETE, OPTIONS"),
+    );
+    headers.insert(
+        "access-control-allow-headers",
+        HeaderValue::from_static("content-type, x-api-key, authorization"),
+    );
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_come_from_either_header_or_the_query() {
+        let mut headers = HeaderMap::new();
+        headers.insert("authorization", HeaderValue::from_static("Bearer sk-1"));
+        assert_eq!(api_key(&headers).as_deref(), Some("sk-1"));
+        headers.insert("x-api-key", HeaderValue::from_static("sk-2"));
+        assert_eq!(api_key(&headers).as_deref(), Some("sk-2"));
+        assert_eq!(query_key("a=1&api_key=sk%2D3").as_deref(), Some("sk-3"));
+        assert_eq!(query_key("api_key="), None);
+    }
+}

@@ -1,0 +1,708 @@
+//! One CMDC run (`prompt_received … agent_end|agent_abort`) as a sequence of canonical turns.
+//!
+//! A prompt starts the first turn. A canonical interrupt does not end the CMDC run: the run pauses
+//! (`waiting_approval` / `waiting_input`), and the answer (`approve`, `reject`, `respond`) starts the next
+//! turn with `resume`, whose events continue the same run (`approval_resolved` first for approvals). Calls of
+//! the session's callback tools are POSTed to their `callbackUrl`, and the result continues the run as a
+//! tool message. The run ends at a canonical terminal that is not a pause (`specs/cmdc.md` §4.3).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use futures_util::StreamExt;
+use http::Uri;
+use http_body_util::{BodyExt, Limited};
+use serde_json::{json, Value};
+use tokio::sync::mpsc;
+
+use super::sessions::{self, Pending, Queued, Session, Sessions, Status, FINISHED_RUN_TTL};
+use super::wire::{self, CallbackAnswer, CallbackTool, Event as Cmdc, ToolCallback};
+use crate::model::{
+    new_id, Event, History, InterruptKind, Message, Outcome, Resume, ResumeStatus, Role, Tool,
+    Turn, Usage,
+};
+use crate::translate::Translator;
+use crate::upstream::{self, Upstream};
+
+/// A callback tool's default time to answer.
+const CALLBACK_TIMEOUT: Duration = Duration::from_secs(30);
+/// The largest callback answer read.
+const CALLBACK_BODY_LIMIT: usize = 1024 * 1024;
+/// `tool_execution_end.result` is cut beyond this many bytes.
+const RESULT_LIMIT: usize = 4096;
+
+/// What every run of a route shares.
+pub struct Runner {
+    pub sessions: Sessions,
+    pub translator: Arc<Translator>,
+    /// The client for callback tools (the URL is each tool's own).
+    pub callbacks: Upstream,
+}
+
+impl Runner {
+    /// Accepts a prompt: runs it now, or queues it behind the running one. Returns whether it was queued.
+    pub fn prompt(self: &Arc<Self>, session: &Arc<Session>, text: String, api_key: &str) -> bool {
+        self.sessions.count_prompt(api_key);
+        let queued = Queued {
+            text,
+            api_key: api_key.to_owned(),
+        };
+        let mut state = session.state();
+        if state.busy {
+            state.queue.push_back(queued);
+            return true;
+        }
+        state.busy = true;
+        state.status = Status::Working;
+        let run = session.new_run(&mut state);
+        drop(state);
+        let runner = Arc::clone(self);
+        let session = Arc::clone(session);
+        tokio::spawn(async move { runner.drive(session, run, queued).await });
+        false
+    }
+
+    /// Runs prompts one after the other until the queue is empty.
+    async fn drive(
+        self: Arc<Self>,
+        session: Arc<Session>,
+        first: Arc<sessions::Run>,
+        prompt: Queued,
+    ) {
+        let mut next = Some((first, prompt));
+        while let Some((run, prompt)) = next.take() {
+            self.run(&session, &run, prompt).await;
+            session.expire_unread(&run, FINISHED_RUN_TTL);
+            let mut state = session.state();
+            state.pending.clear();
+            state.answers = None;
+            if session.is_closed() {
+                state.queue.clear();
+            }
+            match state.queue.pop_front() {
+                Some(queued) => {
+                    state.status = Status::Working;
+                    next = Some((session.new_run(&mut state), queued));
+                }
+                None => {
+                    state.busy = false;
+                    state.status = Status::Idle;
+                }
+            }
+        }
+    }
+
+    async fn run(&self, session: &Arc<Session>, run: &sessions::Run, prompt: Queued) {
+        tracing::debug!(session = %session.id, model = %session.model, "CMDC run started");
+        run.push(Cmdc::PromptReceived {
+            text: prompt.text.clone(),
+        });
+        run.push(Cmdc::AgentStart {});
+        let (answers, mut answered) = mpsc::unbounded_channel();
+        let mut turn = {
+            let mut state = session.state();
+            state.answers = Some(answers);
+            let mut messages = Vec::new();
+            if let Some(system) = state.system_prompt.take().filter(|s| !s.is_empty()) {
+                state
+                    .messages
+                    .push(log_message(Role::System, Some(&system)));
+                messages.push(Message::text_message(new_id("msg"), Role::System, system));
+            }
+            state
+                .messages
+                .push(log_message(Role::User, Some(&prompt.text)));
+            messages.push(Message::text_message(
+                new_id("msg"),
+                Role::User,
+                &prompt.text,
+            ));
+            self.turn(session, &state.tools, messages, Vec::new())
+        };
+        let mut usage = wire::TokenUsage::default();
+        let mut last_text = None;
+        let end = loop {
+            let tools: Vec<String> = turn.tools.iter().map(|t| t.name.clone()).collect();
+            let mut encoder = Encoder::new(tools);
+            let mut events = self.translator.start(turn);
+            let mut end = None;
+            while end.is_none() {
+                let event = tokio::select! {
+                    event = events.next() => event,
+                    () = session.closed() => break,
+                };
+                match event {
+                    None => {
+                        end = Some(End::Error("the run ended without a result".into()));
+                    }
+                    Some(Event::Interrupt(interrupt)) => {
+                        let approval = matches!(interrupt.kind, InterruptKind::Approval { .. });
+                        {
+                            let mut state = session.state();
+                            state.pending.push(Pending {
+                                id: interrupt.id.clone(),
+                                approval,
+                            });
+                            state.status = if approval {
+                                Status::WaitingApproval
+                            } else {
+                                Status::WaitingInput
+                            };
+                        }
+                        encoder.asked.push(Pending {
+                            id: interrupt.id.clone(),
+                            approval,
+                        });
+                        run.push(interrupt_event(&interrupt.id, interrupt.kind));
+                    }
+                    Some(event) => end = encoder.encode(event, run),
+                }
+            }
+            // The turn's record is saved when its stream ends: wait for that before the next turn.
+            let Some(end) = end else {
+                drop(events);
+                break End::Closed;
+            };
+            while events.next().await.is_some() {}
+            sessions::add(&mut usage, encoder.usage);
+            self.log_turn(session, &mut encoder);
+            if encoder.last_text.is_some() {
+                last_text = encoder.last_text.take();
+            }
+            match end {
+                End::Interrupted if !encoder.asked.is_empty() => {
+                    match self
+                        .wait_for_answers(session, run, &encoder.asked, &mut answered)
+                        .await
+                    {
+                        Some(resume) => {
+                            session.state().status = Status::Working;
+                            let tools = session.state().tools.clone();
+                            turn = self.turn(session, &tools, Vec::new(), resume);
+                        }
+                        None => {
+                            self.dismiss(session, &encoder.asked);
+                            break End::Closed;
+                        }
+                    }
+                }
+                End::Completed | End::Interrupted if !encoder.client_calls.is_empty() => {
+                    let calls = std::mem::take(&mut encoder.client_calls);
+                    let Some(results) = self.call_back(session, run, calls).await else {
+                        break End::Closed;
+                    };
+                    let tools = session.state().tools.clone();
+                    turn = self.turn(session, &tools, results, Vec::new());
+                }
+                end => break end,
+            }
+        };
+        self.sessions.add_usage(&prompt.api_key, usage);
+        let mut state = session.state();
+        sessions::add(&mut state.usage, usage);
+        let terminal = match end {
+            End::Completed | End::Interrupted => {
+                state.turns += 1;
+                Cmdc::AgentEnd {
+                    message_count: state.messages.len() as u64,
+                    last_message: last_text.map(|content| wire::LastMessage {
+                        content: Some(content),
+                        role: "assistant".into(),
+                    }),
+                    token_usage: Some(usage),
+                }
+            }
+            End::Cancelled => Cmdc::AgentAbort {
+                reason: "user_cancelled".into(),
+            },
+            End::Closed => Cmdc::AgentAbort {
+                reason: "aborted".into(),
+            },
+            End::Error(reason) => {
+                run.push(Cmdc::Error { reason });
+                Cmdc::AgentAbort {
+                    reason: "error".into(),
+                }
+            }
+        };
+        drop(state);
+        run.push(terminal);
+    }
+
+    /// The session closed while its run waited on the user: the upstream is told the pauses are dismissed
+    /// (an A2A task is cancelled, a CMDC approval rejected, …), so that its own run does not wait forever.
+    /// Nobody reads that turn's events any more; they are drained in the background.
+    fn dismiss(&self, session: &Session, asked: &[Pending]) {
+        let resume = asked
+            .iter()
+            .map(|pending| Resume {
+                interrupt_id: pending.id.clone(),
+                status: ResumeStatus::Cancelled,
+                payload: None,
+            })
+            .collect();
+        let mut events = self
+            .translator
+            .start(self.turn(session, &[], Vec::new(), resume));
+        tokio::spawn(async move { while events.next().await.is_some() {} });
+    }
+
+    /// A turn of the session's conversation.
+    fn turn(
+        &self,
+        session: &Session,
+        tools: &[CallbackTool],
+        messages: Vec<Message>,
+        resume: Vec<Resume>,
+    ) -> Turn {
+        Turn {
+            conversation: session.conversation.clone(),
+            tenant: session.tenant.clone(),
+            run_id: new_id("run"),
+            messages,
+            history: History::Delta,
+            tools: tools.iter().map(tool_from_callback).collect(),
+            resume,
+            ..Turn::default()
+        }
+    }
+
+    /// Waits until every interrupt of the turn is answered; `None` when the session closed first.
+    async fn wait_for_answers(
+        &self,
+        session: &Session,
+        run: &sessions::Run,
+        asked: &[Pending],
+        answered: &mut mpsc::UnboundedReceiver<Resume>,
+    ) -> Option<Vec<Resume>> {
+        let mut resume = Vec::new();
+        while resume.len() < asked.len() {
+            let answer = tokio::select! {
+                answer = answered.recv() => answer?,
+                () = session.closed() => return None,
+            };
+            if asked
+                .iter()
+                .any(|p| p.id == answer.interrupt_id && p.approval)
+            {
+                let (approved, _) = answer.approval();
+                run.push(Cmdc::ApprovalResolved {
+                    approval_id: answer.interrupt_id.clone(),
+                    status: if approved { "approved" } else { "rejected" }.into(),
+                });
+            }
+            resume.push(answer);
+        }
+        Some(resume)
+    }
+
+    /// Calls each callback tool and returns the tool messages; `None` when the session closed first.
+    async fn call_back(
+        &self,
+        session: &Session,
+        run: &sessions::Run,
+        calls: Vec<Call>,
+    ) -> Option<Vec<Message>> {
+        let tools = session.state().tools.clone();
+        let mut messages = Vec::new();
+        for call in calls {
+            let args = parse_args(&call.args);
+            let tool = tools.iter().find(|t| t.name == call.name);
+            let outcome = tokio::select! {
+                outcome = self.callback(session, tool, &call, &args) => outcome,
+                () = session.closed() => return None,
+            };
+            let (result, is_error) = match outcome {
+                Ok(CallbackAnswer::Result(text)) => (text, false),
+                Ok(CallbackAnswer::Error(text)) => (text, true),
+                Err(text) => (text, true),
+            };
+            run.push(Cmdc::ToolExecutionEnd {
+                tool_name: call.name.clone(),
+                call_id: call.id.clone(),
+                status: if is_error { "error" } else { "ok" }.into(),
+                result: Value::String(truncate(&result, RESULT_LIMIT)),
+            });
+            let mut message = Message::text_message(new_id("msg"), Role::Tool, result.clone());
+            message.tool_call_id = Some(call.id.clone());
+            message.is_error = is_error;
+            message.name = Some(call.name.clone());
+            let mut state = session.state();
+            state.tool_calls += 1;
+            let mut logged = log_message(Role::Tool, Some(&result));
+            logged["callId"] = json!(call.id);
+            logged["name"] = json!(call.name);
+            logged["isError"] = json!(is_error);
+            state.messages.push(logged);
+            drop(state);
+            messages.push(message);
+        }
+        Some(messages)
+    }
+
+    async fn callback(
+        &self,
+        session: &Session,
+        tool: Option<&CallbackTool>,
+        call: &Call,
+        args: &Value,
+    ) -> Result<CallbackAnswer, String> {
+        let tool = tool.ok_or_else(|| format!("tool `{}` is not registered", call.name))?;
+        let uri: Uri = tool
+            .callback_url
+            .parse()
+            .map_err(|e| format!("callbackUrl {} is not valid: {e}", tool.callback_url))?;
+        let body = ToolCallback {
+            call_id: call.id.clone(),
+            tool_name: call.name.clone(),
+            args: args.clone(),
+            session_id: session.id.clone(),
+        };
+        let body = Bytes::from(serde_json::to_vec(&body).unwrap_or_default());
+        let timeout = tool
+            .timeout_ms
+            .map_or(CALLBACK_TIMEOUT, Duration::from_millis);
+        let exchange = async {
+            let response = self
+                .callbacks
+                .post_json_to(uri, body, "application/json")
+                .await
+                .map_err(|e| e.message().to_owned())?;
+            let response = upstream::check_status(response)
+                .await
+                .map_err(|e| e.message().to_owned())?;
+            let bytes = Limited::new(response.into_body(), CALLBACK_BODY_LIMIT)
+                .collect()
+                .await
+                .map_err(|e| format!("reading the callback answer failed: {e}"))?
+                .to_bytes();
+            serde_json::from_slice::<CallbackAnswer>(&bytes).map_err(|_| {
+                format!(
+                    "the callback answered neither {{\"result\"}} nor {{\"error\"}}: {}",
+                    String::from_utf8_lossy(&bytes[..bytes.len().min(256)])
+                )
+            })
+        };
+        match tokio::time::timeout(timeout, exchange).await {
+            Ok(answer) => answer,
+            Err(_) => Err(format!(
+                "the callback of `{}` did not answer within {} ms",
+                call.name,
+                timeout.as_millis()
+            )),
+        }
+    }
+
+    /// Adds the turn's assistant message and server-side tool results to the session's message log.
+    fn log_turn(&self, session: &Session, encoder: &mut Encoder) {
+        let mut state = session.state();
+        let text = std::mem::take(&mut encoder.text);
+        let calls = std::mem::take(&mut encoder.logged_calls);
+        if !text.is_empty() || !calls.is_empty() {
+            let mut message = log_message(Role::Assistant, (!text.is_empty()).then_some(&text));
+            if !calls.is_empty() {
+                message["toolCalls"] = Value::Array(calls);
+            }
+            state.messages.push(message);
+        }
+        state.tool_calls += encoder.server_results.len() as u64;
+        for (call_id, name, content, is_error) in std::mem::take(&mut encoder.server_results) {
+            let mut message = log_message(Role::Tool, Some(&content));
+            message["callId"] = json!(call_id);
+            message["name"] = json!(name);
+            message["isError"] = json!(is_error);
+            state.messages.push(message);
+        }
+    }
+}
+
+/// How a canonical turn ended.
+#[derive(Debug)]
+enum End {
+    Completed,
+    Interrupted,
+    Cancelled,
+    Error(String),
+    /// The session was deleted.
+    Closed,
+}
+
+#[derive(Debug, Clone)]
+struct Call {
+    id: String,
+    name: String,
+    args: String,
+}
+
+/// Canonical events of one turn to CMDC events (§4.3).
+struct Encoder {
+    client_tools: Vec<String>,
+    calls: HashMap<String, Call>,
+    /// Calls of callback tools the turn made and did not answer.
+    client_calls: Vec<Call>,
+    /// Interrupts the turn asked.
+    asked: Vec<Pending>,
+    text: String,
+    last_text: Option<String>,
+    logged_calls: Vec<Value>,
+    server_results: Vec<(String, String, String, bool)>,
+    usage: wire::TokenUsage,
+}
+
+impl Encoder {
+    fn new(client_tools: Vec<String>) -> Self {
+        Self {
+            client_tools,
+            calls: HashMap::new(),
+            client_calls: Vec::new(),
+            asked: Vec::new(),
+            text: String::new(),
+            last_text: None,
+            logged_calls: Vec::new(),
+            server_results: Vec::new(),
+            usage: wire::TokenUsage::default(),
+        }
+    }
+
+    /// Pushes the CMDC events of one canonical event; how the turn ended at its terminal event.
+    fn encode(&mut self, event: Event, run: &sessions::Run) -> Option<End> {
+        match event {
+            Event::TextStart {
+                role: Role::Assistant,
+                ..
+            } => {
+                run.push(Cmdc::MessageStart {});
+            }
+            Event::TextDelta { delta, .. } if !delta.is_empty() => {
+                self.text.push_str(&delta);
+                run.push(Cmdc::MessageDelta { delta });
+            }
+            Event::TextEnd { .. } if !self.text.is_empty() => {
+                self.last_text = Some(self.text.clone());
+            }
+            Event::ReasoningStart { .. } => run.push(Cmdc::ThinkingStart {}),
+            Event::ReasoningDelta { delta, .. } if !delta.is_empty() => {
+                run.push(Cmdc::ThinkingDelta { delta });
+            }
+            Event::ToolCallStart { call_id, name, .. } => {
+                self.calls.insert(
+                    call_id.clone(),
+                    Call {
+                        id: call_id,
+                        name,
+                        args: String::new(),
+                    },
+                );
+            }
+            Event::ToolCallArgs { call_id, delta } => {
+                if let Some(call) = self.calls.get_mut(&call_id) {
+                    call.args.push_str(&delta);
+                }
+            }
+            Event::ToolCallEnd { call_id } => {
+                if let Some(call) = self.calls.get(&call_id).cloned() {
+                    let args = parse_args(&call.args);
+                    self.logged_calls
+                        .push(json!({"id": call.id, "name": call.name, "args": args}));
+                    run.push(Cmdc::ToolCalls { count: 1 });
+                    run.push(Cmdc::ToolExecutionStart {
+                        tool_name: call.name.clone(),
+                        call_id: call.id.clone(),
+                        args,
+                    });
+                    if self.client_tools.contains(&call.name) {
+                        self.client_calls.push(call);
+                    }
+                }
+            }
+            Event::ToolResult {
+                call_id,
+                content,
+                is_error,
+                ..
+            } => {
+                self.client_calls.retain(|call| call.id != call_id);
+                let name = self
+                    .calls
+                    .get(&call_id)
+                    .map(|c| c.name.clone())
+                    .unwrap_or_default();
+                run.push(Cmdc::ToolExecutionEnd {
+                    tool_name: name.clone(),
+                    call_id: call_id.clone(),
+                    status: if is_error { "error" } else { "ok" }.into(),
+                    result: Value::String(truncate(&content, RESULT_LIMIT)),
+                });
+                self.server_results.push((call_id, name, content, is_error));
+            }
+            Event::Usage(usage) => self.usage = token_usage(&usage, self.usage),
+            Event::RunFinished { outcome, usage } => {
+                if let Some(usage) = usage {
+                    self.usage = token_usage(&usage, self.usage);
+                }
+                return Some(match outcome {
+                    Outcome::Completed => End::Completed,
+                    Outcome::Interrupted => End::Interrupted,
+                    Outcome::Cancelled => End::Cancelled,
+                });
+            }
+            Event::RunError(error) if error.is_cancelled() => return Some(End::Cancelled),
+            Event::RunError(error) => return Some(End::Error(error.message().to_owned())),
+            _ => {}
+        }
+        None
+    }
+}
+
+/// `approval_required` or `ask_user` for a canonical interrupt.
+fn interrupt_event(id: &str, kind: InterruptKind) -> Cmdc {
+    match kind {
+        InterruptKind::Approval { tool, args, hint } => Cmdc::ApprovalRequired {
+            approval_id: id.to_owned(),
+            tool_name: tool,
+            args,
+            hint: hint.unwrap_or_default(),
+            requested_at: Some(timestamp(SystemTime::now(), false)),
+        },
+        InterruptKind::Question { text, options } => Cmdc::AskUser {
+            reference: id.to_owned(),
+            question: text,
+            options: (!options.is_empty()).then_some(options),
+        },
+        other => Cmdc::AskUser {
+            reference: id.to_owned(),
+            question: other.prompt(),
+            options: None,
+        },
+    }
+}
+
+/// The canonical usage added to what the turn reported so far.
+fn token_usage(usage: &Usage, mut total: wire::TokenUsage) -> wire::TokenUsage {
+    let input = usage.input_tokens.unwrap_or(0);
+    let output = usage.output_tokens.unwrap_or(0);
+    total.prompt_tokens = total.prompt_tokens.max(input);
+    total.completion_tokens = total.completion_tokens.max(output);
+    total.total_tokens = total
+        .total_tokens
+        .max(usage.total_tokens.unwrap_or(input + output));
+    total
+}
+
+fn tool_from_callback(tool: &CallbackTool) -> Tool {
+    Tool {
+        name: tool.name.clone(),
+        description: tool
+            .description
+            .clone()
+            .unwrap_or_else(|| format!("External tool: {}", tool.name)),
+        parameters: tool
+            .parameters
+            .clone()
+            .filter(|p| !p.is_null())
+            .unwrap_or_else(crate::model::empty_object_schema),
+    }
+}
+
+/// The call's arguments as JSON (an object when the upstream sent nothing).
+fn parse_args(args: &str) -> Value {
+    if args.trim().is_empty() {
+        return json!({});
+    }
+    serde_json::from_str(args).unwrap_or_else(|_| Value::String(args.to_owned()))
+}
+
+/// A CMDC message of the session log.
+pub fn log_message(role: Role, content: Option<&str>) -> Value {
+    let role = match role {
+        Role::System | Role::Developer => "system",
+        Role::User => "user",
+        Role::Assistant => "assistant",
+        Role::Tool => "tool",
+    };
+    json!({
+        "id": new_id("msg"),
+        "role": role,
+        "content": content,
+        "toolCalls": null,
+        "callId": null,
+        "name": null,
+        "isError": false,
+    })
+}
+
+/// Text cut to at most `limit` bytes, marked `...[truncated]` when cut.
+fn truncate(text: &str, limit: usize) -> String {
+    if text.len() <= limit {
+        return text.to_owned();
+    }
+    let mut end = limit;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}...[truncated]", &text[..end])
+}
+
+/// `2026-04-08T12:00:00.000000Z` (with `micros`) or `2026-04-08T12:00:00Z`.
+pub fn timestamp(time: SystemTime, micros: bool) -> String {
+    let since = time.duration_since(UNIX_EPOCH).unwrap_or_default();
+    let secs = since.as_secs();
+    let (days, rest) = (secs / 86_400, secs % 86_400);
+    let (hour, minute, second) = (rest / 3600, rest % 3600 / 60, rest % 60);
+    // Civil from days (Howard Hinnant's algorithm).
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    if micros {
+        format!(
+            "{year:04}-{month:02}-{day:02}T{hour:02}:{minute:02}:{second:02}.{:06}Z",
+            since.subsec_micros()
+        )
+    } else {
+        format!("{year:04}-{month:02}-{day:02}T{hour:02}:{minute:02}:{second:02}Z")
+    }
+}
+
+/// The canonical answer to an approval.
+pub fn approval_answer(id: &str, approved: bool) -> Resume {
+    Resume {
+        interrupt_id: id.to_owned(),
+        status: ResumeStatus::Resolved,
+        payload: Some(json!({"approved": approved})),
+    }
+}
+
+/// The canonical answer to a question.
+pub fn text_answer(id: &str, text: &str) -> Resume {
+    Resume {
+        interrupt_id: id.to_owned(),
+        status: ResumeStatus::Resolved,
+        payload: Some(Value::String(text.to_owned())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timestamps_are_rfc3339_utc() {
+        let time = UNIX_EPOCH + Duration::from_micros(1_775_649_600_000_123);
+        assert_eq!(timestamp(time, true), "2026-04-08T12:00:00.000123Z");
+        assert_eq!(timestamp(time, false), "2026-04-08T12:00:00Z");
+    }
+
+    #[test]
+    fn long_results_are_cut_and_marked() {
+        assert_eq!(truncate("abc", 3), "abc");
+        assert_eq!(truncate("abcd", 3), "abc...[truncated]");
+    }
+}

@@ -1,0 +1,493 @@
+//! The sessions of one CMDC inbound route: an in-memory registry per (tenant, session id), each session with
+//! its state, its queue of prompts, its callback tools, its message log and the event buffer of its current
+//! run.
+//!
+//! A run's events are appended to the run's buffer and every subscriber reads the buffer with a cursor of
+//! its own (`specs/cmdc.md` §4.2 #1): a subscriber that attaches after the prompt (cmdc-sdk posts `/prompt`
+//! before it opens `/events`) replays the run from its first event, then follows it live. The run never
+//! waits for a subscriber, a slow subscriber only falls behind in the buffer, and nothing is buffered per
+//! subscriber. A finished run's buffer stays until a subscriber has read its terminal event, or until the
+//! idle TTL drops it.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use tokio::sync::{mpsc, watch};
+
+use super::wire::{self, CallbackTool, Event};
+use crate::model::Resume;
+
+/// How long a finished run's buffer waits for a subscriber to read it.
+pub const FINISHED_RUN_TTL: Duration = Duration::from_secs(300);
+/// A session nobody used this long (and that is not running) is forgotten.
+const SESSION_IDLE_TTL: Duration = Duration::from_secs(24 * 3600);
+/// The most sessions a route keeps.
+const MAX_SESSIONS: usize = 10_000;
+
+/// Why a session could not be created.
+#[derive(Debug, PartialEq, Eq)]
+pub enum CreateError {
+    Exists,
+    Full,
+}
+
+/// Every session of a route, and the per-API-key meter.
+#[derive(Default)]
+pub struct Sessions {
+    sessions: Mutex<HashMap<(String, String), Arc<Session>>>,
+    meters: Mutex<HashMap<String, Meter>>,
+}
+
+/// What one API key used, across its sessions.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Meter {
+    pub prompts: u64,
+    pub usage: wire::TokenUsage,
+}
+
+impl Sessions {
+    /// Registers a new session, first forgetting sessions idle for longer than a day.
+    pub fn create(
+        &self,
+        tenant: &str,
+        id: &str,
+        model: String,
+        system_prompt: Option<String>,
+    ) -> Result<Arc<Session>, CreateError> {
+        let mut sessions = lock(&self.sessions);
+        sessions.retain(|_, session| {
+            let idle = session.idle_for() > SESSION_IDLE_TTL && !session.state().busy;
+            if idle {
+                session.close();
+            }
+            !idle
+        });
+        let key = (tenant.to_owned(), id.to_owned());
+        if sessions.contains_key(&key) {
+            return Err(CreateError::Exists);
+        }
+        if sessions.len() >= MAX_SESSIONS {
+            return Err(CreateError::Full);
+        }
+        let session = Arc::new(Session::new(tenant, id, model, system_prompt));
+        sessions.insert(key, Arc::clone(&session));
+        Ok(session)
+    }
+
+    /// The tenant's session `id`; another tenant's sessions are invisible.
+    pub fn get(&self, tenant: &str, id: &str) -> Option<Arc<Session>> {
+        let session = lock(&self.sessions)
+            .get(&(tenant.to_owned(), id.to_owned()))
+            .cloned()?;
+        *lock(&session.used) = Instant::now();
+        Some(session)
+    }
+
+    pub fn remove(&self, tenant: &str, id: &str) -> Option<Arc<Session>> {
+        lock(&self.sessions).remove(&(tenant.to_owned(), id.to_owned()))
+    }
+
+    pub fn active(&self) -> usize {
+        lock(&self.sessions).len()
+    }
+
+    pub fn tracked_keys(&self) -> usize {
+        lock(&self.meters).len()
+    }
+
+    pub fn meter(&self, api_key: &str) -> Meter {
+        lock(&self.meters).get(api_key).copied().unwrap_or_default()
+    }
+
+    pub fn count_prompt(&self, api_key: &str) {
+        lock(&self.meters)
+            .entry(api_key.to_owned())
+            .or_default()
+            .prompts += 1;
+    }
+
+    pub fn add_usage(&self, api_key: &str, usage: wire::TokenUsage) {
+        let mut meters = lock(&self.meters);
+        let meter = meters.entry(api_key.to_owned()).or_default();
+        add(&mut meter.usage, usage);
+    }
+}
+
+pub fn add(total: &mut wire::TokenUsage, usage: wire::TokenUsage) {
+    total.prompt_tokens += usage.prompt_tokens;
+    total.completion_tokens += usage.completion_tokens;
+    total.total_tokens += usage.total_tokens;
+}
+
+/// A session's `state`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Status {
+    #[default]
+    Idle,
+    Working,
+    WaitingApproval,
+    WaitingInput,
+}
+
+impl Status {
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Idle => "idle",
+            Self::Working => "working",
+            Self::WaitingApproval => "waiting_approval",
+            Self::WaitingInput => "waiting_input",
+        }
+    }
+}
+
+/// An interrupt the paused run waits on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pending {
+    pub id: String,
+    pub approval: bool,
+}
+
+/// A prompt waiting for the run before it.
+#[derive(Debug, Clone)]
+pub struct Queued {
+    pub text: String,
+    pub api_key: String,
+}
+
+/// One session.
+pub struct Session {
+    pub id: String,
+    /// The key of the session's conversation record: unique to this session, so that a session created
+    /// again under a deleted one's id starts with nothing of it (its history died with it).
+    pub conversation: String,
+    pub tenant: String,
+    pub model: String,
+    created: Instant,
+    used: Mutex<Instant>,
+    state: Mutex<State>,
+    current: watch::Sender<Current>,
+    cancel: watch::Sender<bool>,
+}
+
+/// What a session's handlers and its run read and change, under one lock.
+#[derive(Default)]
+pub struct State {
+    pub status: Status,
+    pub turns: u64,
+    pub tool_calls: u64,
+    pub usage: wire::TokenUsage,
+    /// Sent as the system message of the conversation's first turn, then gone.
+    pub system_prompt: Option<String>,
+    pub queue: VecDeque<Queued>,
+    /// What the paused run waits on, and where the answers go.
+    pub pending: Vec<Pending>,
+    pub answers: Option<mpsc::UnboundedSender<Resume>>,
+    pub tools: Vec<CallbackTool>,
+    /// The conversation as CMDC messages (`GET …/messages`).
+    pub messages: Vec<Value>,
+    /// Whether a run is going on (running or paused).
+    pub busy: bool,
+    next_run: u64,
+}
+
+/// The run subscribers attach to, and whether the session is gone.
+#[derive(Clone, Default)]
+struct Current {
+    run: Option<Arc<Run>>,
+    closed: bool,
+}
+
+impl Session {
+    fn new(tenant: &str, id: &str, model: String, system_prompt: Option<String>) -> Self {
+        Self {
+            id: id.to_owned(),
+            conversation: format!("{id}:{}", uuid::Uuid::new_v4().simple()),
+            tenant: tenant.to_owned(),
+            model,
+            created: Instant::now(),
+            used: Mutex::new(Instant::now()),
+            state: Mutex::new(State {
+                system_prompt,
+                ..State::default()
+            }),
+            current: watch::channel(Current::default()).0,
+            cancel: watch::channel(false).0,
+        }
+    }
+
+    pub fn state(&self) -> MutexGuard<'_, State> {
+        lock(&self.state)
+    }
+
+    fn idle_for(&self) -> Duration {
+        lock(&self.used).elapsed()
+    }
+
+    pub fn uptime_ms(&self) -> u64 {
+        u64::try_from(self.created.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    /// Starts the buffer of a new run and makes it the one subscribers attach to.
+    pub fn new_run(&self, state: &mut State) -> Arc<Run> {
+        state.next_run += 1;
+        let run = Arc::new(Run::new(state.next_run));
+        self.current
+            .send_modify(|current| current.run = Some(Arc::clone(&run)));
+        run
+    }
+
+    /// Drops a finished run's buffer that nobody read within `ttl`.
+    pub fn expire_unread(self: &Arc<Self>, run: &Arc<Run>, ttl: Duration) {
+        let session = Arc::downgrade(self);
+        let run = Arc::downgrade(run);
+        tokio::spawn(async move {
+            tokio::time::sleep(ttl).await;
+            let (Some(session), Some(run)) = (session.upgrade(), run.upgrade()) else {
+                return;
+            };
+            session.current.send_if_modified(|current| {
+                let stale = current
+                    .run
+                    .as_ref()
+                    .is_some_and(|c| Arc::ptr_eq(c, &run) && c.is_done());
+                if stale {
+                    current.run = None;
+                }
+                stale
+            });
+        });
+    }
+
+    /// Ends the session: its run is cancelled, and subscribers end once they read what is buffered.
+    pub fn close(&self) {
+        self.cancel.send_replace(true);
+        self.current.send_modify(|current| current.closed = true);
+    }
+
+    pub fn is_closed(&self) -> bool {
+        *self.cancel.borrow()
+    }
+
+    /// Resolves once the session is closed.
+    pub async fn closed(&self) {
+        let mut cancel = self.cancel.subscribe();
+        let _ = cancel.wait_for(|closed| *closed).await;
+    }
+
+    /// A subscriber for one run: the current one if nobody read its end yet, else the next one.
+    pub fn subscribe_run(self: &Arc<Self>) -> Follower {
+        self.follower(true)
+    }
+
+    /// A subscriber for every run from now on (a WebSocket).
+    pub fn subscribe_all(self: &Arc<Self>) -> Follower {
+        self.follower(false)
+    }
+
+    fn follower(self: &Arc<Self>, single: bool) -> Follower {
+        let current = self.current.borrow().clone();
+        let (run, last_seq) = match current.run {
+            Some(run) if !run.is_consumed() => {
+                let seq = run.seq;
+                (Some((run, 0)), seq - 1)
+            }
+            Some(run) => (None, run.seq),
+            None => (None, 0),
+        };
+        Follower {
+            session: Arc::clone(self),
+            run,
+            last_seq,
+            single,
+            finished: false,
+        }
+    }
+}
+
+/// The events of one run, as they come.
+pub struct Run {
+    seq: u64,
+    buffer: Mutex<Buffer>,
+    len: watch::Sender<usize>,
+}
+
+#[derive(Default)]
+struct Buffer {
+    events: Vec<Event>,
+    done: bool,
+    read: bool,
+}
+
+impl Run {
+    fn new(seq: u64) -> Self {
+        Self {
+            seq,
+            buffer: Mutex::new(Buffer::default()),
+            len: watch::channel(0).0,
+        }
+    }
+
+    /// Appends an event and wakes the subscribers.
+    pub fn push(&self, event: Event) {
+        let len = {
+            let mut buffer = lock(&self.buffer);
+            if buffer.done {
+                return;
+            }
+            buffer.done = event.is_terminal();
+            buffer.events.push(event);
+            buffer.events.len()
+        };
+        self.len.send_replace(len);
+    }
+
+    pub fn is_done(&self) -> bool {
+        lock(&self.buffer).done
+    }
+
+    fn is_consumed(&self) -> bool {
+        let buffer = lock(&self.buffer);
+        buffer.done && buffer.read
+    }
+
+    fn get(&self, index: usize) -> Option<Event> {
+        let mut buffer = lock(&self.buffer);
+        let event = buffer.events.get(index).cloned();
+        if event.as_ref().is_some_and(Event::is_terminal) {
+            buffer.read = true;
+        }
+        event
+    }
+}
+
+/// One subscriber's cursor over a session's runs.
+pub struct Follower {
+    session: Arc<Session>,
+    run: Option<(Arc<Run>, usize)>,
+    last_seq: u64,
+    single: bool,
+    finished: bool,
+}
+
+impl Follower {
+    /// The next event; `None` once the run ended (one-run subscribers) or the session is gone.
+    pub async fn next(&mut self) -> Option<Event> {
+        loop {
+            if let Some((run, index)) = &mut self.run {
+                let mut changed = run.len.subscribe();
+                if let Some(event) = run.get(*index) {
+                    *index += 1;
+                    if event.is_terminal() {
+                        self.last_seq = run.seq;
+                        self.run = None;
+                        self.finished = true;
+                    }
+                    return Some(event);
+                }
+                // The sender lives as long as the run we hold.
+                let _ = changed.changed().await;
+                continue;
+            }
+            if self.single && self.finished {
+                return None;
+            }
+            let last = self.last_seq;
+            let mut current = self.session.current.subscribe();
+            let next = current
+                .wait_for(|c| c.closed || c.run.as_ref().is_some_and(|r| r.seq > last))
+                .await
+                .ok()?
+                .clone();
+            match next.run.filter(|r| r.seq > last) {
+                Some(run) => self.run = Some((run, 0)),
+                None => return None,
+            }
+        }
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic while holding the lock leaves plain data behind; go on with it.
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn delta(text: &str) -> Event {
+        Event::MessageDelta { delta: text.into() }
+    }
+
+    #[tokio::test]
+    async fn a_late_subscriber_replays_the_run_and_the_next_one_waits_for_a_new_run() {
+        let sessions = Sessions::default();
+        let session = sessions.create("t", "s", "m".into(), None).unwrap();
+        let run = session.new_run(&mut session.state());
+        run.push(Event::AgentStart {});
+        run.push(delta("a"));
+        run.push(Event::AgentAbort {
+            reason: "user_cancelled".into(),
+        });
+        let mut late = session.subscribe_run();
+        let mut seen = Vec::new();
+        while let Some(event) = late.next().await {
+            seen.push(event.name());
+        }
+        assert_eq!(seen, ["agent_start", "message_delta", "agent_abort"]);
+
+        let mut after = session.subscribe_run();
+        let next = session.new_run(&mut session.state());
+        next.push(Event::AgentStart {});
+        assert_eq!(after.next().await.map(|e| e.name()), Some("agent_start"));
+    }
+
+    #[tokio::test]
+    async fn a_subscriber_that_does_not_read_never_holds_up_the_run_or_another_subscriber() {
+        let sessions = Sessions::default();
+        let session = sessions.create("t", "s", "m".into(), None).unwrap();
+        let run = session.new_run(&mut session.state());
+        let mut stalled = session.subscribe_run();
+        let mut reader = session.subscribe_run();
+        for i in 0..10_000 {
+            run.push(delta(&i.to_string()));
+            if i % 1000 == 0 {
+                assert_eq!(reader.next().await.map(|e| e.name()), Some("message_delta"));
+            }
+        }
+        run.push(Event::AgentEnd {
+            message_count: 0,
+            last_message: None,
+            token_usage: None,
+        });
+        let mut read = 10;
+        while reader.next().await.is_some() {
+            read += 1;
+        }
+        assert_eq!(read, 10_001);
+        // The stalled one catches up from the run's buffer.
+        let mut caught_up = 0;
+        while stalled.next().await.is_some() {
+            caught_up += 1;
+        }
+        assert_eq!(caught_up, 10_001);
+    }
+
+    #[tokio::test]
+    async fn subscribers_end_when_the_session_closes() {
+        let sessions = Sessions::default();
+        let session = sessions.create("t", "s", "m".into(), None).unwrap();
+        assert_eq!(
+            sessions.create("t", "s", "m".into(), None).err(),
+            Some(CreateError::Exists)
+        );
+        assert!(sessions.get("other", "s").is_none());
+        let mut all = session.subscribe_all();
+        session.close();
+        assert!(all.next().await.is_none());
+    }
+}
