@@ -12,6 +12,7 @@ pub mod ag_kit;
 pub mod ag_ui;
 pub mod agentscope;
 mod client;
+pub mod cmdc;
 pub mod interop;
 mod proxy;
 mod upstream;

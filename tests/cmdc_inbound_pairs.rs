@@ -1,0 +1,1818 @@
+//! The CMDC inbound (we are a CMDC gateway) in front of real upstreams, through the real server on a real
+//! socket, one test per behaviour: CMDC -> A2A, CMDC -> CMDC, CMDC -> AG-Kit (v0) and CMDC -> AgentScope,
+//! across text, turns of one session, approvals and questions (REST and WebSocket), the client's callback
+//! tools, upstream failure, deleted sessions and bad client input.
+//!
+//! The client behaves as cmdc-sdk 0.1.0 does (`specs/cmdc.md` §4.1): it creates a session, POSTs a prompt
+//! (202), then reads the run on `GET …/events` until `agent_end`/`agent_abort`; pauses are answered with
+//! `POST …/approve` / `…/respond` while the stream stays open. Upstreams are the scripted ones of
+//! `tests/support`: `a2a::Agent`, the CMDC `Gateway`, AG-Kit v0 replies and `kit::memory_agent`, and the
+//! AgentScope `scope::runtime`.
+
+mod support;
+
+use bytes::Bytes;
+use http::{Method, Request, StatusCode};
+use http_body_util::Full;
+use serde_json::{json, Value};
+
+use support::a2a::{self, Agent};
+use support::ag_kit as kit;
+use support::agentscope::{self as scope, Run};
+use support::cmdc::{self, Gateway, History, Step, KEY as GATEWAY_KEY};
+use support::{send, Proxy, Response, SseStream, Upstream};
+
+const PATH: &str = "/gw";
+/// The API key of the CMDC client (tenant `acme`).
+const CLIENT_KEY: &str = "sk-client";
+const MODEL: &str = "deepseek:deepseek-chat";
+
+// --- Routes ----------------------------------------------------------------------------------------------
+
+/// A CMDC inbound route toward `outbound` at `upstream`; `extra` is more TOML (keys, then tables).
+fn route(outbound: &str, upstream: &str, extra: &str) -> String {
+    format!(
+        "[[routes]]\nname = \"pair\"\npath = \"{PATH}\"\ninbound = \"cmdc\"\noutbound = \"{outbound}\"\n\
+         upstream = \"{upstream}\"\n[routes.api_keys]\n\"{CLIENT_KEY}\" = \"acme\"\n{extra}"
+    )
+}
+
+/// CMDC -> `outbound` toward a scripted upstream.
+async fn proxy(outbound: &str, upstream: &Upstream) -> Proxy {
+    Proxy::start(&route(outbound, &upstream.url(), "")).await
+}
+
+/// CMDC -> CMDC toward the scripted gateway, with its key and [`MODEL`].
+async fn cmdc_proxy(gateway: &Gateway) -> Proxy {
+    let extra = format!(
+        "[routes.upstream_headers]\nX-API-Key = \"{GATEWAY_KEY}\"\n[routes.translate]\nmodel = \"{MODEL}\"\n"
+    );
+    Proxy::start(&route("cmdc", &gateway.url(), &extra)).await
+}
+
+// --- The CMDC client ---------------------------------------------------------------------------------------
+
+/// One REST call of the client, with the headers cmdc-sdk sends.
+async fn call(proxy: &Proxy, method: Method, path: &str, body: Option<Value>) -> Response {
+    call_as(proxy, CLIENT_KEY, method, path, body).await
+}
+
+/// [`call`] with another API key (another tenant).
+async fn call_as(
+    proxy: &Proxy,
+    key: &str,
+    method: Method,
+    path: &str,
+    body: Option<Value>,
+) -> Response {
+    let request = Request::builder()
+        .method(method)
+        .uri(proxy.url(&format!("{PATH}{path}")))
+        .header("content-type", "application/json")
+        .header("accept", "application/json")
+        .header("x-api-key", key);
+    let body = body.map_or_else(Bytes::new, |b| Bytes::from(b.to_string()));
+    send(request.body(Full::new(body)).expect("a request")).await
+}
+
+/// `POST /v1/sessions`: the new session's id.
+async fn create(proxy: &Proxy, body: Value) -> String {
+    let response = call(proxy, Method::POST, "/v1/sessions", Some(body)).await;
+    assert_eq!(response.status, StatusCode::CREATED);
+    let body = response.json().await;
+    assert_eq!(body["status"], "created");
+    body["sessionId"].as_str().expect("a sessionId").to_owned()
+}
+
+/// A session with only a model (no system prompt).
+async fn session(proxy: &Proxy) -> String {
+    create(proxy, json!({"model": MODEL})).await
+}
+
+/// `POST …/prompt {text}`: 202, not queued.
+async fn prompt(proxy: &Proxy, session: &str, text: &str) {
+    let response = call(
+        proxy,
+        Method::POST,
+        &format!("/v1/sessions/{session}/prompt"),
+        Some(json!({ "text": text })),
+    )
+    .await;
+    assert_eq!(response.status, StatusCode::ACCEPTED);
+    let accepted = response.json().await;
+    assert_eq!(accepted["sessionId"], session);
+    assert_eq!(accepted["queued"], false, "{accepted}");
+}
+
+/// `GET …/events`: the run's SSE stream.
+async fn subscribe(proxy: &Proxy, session: &str) -> SseStream {
+    let response = call(
+        proxy,
+        Method::GET,
+        &format!("/v1/sessions/{session}/events"),
+        None,
+    )
+    .await;
+    assert_eq!(response.status, StatusCode::OK);
+    assert_eq!(
+        response.header("content-type"),
+        "text/event-stream; charset=utf-8"
+    );
+    response.sse()
+}
+
+/// A prompt and its whole run, as cmdc-sdk's `prompt()` reads it (POST, then the stream to its end).
+async fn turn(proxy: &Proxy, session: &str, text: &str) -> Vec<(String, Value)> {
+    prompt(proxy, session, text).await;
+    all(&mut subscribe(proxy, session).await).await
+}
+
+/// `POST …/approve {approvalId}`.
+async fn approve(proxy: &Proxy, session: &str, approval_id: &str) -> Response {
+    call(
+        proxy,
+        Method::POST,
+        &format!("/v1/sessions/{session}/approve"),
+        Some(json!({ "approvalId": approval_id })),
+    )
+    .await
+}
+
+/// `POST …/respond {ref, response}`.
+async fn respond(proxy: &Proxy, session: &str, reference: &str, answer: &str) -> Response {
+    call(
+        proxy,
+        Method::POST,
+        &format!("/v1/sessions/{session}/respond"),
+        Some(json!({"ref": reference, "response": answer})),
+    )
+    .await
+}
+
+/// Every complete frame received so far, as (event name, data); every frame must have an `event:` line.
+fn frames(raw: &[u8]) -> Vec<(String, Value)> {
+    let text = String::from_utf8_lossy(raw);
+    let Some(end) = text.rfind("\n\n") else {
+        return Vec::new();
+    };
+    let mut frames = Vec::new();
+    for frame in text[..end].split("\n\n") {
+        let mut name = None;
+        let mut data = None;
+        for line in frame.lines() {
+            if let Some(n) = line.strip_prefix("event: ") {
+                name = Some(n.to_owned());
+            } else if let Some(d) = line.strip_prefix("data: ") {
+                data = Some(d.to_owned());
+            }
+        }
+        if let Some(data) = data {
+            let name = name.unwrap_or_else(|| panic!("a frame without an event line: {frame:?}"));
+            frames.push((name, serde_json::from_str(&data).expect("JSON data")));
+        }
+    }
+    frames
+}
+
+/// Reads until an event named `name` arrived; returns every frame so far.
+async fn until(stream: &mut SseStream, name: &str) -> Vec<(String, Value)> {
+    loop {
+        let seen = frames(&stream.raw);
+        if seen.iter().any(|(n, _)| n == name) {
+            return seen;
+        }
+        stream
+            .next_data()
+            .await
+            .unwrap_or_else(|| panic!("the stream ended before {name}: {seen:?}"));
+    }
+}
+
+/// Reads the whole stream (it closes after the terminal event).
+async fn all(stream: &mut SseStream) -> Vec<(String, Value)> {
+    while stream.next_data().await.is_some() {}
+    frames(&stream.raw)
+}
+
+fn names(frames: &[(String, Value)]) -> Vec<&str> {
+    frames.iter().map(|(n, _)| n.as_str()).collect()
+}
+
+/// The data of the first event named `name`.
+fn data<'a>(frames: &'a [(String, Value)], name: &str) -> &'a Value {
+    &frames
+        .iter()
+        .find(|(n, _)| n == name)
+        .unwrap_or_else(|| panic!("no {name} in {frames:?}"))
+        .1
+}
+
+fn count(frames: &[(String, Value)], name: &str) -> usize {
+    frames.iter().filter(|(n, _)| n == name).count()
+}
+
+/// The text of the `message_delta`s.
+fn text(frames: &[(String, Value)]) -> String {
+    frames
+        .iter()
+        .filter(|(n, _)| n == "message_delta")
+        .map(|(_, d)| d["delta"].as_str().unwrap_or_default())
+        .collect()
+}
+
+/// A whole run, as one run: one `prompt_received`, one `agent_start`, and `agent_end` last.
+fn assert_one_completed_run(seen: &[(String, Value)]) {
+    assert_eq!(count(seen, "prompt_received"), 1, "{seen:?}");
+    assert_eq!(count(seen, "agent_start"), 1, "{seen:?}");
+    assert_eq!(names(seen).last(), Some(&"agent_end"), "{seen:?}");
+    assert_eq!(count(seen, "agent_end"), 1, "{seen:?}");
+    assert_eq!(count(seen, "agent_abort"), 0, "{seen:?}");
+}
+
+// --- CMDC -> A2A -------------------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn cmdc_to_a2a_artifact_chunks_stream_as_message_deltas_and_the_run_ends_with_agent_end() {
+    let task = a2a::task("task-1", "ctx-up-1");
+    let agent = Agent::new()
+        .on(
+            "message/stream",
+            task.streams(&["The weather ", "in Beijing ", "is sunny."]),
+        )
+        .serve()
+        .await;
+    let proxy = proxy("a2a", &agent).await;
+    let session = session(&proxy).await;
+
+    let seen = turn(&proxy, &session, "Weather in Beijing?").await;
+
+    assert_eq!(
+        data(&seen, "prompt_received")["text"],
+        "Weather in Beijing?"
+    );
+    assert_eq!(
+        seen.iter()
+            .filter(|(n, _)| n == "message_delta")
+            .map(|(_, d)| d["delta"].clone())
+            .collect::<Vec<_>>(),
+        [
+            json!("The weather "),
+            json!("in Beijing "),
+            json!("is sunny.")
+        ],
+        "one delta per chunk, in order"
+    );
+    assert_one_completed_run(&seen);
+    let end = data(&seen, "agent_end");
+    assert_eq!(
+        end["lastMessage"],
+        json!({"content": "The weather in Beijing is sunny.", "role": "assistant"})
+    );
+    let calls = a2a::calls(&agent, "message/stream");
+    assert_eq!(calls.len(), 1);
+    assert_eq!(
+        a2a::message_text(a2a::sent_message(&calls[0])),
+        "Weather in Beijing?"
+    );
+}
+
+#[tokio::test]
+async fn cmdc_to_a2a_second_prompt_reuses_the_agents_context_and_sends_only_the_new_text() {
+    let first = a2a::task("task-1", "ctx-up-1");
+    let second = a2a::task("task-2", "ctx-up-1");
+    let agent = Agent::new()
+        .on("message/stream", first.streams(&["Sunny."]))
+        .on("message/stream", second.streams(&["Rain."]))
+        .serve()
+        .await;
+    let proxy = proxy("a2a", &agent).await;
+    let session = session(&proxy).await;
+
+    let one = turn(&proxy, &session, "Weather in Beijing?").await;
+    assert_eq!(text(&one), "Sunny.");
+    let two = turn(&proxy, &session, "And tomorrow?").await;
+
+    assert_eq!(text(&two), "Rain.");
+    assert_one_completed_run(&two);
+    let calls = a2a::calls(&agent, "message/stream");
+    assert_eq!(calls.len(), 2);
+    let message = a2a::sent_message(&calls[1]);
+    assert_eq!(
+        message["contextId"], "ctx-up-1",
+        "the agent's context is kept"
+    );
+    assert!(
+        message.get("taskId").is_none(),
+        "a new task in it: {message}"
+    );
+    assert_eq!(
+        message["parts"],
+        json!([{"kind": "text", "text": "And tomorrow?"}]),
+        "only the new text: the agent keeps the history"
+    );
+}
+
+/// An agent that asks "Which city?" on the first call and answers "Paris is sunny." on the second.
+async fn asking_agent() -> Upstream {
+    let task = a2a::task("task-1", "ctx-up-1");
+    Agent::new()
+        .on(
+            "message/stream",
+            a2a::stream([task.submitted(), task.working()])
+                .then(task.input_required("Which city?")),
+        )
+        .on(
+            "message/stream",
+            a2a::stream([task.in_state("input-required"), task.working()])
+                .chunks(&task, "a2", &["Paris ", "is sunny."])
+                .then(task.completed()),
+        )
+        .serve()
+        .await
+}
+
+#[tokio::test]
+async fn cmdc_to_a2a_input_required_is_ask_user_with_the_question() {
+    let agent = asking_agent().await;
+    let proxy = proxy("a2a", &agent).await;
+    let session = session(&proxy).await;
+    prompt(&proxy, &session, "Weather?").await;
+    let mut events = subscribe(&proxy, &session).await;
+
+    let asked = until(&mut events, "ask_user").await;
+
+    let ask = data(&asked, "ask_user");
+    assert_eq!(ask["question"], "Which city?");
+    assert!(ask["ref"].as_str().is_some_and(|r| !r.is_empty()), "{ask}");
+    assert_eq!(ask["options"], Value::Null, "free text");
+    assert_eq!(
+        count(&asked, "agent_end"),
+        0,
+        "the run is paused: {asked:?}"
+    );
+    assert_eq!(count(&asked, "agent_abort"), 0, "{asked:?}");
+}
+
+#[tokio::test]
+async fn cmdc_to_a2a_answer_continues_the_paused_task() {
+    let agent = asking_agent().await;
+    let proxy = proxy("a2a", &agent).await;
+    let session = session(&proxy).await;
+    prompt(&proxy, &session, "Weather?").await;
+    let mut events = subscribe(&proxy, &session).await;
+    let asked = until(&mut events, "ask_user").await;
+    let reference = data(&asked, "ask_user")["ref"]
+        .as_str()
+        .expect("a ref")
+        .to_owned();
+
+    let answered = respond(&proxy, &session, &reference, "Paris").await;
+
+    assert_eq!(answered.status, StatusCode::OK);
+    assert_eq!(
+        answered.json().await,
+        json!({"ok": true, "action": "respond", "ref": reference})
+    );
+    let seen = all(&mut events).await;
+    assert_one_completed_run(&seen);
+    assert_eq!(text(&seen), "Paris is sunny.");
+    let calls = a2a::calls(&agent, "message/stream");
+    assert_eq!(calls.len(), 2);
+    let answer = a2a::sent_message(&calls[1]);
+    assert_eq!(answer["taskId"], "task-1", "the paused task continues");
+    assert_eq!(answer["contextId"], "ctx-up-1");
+    assert_eq!(a2a::message_text(answer), "Paris");
+}
+
+#[tokio::test]
+async fn cmdc_to_a2a_failed_task_is_an_error_event_then_agent_abort() {
+    let task = a2a::task("task-1", "ctx-up-1");
+    let agent = Agent::new()
+        .on(
+            "message/stream",
+            a2a::stream([task.submitted(), task.working()])
+                .then(task.failed("The weather service is down.")),
+        )
+        .serve()
+        .await;
+    let proxy = proxy("a2a", &agent).await;
+    let session = session(&proxy).await;
+
+    let seen = turn(&proxy, &session, "Weather?").await;
+
+    assert_eq!(
+        names(&seen),
+        ["prompt_received", "agent_start", "error", "agent_abort"]
+    );
+    let reason = data(&seen, "error")["reason"].as_str().expect("a reason");
+    assert!(
+        reason.contains("The weather service is down."),
+        "the task's status text: {reason}"
+    );
+    assert_eq!(data(&seen, "agent_abort"), &json!({"reason": "error"}));
+}
+
+// --- CMDC -> CMDC ------------------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn cmdc_to_cmdc_streams_the_gateways_text() {
+    let gateway = Gateway::replying(&["The weather ", "in Paris ", "is sunny."]).await;
+    let proxy = cmdc_proxy(&gateway).await;
+    let session = session(&proxy).await;
+
+    let seen = turn(&proxy, &session, "Weather in Paris?").await;
+
+    assert_eq!(text(&seen), "The weather in Paris is sunny.");
+    assert_eq!(count(&seen, "message_delta"), 3, "{seen:?}");
+    assert_one_completed_run(&seen);
+    assert_eq!(
+        data(&seen, "agent_end")["lastMessage"]["content"],
+        "The weather in Paris is sunny."
+    );
+    assert_eq!(gateway.prompts(), ["Weather in Paris?"]);
+    assert!(
+        gateway.lost().is_empty(),
+        "the outbound subscribes before it prompts: {:?}",
+        gateway.lost()
+    );
+}
+
+/// "Clean the logs" asks to approve `rm -rf ./old-logs`; approved, it deletes them; other prompts: "OK.".
+fn cleaner(text: &str, _: &History) -> Vec<Step> {
+    if !text.contains("Clean the logs") {
+        return cmdc::reply(&["OK."]);
+    }
+    vec![cmdc::approval(
+        "apr_gw_7",
+        "Shell",
+        json!({"command": "rm -rf ./old-logs"}),
+        "dangerous: deletes files",
+        cmdc::reply(&["Deleted ", "the old logs."]),
+        cmdc::reply(&["Left them ", "alone."]),
+    )]
+}
+
+#[tokio::test]
+async fn cmdc_to_cmdc_approval_passes_through_and_approve_reaches_the_gateways_approval() {
+    let gateway = Gateway::start(cleaner).await;
+    let proxy = cmdc_proxy(&gateway).await;
+    let session = session(&proxy).await;
+    prompt(&proxy, &session, "Clean the logs").await;
+    let mut events = subscribe(&proxy, &session).await;
+
+    let asked = until(&mut events, "approval_required").await;
+    let required = data(&asked, "approval_required").clone();
+    assert_eq!(required["toolName"], "Shell");
+    assert_eq!(required["args"], json!({"command": "rm -rf ./old-logs"}));
+    assert_eq!(required["hint"], "dangerous: deletes files");
+    let approval_id = required["approvalId"]
+        .as_str()
+        .expect("an approvalId")
+        .to_owned();
+
+    let approved = approve(&proxy, &session, &approval_id).await;
+
+    assert_eq!(approved.status, StatusCode::OK);
+    assert_eq!(
+        approved.json().await,
+        json!({"ok": true, "action": "approve", "approvalId": approval_id})
+    );
+    let seen = all(&mut events).await;
+    assert_one_completed_run(&seen);
+    assert_eq!(
+        data(&seen, "approval_resolved"),
+        &json!({"approvalId": approval_id, "status": "approved"})
+    );
+    assert_eq!(text(&seen), "Deleted the old logs.");
+    let upstream = gateway.session();
+    let decided = gateway.requests("POST approve");
+    assert_eq!(decided.len(), 1, "{:?}", gateway.log());
+    assert_eq!(
+        decided[0].path,
+        format!("/v1/sessions/{upstream}/approve"),
+        "the gateway's own session"
+    );
+    assert_eq!(
+        decided[0].body["approvalId"], "apr_gw_7",
+        "the gateway's own approvalId"
+    );
+    assert!(gateway.requests("POST reject").is_empty());
+}
+
+/// "Weather?" asks which city, then reports the weather of the answer; other prompts: "OK.".
+fn asker(text: &str, _: &History) -> Vec<Step> {
+    if !text.contains("Weather?") {
+        return cmdc::reply(&["OK."]);
+    }
+    vec![cmdc::ask(
+        "ask_gw_3",
+        "Which city?",
+        Some(&["Paris", "Rome"]),
+        |city| cmdc::reply(&[city, " is sunny."]),
+    )]
+}
+
+#[tokio::test]
+async fn cmdc_to_cmdc_ask_user_is_answered_by_respond() {
+    let gateway = Gateway::start(asker).await;
+    let proxy = cmdc_proxy(&gateway).await;
+    let session = session(&proxy).await;
+    prompt(&proxy, &session, "Weather?").await;
+    let mut events = subscribe(&proxy, &session).await;
+
+    let asked = until(&mut events, "ask_user").await;
+    let ask = data(&asked, "ask_user").clone();
+    assert_eq!(ask["question"], "Which city?");
+    assert_eq!(ask["options"], json!(["Paris", "Rome"]));
+    let reference = ask["ref"].as_str().expect("a ref").to_owned();
+
+    let answered = respond(&proxy, &session, &reference, "Rome").await;
+
+    assert_eq!(answered.status, StatusCode::OK);
+    let seen = all(&mut events).await;
+    assert_one_completed_run(&seen);
+    assert_eq!(text(&seen), "Rome is sunny.");
+    let responded = gateway.requests("POST respond");
+    assert_eq!(responded.len(), 1, "{:?}", gateway.log());
+    assert_eq!(
+        responded[0].body,
+        json!({"ref": "ask_gw_3", "response": "Rome"})
+    );
+}
+
+#[tokio::test]
+async fn cmdc_to_cmdc_each_client_session_has_one_distinct_upstream_session() {
+    let gateway = Gateway::start(cmdc::memory).await;
+    let proxy = cmdc_proxy(&gateway).await;
+    let first = session(&proxy).await;
+
+    let hello = turn(&proxy, &first, "my name is Ada").await;
+    let asked = turn(&proxy, &first, "what is my name?").await;
+
+    assert_eq!(text(&hello), "Nice to meet you.");
+    assert_eq!(text(&asked), "Your name is Ada.");
+    let upstream = gateway.session();
+    assert_ne!(upstream, first, "each side has its own session id");
+    assert_eq!(gateway.requests("POST sessions").len(), 1);
+    let prompts: Vec<String> = gateway
+        .requests("POST prompt")
+        .iter()
+        .map(|r| {
+            assert_eq!(r.path, format!("/v1/sessions/{upstream}/prompt"));
+            r.body["text"].as_str().unwrap_or_default().to_owned()
+        })
+        .collect();
+    assert_eq!(
+        prompts,
+        ["my name is Ada", "what is my name?"],
+        "only the new text each time"
+    );
+
+    // Another client session is another upstream session, with its own history.
+    let second = session(&proxy).await;
+    let elsewhere = turn(&proxy, &second, "what is my name?").await;
+    assert_eq!(text(&elsewhere), "I do not know your name.");
+    let sessions = gateway.sessions();
+    assert_eq!(sessions.len(), 2, "{sessions:?}");
+    assert_eq!(sessions[0], upstream);
+    assert_ne!(sessions[1], upstream);
+    assert_ne!(sessions[1], second);
+}
+
+// --- CMDC -> AG-Kit (v0) ------------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn cmdc_to_agkit_streams_the_agents_text() {
+    let agent = kit::reply([kit::text("Hello"), kit::text(" there!")])
+        .serve()
+        .await;
+    let proxy = proxy("ag-kit", &agent).await;
+    let session = session(&proxy).await;
+
+    let seen = turn(&proxy, &session, "Hi").await;
+
+    assert_eq!(text(&seen), "Hello there!");
+    assert_one_completed_run(&seen);
+    assert_eq!(
+        kit::messages_of(&agent, 0),
+        json!([{"role": "user", "content": "Hi"}])
+    );
+}
+
+/// The `conversationId` of the n-th request a v0 agent received.
+fn conversation_of(agent: &Upstream, nth: usize) -> String {
+    let received = agent.received();
+    received[nth].body["conversationId"]
+        .as_str()
+        .unwrap_or_else(|| {
+            panic!(
+                "request {nth} has a conversationId: {:#}",
+                received[nth].body
+            )
+        })
+        .to_owned()
+}
+
+#[tokio::test]
+async fn cmdc_to_agkit_agent_remembers_across_prompts_with_one_conversation_and_only_new_text() {
+    let agent = kit::memory_agent().await;
+    let proxy = proxy("ag-kit", &agent).await;
+    let session = session(&proxy).await;
+
+    let hello = turn(&proxy, &session, "my name is Ada").await;
+    let asked = turn(&proxy, &session, "what is my name?").await;
+
+    assert_eq!(text(&hello), "Nice to meet you.");
+    assert_eq!(text(&asked), "Your name is Ada.");
+    assert_one_completed_run(&asked);
+    assert_eq!(agent.received().len(), 2);
+    assert_eq!(
+        kit::messages_of(&agent, 0),
+        json!([{"role": "user", "content": "my name is Ada"}])
+    );
+    assert_eq!(
+        kit::messages_of(&agent, 1),
+        json!([{"role": "user", "content": "what is my name?"}]),
+        "only the new text: the agent keeps the history"
+    );
+    assert_eq!(conversation_of(&agent, 1), conversation_of(&agent, 0));
+}
+
+#[tokio::test]
+async fn cmdc_to_agkit_approval_interrupt_is_approval_required_and_approve_resumes_it() {
+    let agent = Upstream::serve([
+        kit::reply([kit::interrupt(
+            "int_9",
+            "approval",
+            json!({"toolName": "delete_file", "args": {"path": "/tmp/old.log"}}),
+        )]),
+        kit::reply([kit::text("Deleted.")]),
+    ])
+    .await;
+    let proxy = proxy("ag-kit", &agent).await;
+    let session = session(&proxy).await;
+    prompt(&proxy, &session, "Clean up the logs").await;
+    let mut events = subscribe(&proxy, &session).await;
+
+    let asked = until(&mut events, "approval_required").await;
+    let required = data(&asked, "approval_required").clone();
+    assert_eq!(required["toolName"], "delete_file");
+    assert_eq!(required["args"], json!({"path": "/tmp/old.log"}));
+    let approval_id = required["approvalId"].as_str().expect("an approvalId");
+
+    let approved = approve(&proxy, &session, approval_id).await;
+
+    assert_eq!(approved.status, StatusCode::OK);
+    let seen = all(&mut events).await;
+    assert_one_completed_run(&seen);
+    assert_eq!(data(&seen, "approval_resolved")["status"], "approved");
+    assert_eq!(text(&seen), "Deleted.");
+    let received = agent.received();
+    assert_eq!(received.len(), 2, "{received:#?}");
+    let resumed = &received[1].body;
+    assert_eq!(
+        resumed["resume"],
+        json!({"interruptId": "int_9", "payload": "{\"approved\":true}"})
+    );
+    assert_eq!(conversation_of(&agent, 1), conversation_of(&agent, 0));
+}
+
+// --- CMDC -> AgentScope -------------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn cmdc_to_agentscope_streams_the_runtimes_text() {
+    let runtime = scope::runtime([Run::new().text(&["It is ", "sunny."]).completed()]).await;
+    let proxy = proxy("agentscope", &runtime).await;
+    let session = session(&proxy).await;
+
+    let seen = turn(&proxy, &session, "Weather in Paris?").await;
+
+    assert_eq!(text(&seen), "It is sunny.");
+    assert_one_completed_run(&seen);
+    assert_eq!(
+        scope::summary(&scope::input_of(&runtime, 0)),
+        [("message".into(), "user".into(), json!("Weather in Paris?"))]
+    );
+}
+
+#[tokio::test]
+async fn cmdc_to_agentscope_second_prompt_sends_the_full_history() {
+    let runtime = scope::runtime([
+        Run::new().text(&["Sunny."]).completed(),
+        Run::new().text(&["Rain."]).completed(),
+    ])
+    .await;
+    let proxy = proxy("agentscope", &runtime).await;
+    let session = session(&proxy).await;
+
+    turn(&proxy, &session, "Weather in Paris?").await;
+    let seen = turn(&proxy, &session, "And tomorrow?").await;
+
+    assert_eq!(text(&seen), "Rain.");
+    assert_eq!(
+        scope::summary(&scope::input_of(&runtime, 1)),
+        [
+            ("message".into(), "user".into(), json!("Weather in Paris?")),
+            ("message".into(), "assistant".into(), json!("Sunny.")),
+            ("message".into(), "user".into(), json!("And tomorrow?")),
+        ],
+        "a full-history upstream gets the conversation so far"
+    );
+    let received = runtime.received();
+    assert_eq!(
+        received[1].body["session_id"], received[0].body["session_id"],
+        "one runtime session"
+    );
+}
+
+#[tokio::test]
+async fn cmdc_to_agentscope_approval_request_is_approval_required_and_approve_answers_it() {
+    let runtime = scope::runtime([
+        Run::new()
+            .approval_request("apr_1", "Shell", &json!({"command": "rm -rf ./old-logs"}))
+            .completed(),
+        Run::new().text(&["Cleaned up."]).completed(),
+    ])
+    .await;
+    let proxy = proxy("agentscope", &runtime).await;
+    let session = session(&proxy).await;
+    prompt(&proxy, &session, "Clean the logs").await;
+    let mut events = subscribe(&proxy, &session).await;
+
+    let asked = until(&mut events, "approval_required").await;
+    let required = data(&asked, "approval_required").clone();
+    assert_eq!(required["toolName"], "Shell");
+    assert_eq!(required["args"], json!({"command": "rm -rf ./old-logs"}));
+    let approval_id = required["approvalId"].as_str().expect("an approvalId");
+
+    let approved = approve(&proxy, &session, approval_id).await;
+
+    assert_eq!(approved.status, StatusCode::OK);
+    let seen = all(&mut events).await;
+    assert_one_completed_run(&seen);
+    assert_eq!(data(&seen, "approval_resolved")["status"], "approved");
+    assert_eq!(text(&seen), "Cleaned up.");
+    let input = scope::input_of(&runtime, 1);
+    let kinds: Vec<&str> = input.iter().map(|m| m["type"].as_str().unwrap()).collect();
+    assert_eq!(
+        kinds,
+        ["message", "mcp_approval_request", "mcp_approval_response"]
+    );
+    let response = scope::data(&input[2]);
+    assert_eq!(response["approval_request_id"], "apr_1");
+    assert_eq!(response["approve"], true);
+}
+
+// --- Bad input with a real upstream ----------------------------------------------------------------------------
+
+#[tokio::test]
+async fn cmdc_approve_of_an_unknown_approval_is_404_and_the_session_keeps_working() {
+    let task = a2a::task("task-1", "ctx-up-1");
+    let agent = Agent::new()
+        .on("message/stream", task.streams(&["Still here."]))
+        .serve()
+        .await;
+    let proxy = proxy("a2a", &agent).await;
+    let session = session(&proxy).await;
+
+    let refused = approve(&proxy, &session, "apr_nope").await;
+
+    assert_eq!(refused.status, StatusCode::NOT_FOUND);
+    let body = refused.json().await;
+    assert_eq!(body["error"], "not_found", "{body}");
+    assert!(body["message"].is_string(), "{body}");
+    assert!(agent.received().is_empty(), "the agent is not called");
+
+    let seen = turn(&proxy, &session, "Are you there?").await;
+    assert_eq!(text(&seen), "Still here.");
+    assert_one_completed_run(&seen);
+    assert_eq!(a2a::calls(&agent, "message/stream").len(), 1);
+}
+
+#[tokio::test]
+async fn cmdc_approve_of_an_unknown_approval_while_paused_is_404_and_the_pause_still_waits() {
+    let gateway = Gateway::start(cleaner).await;
+    let proxy = cmdc_proxy(&gateway).await;
+    let session = session(&proxy).await;
+    prompt(&proxy, &session, "Clean the logs").await;
+    let mut events = subscribe(&proxy, &session).await;
+    let asked = until(&mut events, "approval_required").await;
+    let approval_id = data(&asked, "approval_required")["approvalId"]
+        .as_str()
+        .expect("an approvalId")
+        .to_owned();
+
+    let refused = approve(&proxy, &session, "apr_nope").await;
+
+    assert_eq!(refused.status, StatusCode::NOT_FOUND);
+    let body = refused.json().await;
+    assert_eq!(body["error"], "not_found", "{body}");
+    assert!(body["message"].is_string(), "{body}");
+    assert!(
+        gateway.requests("POST approve").is_empty(),
+        "the gateway is not called: {:?}",
+        gateway.log()
+    );
+
+    let approved = approve(&proxy, &session, &approval_id).await;
+    assert_eq!(approved.status, StatusCode::OK);
+    let seen = all(&mut events).await;
+    assert_one_completed_run(&seen);
+    assert_eq!(text(&seen), "Deleted the old logs.");
+    let decided = gateway.requests("POST approve");
+    assert_eq!(decided.len(), 1);
+    assert_eq!(decided[0].body["approvalId"], "apr_gw_7");
+}
+
+// --- More round trips ----------------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn cmdc_to_a2a_prompt_after_an_answered_question_is_a_new_task_in_the_same_context() {
+    let task = a2a::task("task-1", "ctx-up-1");
+    let next = a2a::task("task-2", "ctx-up-1");
+    let agent = Agent::new()
+        .on(
+            "message/stream",
+            a2a::stream([task.submitted(), task.working()])
+                .then(task.input_required("Which city?")),
+        )
+        .on(
+            "message/stream",
+            a2a::stream([task.in_state("input-required"), task.working()])
+                .chunks(&task, "a2", &["Paris is sunny."])
+                .then(task.completed()),
+        )
+        .on("message/stream", next.streams(&["Rain tomorrow."]))
+        .serve()
+        .await;
+    let proxy = proxy("a2a", &agent).await;
+    let session = session(&proxy).await;
+    prompt(&proxy, &session, "Weather?").await;
+    let mut events = subscribe(&proxy, &session).await;
+    let asked = until(&mut events, "ask_user").await;
+    let reference = data(&asked, "ask_user")["ref"].as_str().unwrap().to_owned();
+    respond(&proxy, &session, &reference, "Paris").await;
+    all(&mut events).await;
+
+    let seen = turn(&proxy, &session, "And tomorrow?").await;
+
+    assert_eq!(text(&seen), "Rain tomorrow.");
+    assert_one_completed_run(&seen);
+    let calls = a2a::calls(&agent, "message/stream");
+    assert_eq!(calls.len(), 3);
+    let message = a2a::sent_message(&calls[2]);
+    assert_eq!(message["contextId"], "ctx-up-1");
+    assert!(
+        message.get("taskId").is_none(),
+        "the answered task is done: {message}"
+    );
+    assert_eq!(a2a::message_text(message), "And tomorrow?");
+}
+
+#[tokio::test]
+async fn cmdc_to_a2a_session_state_follows_the_pause_and_the_message_log_keeps_the_turn() {
+    let agent = asking_agent().await;
+    let proxy = proxy("a2a", &agent).await;
+    let session = session(&proxy).await;
+    prompt(&proxy, &session, "Weather?").await;
+    let mut events = subscribe(&proxy, &session).await;
+    let asked = until(&mut events, "ask_user").await;
+    let reference = data(&asked, "ask_user")["ref"].as_str().unwrap().to_owned();
+
+    let info = call(
+        &proxy,
+        Method::GET,
+        &format!("/v1/sessions/{session}"),
+        None,
+    )
+    .await
+    .json()
+    .await;
+    assert_eq!(info["state"], "waiting_input", "{info}");
+
+    respond(&proxy, &session, &reference, "Paris").await;
+    all(&mut events).await;
+    let messages = call(
+        &proxy,
+        Method::GET,
+        &format!("/v1/sessions/{session}/messages"),
+        None,
+    )
+    .await
+    .json()
+    .await;
+    let log = messages["messages"].as_array().expect("messages");
+    let first = &log[0];
+    assert_eq!(first["role"], "user");
+    assert_eq!(first["content"], "Weather?");
+    let last = log.last().unwrap();
+    assert_eq!(last["role"], "assistant");
+    assert_eq!(last["content"], "Paris is sunny.");
+}
+
+#[tokio::test]
+async fn cmdc_respond_with_an_unknown_ref_is_404_and_the_paused_task_still_waits() {
+    let agent = asking_agent().await;
+    let proxy = proxy("a2a", &agent).await;
+    let session = session(&proxy).await;
+    prompt(&proxy, &session, "Weather?").await;
+    let mut events = subscribe(&proxy, &session).await;
+    let asked = until(&mut events, "ask_user").await;
+    let reference = data(&asked, "ask_user")["ref"].as_str().unwrap().to_owned();
+
+    let refused = respond(&proxy, &session, "ask_nope", "Paris").await;
+    assert_eq!(refused.status, StatusCode::NOT_FOUND);
+    let body = refused.json().await;
+    assert_eq!(body["error"], "not_found", "{body}");
+    assert!(body["message"].is_string(), "{body}");
+    let missing = call(
+        &proxy,
+        Method::POST,
+        &format!("/v1/sessions/{session}/respond"),
+        Some(json!({"ref": reference})),
+    )
+    .await;
+    assert_eq!(missing.status, StatusCode::BAD_REQUEST);
+    assert_eq!(missing.json().await["error"], "bad_request");
+    assert_eq!(
+        a2a::calls(&agent, "message/stream").len(),
+        1,
+        "the agent is not called"
+    );
+
+    respond(&proxy, &session, &reference, "Paris").await;
+    let seen = all(&mut events).await;
+    assert_one_completed_run(&seen);
+    assert_eq!(text(&seen), "Paris is sunny.");
+}
+
+#[tokio::test]
+async fn cmdc_to_cmdc_reject_reaches_the_gateway_and_the_run_takes_the_rejected_branch() {
+    let gateway = Gateway::start(cleaner).await;
+    let proxy = cmdc_proxy(&gateway).await;
+    let session = session(&proxy).await;
+    prompt(&proxy, &session, "Clean the logs").await;
+    let mut events = subscribe(&proxy, &session).await;
+    let asked = until(&mut events, "approval_required").await;
+    let approval_id = data(&asked, "approval_required")["approvalId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+
+    let rejected = call(
+        &proxy,
+        Method::POST,
+        &format!("/v1/sessions/{session}/reject"),
+        Some(json!({ "approvalId": approval_id })),
+    )
+    .await;
+
+    assert_eq!(rejected.status, StatusCode::OK);
+    assert_eq!(
+        rejected.json().await,
+        json!({"ok": true, "action": "reject", "approvalId": approval_id})
+    );
+    let seen = all(&mut events).await;
+    assert_one_completed_run(&seen);
+    assert_eq!(data(&seen, "approval_resolved")["status"], "rejected");
+    assert_eq!(text(&seen), "Left them alone.");
+    let decided = gateway.requests("POST reject");
+    assert_eq!(decided.len(), 1, "{:?}", gateway.log());
+    assert_eq!(decided[0].body["approvalId"], "apr_gw_7");
+    assert!(gateway.requests("POST approve").is_empty());
+}
+
+#[tokio::test]
+async fn cmdc_to_cmdc_system_prompt_becomes_the_gateway_sessions_system_prompt() {
+    let gateway = Gateway::replying(&["Hi."]).await;
+    let proxy = cmdc_proxy(&gateway).await;
+    let session = create(&proxy, json!({"model": MODEL, "systemPrompt": "be brief"})).await;
+
+    turn(&proxy, &session, "hello").await;
+
+    let created = gateway.requests("POST sessions");
+    assert_eq!(created.len(), 1);
+    assert_eq!(created[0].body["systemPrompt"], "be brief");
+    assert_eq!(
+        gateway.prompts(),
+        ["hello"],
+        "the system prompt is not a prompt"
+    );
+}
+
+#[tokio::test]
+async fn cmdc_to_agkit_question_interrupt_is_ask_user_and_respond_resumes_it() {
+    let agent = Upstream::serve([
+        kit::reply([kit::interrupt(
+            "int_q",
+            "question",
+            json!({"question": "Which city?", "options": ["Paris", "Rome"]}),
+        )]),
+        kit::reply([kit::text("Rome is sunny.")]),
+    ])
+    .await;
+    let proxy = proxy("ag-kit", &agent).await;
+    let session = session(&proxy).await;
+    prompt(&proxy, &session, "Weather?").await;
+    let mut events = subscribe(&proxy, &session).await;
+
+    let asked = until(&mut events, "ask_user").await;
+    let ask = data(&asked, "ask_user").clone();
+    assert_eq!(ask["question"], "Which city?");
+    assert_eq!(ask["options"], json!(["Paris", "Rome"]));
+    let answered = respond(&proxy, &session, ask["ref"].as_str().unwrap(), "Rome").await;
+
+    assert_eq!(answered.status, StatusCode::OK);
+    let seen = all(&mut events).await;
+    assert_one_completed_run(&seen);
+    assert_eq!(text(&seen), "Rome is sunny.");
+    let received = agent.received();
+    assert_eq!(received.len(), 2, "{received:#?}");
+    assert_eq!(
+        received[1].body["resume"],
+        json!({"interruptId": "int_q", "payload": "\"Rome\""}),
+        "the payload is the JSON text of the answer"
+    );
+    assert_eq!(conversation_of(&agent, 1), conversation_of(&agent, 0));
+}
+
+#[tokio::test]
+async fn cmdc_to_agkit_custom_interrupt_is_ask_user_and_the_answer_is_the_resume_payload() {
+    let agent = Upstream::serve([
+        kit::reply([kit::interrupt(
+            "int_1",
+            "waiting_for_user_selection",
+            json!({"steps": [{"description": "Dig hole", "status": "enabled"}]}),
+        )]),
+        kit::reply([kit::text("Digging the hole.")]),
+    ])
+    .await;
+    let proxy = proxy("ag-kit", &agent).await;
+    let session = session(&proxy).await;
+    prompt(&proxy, &session, "Plan my garden").await;
+    let mut events = subscribe(&proxy, &session).await;
+
+    let asked = until(&mut events, "ask_user").await;
+    let ask = data(&asked, "ask_user").clone();
+    assert!(
+        ask["question"]
+            .as_str()
+            .is_some_and(|q| q.contains("waiting_for_user_selection")),
+        "{ask}"
+    );
+    respond(
+        &proxy,
+        &session,
+        ask["ref"].as_str().unwrap(),
+        "Dig the hole first",
+    )
+    .await;
+
+    let seen = all(&mut events).await;
+    assert_one_completed_run(&seen);
+    assert_eq!(text(&seen), "Digging the hole.");
+    assert_eq!(
+        agent.received()[1].body["resume"],
+        json!({"interruptId": "int_1", "payload": "\"Dig the hole first\""}),
+        "the payload is the JSON text of the answer (a bare JSON string, specs/ag-kit.md §4.3)"
+    );
+}
+
+#[tokio::test]
+async fn cmdc_to_agkit_upstream_failure_is_an_error_event_then_agent_abort_and_the_session_goes_on()
+{
+    let agent = Upstream::serve([
+        support::Reply::status(500).body("internal failure"),
+        kit::reply([kit::text("Fine now.")]),
+    ])
+    .await;
+    let proxy = proxy("ag-kit", &agent).await;
+    let session = session(&proxy).await;
+
+    let failed = turn(&proxy, &session, "hi").await;
+
+    assert_eq!(
+        names(&failed),
+        ["prompt_received", "agent_start", "error", "agent_abort"]
+    );
+    assert!(
+        data(&failed, "error")["reason"]
+            .as_str()
+            .unwrap()
+            .contains("500"),
+        "{failed:?}"
+    );
+    assert_eq!(data(&failed, "agent_abort"), &json!({"reason": "error"}));
+    let next = turn(&proxy, &session, "again").await;
+    assert_eq!(text(&next), "Fine now.");
+    assert_one_completed_run(&next);
+}
+
+#[tokio::test]
+async fn cmdc_to_agentscope_reject_answers_the_request_with_approve_false() {
+    let runtime = scope::runtime([
+        Run::new()
+            .approval_request("apr_1", "Shell", &json!({"command": "rm -rf ./old-logs"}))
+            .completed(),
+        Run::new().text(&["Left alone."]).completed(),
+    ])
+    .await;
+    let proxy = proxy("agentscope", &runtime).await;
+    let session = session(&proxy).await;
+    prompt(&proxy, &session, "Clean the logs").await;
+    let mut events = subscribe(&proxy, &session).await;
+    let asked = until(&mut events, "approval_required").await;
+    let approval_id = data(&asked, "approval_required")["approvalId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+
+    let rejected = call(
+        &proxy,
+        Method::POST,
+        &format!("/v1/sessions/{session}/reject"),
+        Some(json!({ "approvalId": approval_id })),
+    )
+    .await;
+
+    assert_eq!(rejected.status, StatusCode::OK);
+    let seen = all(&mut events).await;
+    assert_one_completed_run(&seen);
+    assert_eq!(data(&seen, "approval_resolved")["status"], "rejected");
+    assert_eq!(text(&seen), "Left alone.");
+    let input = scope::input_of(&runtime, 1);
+    let response = scope::data(input.last().unwrap());
+    assert_eq!(response["approval_request_id"], "apr_1");
+    assert_eq!(response["approve"], false);
+}
+
+#[tokio::test]
+async fn cmdc_to_agentscope_failed_response_is_an_error_event_then_agent_abort() {
+    let runtime = scope::runtime([Run::new().text(&["Half an "]).failed(
+        "AGENT_UNKNOWN_ERROR",
+        "Unknown agent error: ValueError: boom",
+    )])
+    .await;
+    let proxy = proxy("agentscope", &runtime).await;
+    let session = session(&proxy).await;
+
+    let seen = turn(&proxy, &session, "boom").await;
+
+    assert_eq!(text(&seen), "Half an ");
+    let tail: Vec<&str> = names(&seen).into_iter().rev().take(2).collect();
+    assert_eq!(tail, ["agent_abort", "error"], "{seen:?}");
+    assert!(
+        data(&seen, "error")["reason"]
+            .as_str()
+            .unwrap()
+            .contains("ValueError: boom"),
+        "{seen:?}"
+    );
+    assert_eq!(data(&seen, "agent_abort"), &json!({"reason": "error"}));
+}
+
+#[tokio::test]
+async fn cmdc_to_agentscope_prompt_after_an_answered_approval_does_not_answer_it_again() {
+    let runtime = scope::runtime([
+        Run::new()
+            .approval_request("apr_1", "Shell", &json!({"command": "rm -rf ./old-logs"}))
+            .completed(),
+        Run::new().text(&["Cleaned up."]).completed(),
+        Run::new().text(&["You are welcome."]).completed(),
+    ])
+    .await;
+    let proxy = proxy("agentscope", &runtime).await;
+    let session = session(&proxy).await;
+    prompt(&proxy, &session, "Clean the logs").await;
+    let mut events = subscribe(&proxy, &session).await;
+    let asked = until(&mut events, "approval_required").await;
+    let approval_id = data(&asked, "approval_required")["approvalId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    approve(&proxy, &session, &approval_id).await;
+    all(&mut events).await;
+
+    let seen = turn(&proxy, &session, "Thanks").await;
+
+    assert_eq!(text(&seen), "You are welcome.");
+    let input = scope::input_of(&runtime, 2);
+    assert!(
+        !input.iter().any(|m| m["type"] == "mcp_approval_response"),
+        "an answered approval is not answered again: {input:#?}"
+    );
+    let said: Vec<(String, String, Value)> = scope::summary(&input)
+        .into_iter()
+        .filter(|(kind, _, _)| kind == "message")
+        .collect();
+    assert_eq!(
+        said,
+        [
+            ("message".into(), "user".into(), json!("Clean the logs")),
+            ("message".into(), "assistant".into(), json!("Cleaned up.")),
+            ("message".into(), "user".into(), json!("Thanks")),
+        ],
+        "the conversation so far"
+    );
+}
+
+// --- Callback tools (the client's tools) -----------------------------------------------------------------
+
+/// The client's callback endpoint: answers every call with `{"result": "Background is blue"}`.
+async fn painter() -> Upstream {
+    support::Reply::status(200)
+        .header("content-type", "application/json")
+        .body(r#"{"result":"Background is blue"}"#)
+        .serve()
+        .await
+}
+
+/// Registers the client's `change_background` callback tool on `session`.
+async fn register_painter(proxy: &Proxy, session: &str, callback: &Upstream) {
+    let registered = call(
+        proxy,
+        Method::POST,
+        &format!("/v1/sessions/{session}/tools"),
+        Some(
+            json!({"name": "change_background", "callbackUrl": callback.url(),
+                    "parameters": {"type": "object", "properties": {"color": {"type": "string"}}}}),
+        ),
+    )
+    .await;
+    assert_eq!(registered.status, StatusCode::CREATED);
+}
+
+/// The call the client's callback endpoint received, checked against the call announced on the stream.
+fn assert_painted(seen: &[(String, Value)], callback: &Upstream, session: &str, call_id: &str) {
+    let request = callback.only_request();
+    assert_eq!(request.body["toolName"], "change_background");
+    assert_eq!(request.body["args"], json!({"color": "blue"}));
+    assert_eq!(request.body["callId"], call_id);
+    assert_eq!(
+        request.body["sessionId"], session,
+        "the client's own session"
+    );
+    let start = data(seen, "tool_execution_start");
+    assert_eq!(start["toolName"], "change_background");
+    assert_eq!(start["callId"], call_id);
+    let end = data(seen, "tool_execution_end");
+    assert_eq!(end["status"], "ok");
+    assert_eq!(end["result"], "Background is blue");
+}
+
+#[tokio::test]
+async fn cmdc_to_cmdc_callback_tool_is_called_by_the_gateway_through_the_proxy() {
+    let gateway = Gateway::start(|_, _| {
+        vec![cmdc::call_tool(
+            "tc_bg",
+            "change_background",
+            json!({"color": "blue"}),
+            |result| cmdc::reply(&["Done: ", result]),
+        )]
+    })
+    .await;
+    let callback = painter().await;
+    let proxy = cmdc_proxy(&gateway).await;
+    let session = session(&proxy).await;
+    register_painter(&proxy, &session, &callback).await;
+
+    let seen = turn(&proxy, &session, "Make the background blue").await;
+
+    assert_one_completed_run(&seen);
+    assert_eq!(text(&seen), "Done: Background is blue");
+    assert_painted(&seen, &callback, &session, "tc_bg");
+    let registered = gateway.requests("POST tools");
+    assert_eq!(registered.len(), 1, "{:?}", gateway.log());
+    assert_eq!(registered[0].body["name"], "change_background");
+    assert_ne!(
+        registered[0].body["callbackUrl"],
+        callback.url(),
+        "the gateway calls the proxy, which calls the client"
+    );
+    assert_eq!(gateway.prompts(), ["Make the background blue"]);
+}
+
+#[tokio::test]
+async fn cmdc_to_agkit_callback_tool_call_is_called_back_and_its_result_sent_as_a_tool_message() {
+    let mut called = vec![];
+    called.extend(kit::call(
+        "call_bg",
+        "change_background",
+        &["{\"color\":", "\"blue\"}"],
+    ));
+    let agent = Upstream::serve([
+        kit::reply(called),
+        kit::reply([kit::text("Done, it is blue.")]),
+    ])
+    .await;
+    let callback = painter().await;
+    let proxy = proxy("ag-kit", &agent).await;
+    let session = session(&proxy).await;
+    register_painter(&proxy, &session, &callback).await;
+
+    let seen = turn(&proxy, &session, "Make it blue").await;
+
+    assert_one_completed_run(&seen);
+    assert_eq!(text(&seen), "Done, it is blue.");
+    assert_painted(&seen, &callback, &session, "call_bg");
+    let received = agent.received();
+    assert_eq!(received.len(), 2, "{received:#?}");
+    assert_eq!(
+        received[0].body["tools"][0]["name"], "change_background",
+        "the callback tool is the agent's client tool"
+    );
+    let answer = &received[1].body["messages"];
+    assert_eq!(
+        answer,
+        &json!([{"role": "tool", "content": "Background is blue", "toolCallId": "call_bg"}]),
+        "{:#}",
+        received[1].body
+    );
+    assert_eq!(conversation_of(&agent, 1), conversation_of(&agent, 0));
+}
+
+#[tokio::test]
+async fn cmdc_to_agentscope_function_call_is_called_back_and_its_output_sent() {
+    let runtime = scope::runtime([
+        Run::new()
+            .function_call(
+                "call_bg",
+                "change_background",
+                &["{\"color\": \"bl", "{\"color\": \"blue\"}"],
+            )
+            .completed(),
+        Run::new().text(&["Done, it is blue."]).completed(),
+    ])
+    .await;
+    let callback = painter().await;
+    let proxy = proxy("agentscope", &runtime).await;
+    let session = session(&proxy).await;
+    register_painter(&proxy, &session, &callback).await;
+
+    let seen = turn(&proxy, &session, "Make it blue").await;
+
+    assert_one_completed_run(&seen);
+    assert_eq!(text(&seen), "Done, it is blue.");
+    assert_painted(&seen, &callback, &session, "call_bg");
+    let received = runtime.received();
+    assert_eq!(
+        received[0].body["tools"][0]["function"]["name"],
+        "change_background"
+    );
+    let input = scope::input_of(&runtime, 1);
+    let kinds: Vec<&str> = input.iter().map(|m| m["type"].as_str().unwrap()).collect();
+    assert_eq!(kinds, ["message", "function_call", "function_call_output"]);
+    assert_eq!(
+        scope::data(&input[2]),
+        &json!({"call_id": "call_bg", "name": "change_background", "output": "Background is blue"})
+    );
+}
+
+// --- The WebSocket ----------------------------------------------------------------------------------------
+
+type Ws =
+    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+
+async fn connect_ws(proxy: &Proxy, session: &str) -> Ws {
+    let url = format!(
+        "ws://{}{PATH}/v1/sessions/{session}/ws?api_key={CLIENT_KEY}",
+        proxy.addr()
+    );
+    let (ws, _) = support::within(
+        "the WebSocket handshake",
+        tokio_tungstenite::connect_async(url),
+    )
+    .await
+    .expect("the WebSocket connects");
+    ws
+}
+
+async fn send_ws(ws: &mut Ws, frame: Value) {
+    use futures_util::SinkExt;
+    ws.send(tokio_tungstenite::tungstenite::Message::text(
+        frame.to_string(),
+    ))
+    .await
+    .expect("send");
+}
+
+/// The next data frame (pings skipped).
+async fn recv_ws(ws: &mut Ws) -> Value {
+    use futures_util::StreamExt;
+    loop {
+        let message = support::within("a WebSocket frame", ws.next())
+            .await
+            .expect("the socket is open")
+            .expect("a frame");
+        if let tokio_tungstenite::tungstenite::Message::Text(text) = message {
+            return serde_json::from_str(text.as_str()).expect("JSON frames");
+        }
+    }
+}
+
+/// Event frames until one named `name`; returns them all, that one last.
+async fn ws_until(ws: &mut Ws, name: &str) -> Vec<Value> {
+    let mut frames = Vec::new();
+    loop {
+        let frame = recv_ws(ws).await;
+        let found = frame["event"] == name;
+        frames.push(frame);
+        if found {
+            return frames;
+        }
+    }
+}
+
+#[tokio::test]
+async fn cmdc_to_cmdc_approval_over_the_websocket_reaches_the_gateway() {
+    let gateway = Gateway::start(cleaner).await;
+    let proxy = cmdc_proxy(&gateway).await;
+    let session = session(&proxy).await;
+    let mut ws = connect_ws(&proxy, &session).await;
+
+    send_ws(
+        &mut ws,
+        json!({"action": "prompt", "text": "Clean the logs"}),
+    )
+    .await;
+    assert_eq!(
+        recv_ws(&mut ws).await,
+        json!({"ok": true, "action": "prompt"})
+    );
+    let asked = ws_until(&mut ws, "approval_required").await;
+    let approval_id = asked.last().unwrap()["data"]["approvalId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    send_ws(
+        &mut ws,
+        json!({"action": "approve", "approvalId": approval_id}),
+    )
+    .await;
+    assert_eq!(
+        recv_ws(&mut ws).await,
+        json!({"ok": true, "action": "approve"}),
+        "the ack is the next frame"
+    );
+    let rest = ws_until(&mut ws, "agent_end").await;
+
+    assert_eq!(
+        rest[0],
+        json!({"event": "approval_resolved", "data": {"approvalId": approval_id, "status": "approved"}})
+    );
+    let said: String = rest
+        .iter()
+        .filter(|f| f["event"] == "message_delta")
+        .map(|f| f["data"]["delta"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(said, "Deleted the old logs.");
+    let decided = gateway.requests("POST approve");
+    assert_eq!(decided.len(), 1, "{:?}", gateway.log());
+    assert_eq!(decided[0].body["approvalId"], "apr_gw_7");
+}
+
+#[tokio::test]
+async fn cmdc_to_a2a_question_answered_over_the_websocket_continues_the_task() {
+    let agent = asking_agent().await;
+    let proxy = proxy("a2a", &agent).await;
+    let session = session(&proxy).await;
+    let mut ws = connect_ws(&proxy, &session).await;
+
+    send_ws(&mut ws, json!({"action": "prompt", "text": "Weather?"})).await;
+    assert_eq!(
+        recv_ws(&mut ws).await,
+        json!({"ok": true, "action": "prompt"})
+    );
+    let asked = ws_until(&mut ws, "ask_user").await;
+    let ask = &asked.last().unwrap()["data"];
+    assert_eq!(ask["question"], "Which city?");
+    let reference = ask["ref"].as_str().unwrap().to_owned();
+    send_ws(
+        &mut ws,
+        json!({"action": "respond", "ref": reference, "response": "Paris"}),
+    )
+    .await;
+    assert_eq!(
+        recv_ws(&mut ws).await,
+        json!({"ok": true, "action": "respond"})
+    );
+    let rest = ws_until(&mut ws, "agent_end").await;
+
+    let said: String = rest
+        .iter()
+        .filter(|f| f["event"] == "message_delta")
+        .map(|f| f["data"]["delta"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(said, "Paris is sunny.");
+    let calls = a2a::calls(&agent, "message/stream");
+    assert_eq!(calls.len(), 2);
+    assert_eq!(a2a::sent_message(&calls[1])["taskId"], "task-1");
+}
+
+// --- More of what a client sees ------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn cmdc_to_cmdc_server_side_tools_and_token_usage_pass_through() {
+    let gateway = Gateway::start(|_, _| {
+        let mut steps = cmdc::tool_execution(
+            "tc_1",
+            "Shell",
+            json!({"command": "python3 sort.py"}),
+            "[1, 2, 3]",
+        );
+        steps.extend(cmdc::reply(&["Sorted."]));
+        steps
+    })
+    .await;
+    let proxy = cmdc_proxy(&gateway).await;
+    let session = session(&proxy).await;
+
+    let seen = turn(&proxy, &session, "Sort it").await;
+
+    assert_one_completed_run(&seen);
+    assert_eq!(data(&seen, "tool_calls"), &json!({"count": 1}));
+    assert_eq!(
+        data(&seen, "tool_execution_start"),
+        &json!({"toolName": "Shell", "callId": "tc_1", "args": {"command": "python3 sort.py"}})
+    );
+    assert_eq!(
+        data(&seen, "tool_execution_end"),
+        &json!({"toolName": "Shell", "callId": "tc_1", "status": "ok", "result": "[1, 2, 3]"})
+    );
+    assert_eq!(text(&seen), "Sorted.");
+    let (prompt_tokens, completion_tokens, total_tokens) = cmdc::USAGE;
+    assert_eq!(
+        data(&seen, "agent_end")["tokenUsage"],
+        json!({"promptTokens": prompt_tokens, "completionTokens": completion_tokens,
+               "totalTokens": total_tokens})
+    );
+}
+
+#[tokio::test]
+async fn cmdc_to_cmdc_gateway_error_is_an_error_event_then_agent_abort() {
+    let gateway = Gateway::start(|text, _| {
+        if text == "boom" {
+            vec![
+                cmdc::error("Provider stream failed: connection timeout"),
+                cmdc::abort("error"),
+            ]
+        } else {
+            cmdc::reply(&["Fine now."])
+        }
+    })
+    .await;
+    let proxy = cmdc_proxy(&gateway).await;
+    let session = session(&proxy).await;
+
+    let failed = turn(&proxy, &session, "boom").await;
+
+    assert_eq!(
+        names(&failed),
+        ["prompt_received", "agent_start", "error", "agent_abort"]
+    );
+    assert!(
+        data(&failed, "error")["reason"]
+            .as_str()
+            .unwrap()
+            .contains("Provider stream failed: connection timeout"),
+        "{failed:?}"
+    );
+    let next = turn(&proxy, &session, "again").await;
+    assert_eq!(text(&next), "Fine now.");
+    assert_eq!(gateway.sessions().len(), 1, "the same upstream session");
+}
+
+#[tokio::test]
+async fn cmdc_deleting_a_paused_session_aborts_the_run_and_stops_the_gateways_run() {
+    let gateway = Gateway::start(cleaner).await;
+    let proxy = cmdc_proxy(&gateway).await;
+    let session = session(&proxy).await;
+    prompt(&proxy, &session, "Clean the logs").await;
+    let mut events = subscribe(&proxy, &session).await;
+    until(&mut events, "approval_required").await;
+
+    let deleted = call(
+        &proxy,
+        Method::DELETE,
+        &format!("/v1/sessions/{session}"),
+        None,
+    )
+    .await;
+
+    assert_eq!(deleted.status, StatusCode::OK);
+    let seen = all(&mut events).await;
+    assert_eq!(
+        seen.last().unwrap(),
+        &("agent_abort".to_owned(), json!({"reason": "aborted"}))
+    );
+    let upstream = gateway.session();
+    gateway
+        .wait_for("the paused run's abort", |r| {
+            r.method == Method::POST && r.path == format!("/v1/sessions/{upstream}/abort")
+        })
+        .await;
+    assert!(
+        gateway.requests("POST approve").is_empty(),
+        "nobody approved: {:?}",
+        gateway.log()
+    );
+}
+
+#[tokio::test]
+async fn cmdc_to_agentscope_system_prompt_leads_the_runtimes_input() {
+    let runtime = scope::runtime([Run::new().text(&["Hi."]).completed()]).await;
+    let proxy = proxy("agentscope", &runtime).await;
+    let session = create(&proxy, json!({"model": MODEL, "systemPrompt": "be brief"})).await;
+
+    turn(&proxy, &session, "hello").await;
+
+    assert_eq!(
+        scope::summary(&scope::input_of(&runtime, 0)),
+        [
+            ("message".into(), "system".into(), json!("be brief")),
+            ("message".into(), "user".into(), json!("hello")),
+        ]
+    );
+}
+
+#[tokio::test]
+async fn cmdc_to_a2a_prompt_while_paused_is_queued_and_runs_after_the_answer() {
+    let task = a2a::task("task-1", "ctx-up-1");
+    let next = a2a::task("task-2", "ctx-up-1");
+    let agent = Agent::new()
+        .on(
+            "message/stream",
+            a2a::stream([task.submitted(), task.working()])
+                .then(task.input_required("Which city?")),
+        )
+        .on(
+            "message/stream",
+            a2a::stream([task.in_state("input-required"), task.working()])
+                .chunks(&task, "a2", &["Paris is sunny."])
+                .then(task.completed()),
+        )
+        .on("message/stream", next.streams(&["Rain tomorrow."]))
+        .serve()
+        .await;
+    let proxy = proxy("a2a", &agent).await;
+    let session = session(&proxy).await;
+    prompt(&proxy, &session, "Weather?").await;
+    let mut events = subscribe(&proxy, &session).await;
+    let asked = until(&mut events, "ask_user").await;
+    let reference = data(&asked, "ask_user")["ref"].as_str().unwrap().to_owned();
+
+    let queued = call(
+        &proxy,
+        Method::POST,
+        &format!("/v1/sessions/{session}/prompt"),
+        Some(json!({"text": "And tomorrow?"})),
+    )
+    .await;
+    assert_eq!(queued.status, StatusCode::ACCEPTED);
+    assert_eq!(queued.json().await["queued"], true);
+    assert_eq!(
+        a2a::calls(&agent, "message/stream").len(),
+        1,
+        "the queued prompt waits"
+    );
+    respond(&proxy, &session, &reference, "Paris").await;
+    let answered = all(&mut events).await;
+    assert_eq!(text(&answered), "Paris is sunny.");
+
+    let later = all(&mut subscribe(&proxy, &session).await).await;
+
+    assert_eq!(data(&later, "prompt_received")["text"], "And tomorrow?");
+    assert_eq!(text(&later), "Rain tomorrow.");
+    assert_one_completed_run(&later);
+    let calls = a2a::calls(&agent, "message/stream");
+    assert_eq!(calls.len(), 3);
+    let message = a2a::sent_message(&calls[2]);
+    assert_eq!(message["contextId"], "ctx-up-1");
+    assert!(message.get("taskId").is_none(), "{message}");
+    assert_eq!(a2a::message_text(message), "And tomorrow?");
+}
+
+#[tokio::test]
+async fn cmdc_deleting_a_running_session_aborts_the_gateways_run() {
+    let gateway =
+        Gateway::start(|_, _| [cmdc::text(&["Working"]), vec![cmdc::hang()]].concat()).await;
+    let proxy = cmdc_proxy(&gateway).await;
+    let session = session(&proxy).await;
+    prompt(&proxy, &session, "Work").await;
+    let mut events = subscribe(&proxy, &session).await;
+    until(&mut events, "message_delta").await;
+
+    let deleted = call(
+        &proxy,
+        Method::DELETE,
+        &format!("/v1/sessions/{session}"),
+        None,
+    )
+    .await;
+
+    assert_eq!(deleted.status, StatusCode::OK);
+    let seen = all(&mut events).await;
+    assert_eq!(
+        seen.last().unwrap(),
+        &("agent_abort".to_owned(), json!({"reason": "aborted"}))
+    );
+    let upstream = gateway.session();
+    gateway
+        .wait_for("the run's abort", |r| {
+            r.method == Method::POST && r.path == format!("/v1/sessions/{upstream}/abort")
+        })
+        .await;
+}
+
+#[tokio::test]
+async fn cmdc_to_cmdc_a_session_created_again_with_a_deleted_id_gets_a_fresh_upstream_session() {
+    let gateway = Gateway::start(cmdc::memory).await;
+    let proxy = cmdc_proxy(&gateway).await;
+    let session = create(&proxy, json!({"model": MODEL, "sessionId": "my-session"})).await;
+    turn(&proxy, &session, "my name is Ada").await;
+    let deleted = call(
+        &proxy,
+        Method::DELETE,
+        &format!("/v1/sessions/{session}"),
+        None,
+    )
+    .await;
+    assert_eq!(deleted.status, StatusCode::OK);
+
+    let again = create(&proxy, json!({"model": MODEL, "sessionId": "my-session"})).await;
+    let seen = turn(&proxy, &again, "what is my name?").await;
+
+    assert_eq!(
+        text(&seen),
+        "I do not know your name.",
+        "a deleted session takes its history with it (specs/cmdc.md §3.5)"
+    );
+    assert_eq!(gateway.sessions().len(), 2, "{:?}", gateway.log());
+}
+
+#[tokio::test]
+async fn cmdc_to_agentscope_a_session_created_again_with_a_deleted_id_starts_with_no_history() {
+    let runtime = scope::runtime([Run::new().text(&["Hi."]).completed()]).await;
+    let proxy = proxy("agentscope", &runtime).await;
+    let session = create(&proxy, json!({"model": MODEL, "sessionId": "my-session"})).await;
+    turn(&proxy, &session, "my name is Ada").await;
+    call(
+        &proxy,
+        Method::DELETE,
+        &format!("/v1/sessions/{session}"),
+        None,
+    )
+    .await;
+
+    let again = create(&proxy, json!({"model": MODEL, "sessionId": "my-session"})).await;
+    turn(&proxy, &again, "what is my name?").await;
+
+    assert_eq!(
+        scope::summary(&scope::input_of(&runtime, 1)),
+        [("message".into(), "user".into(), json!("what is my name?"))],
+        "a deleted session takes its history with it (specs/cmdc.md §3.5)"
+    );
+}
+
+#[tokio::test]
+async fn cmdc_to_cmdc_two_tenants_with_the_same_session_id_have_distinct_upstream_sessions() {
+    let gateway = Gateway::start(cmdc::memory).await;
+    let extra = format!(
+        "\"sk-other\" = \"globex\"\n[routes.upstream_headers]\nX-API-Key = \"{GATEWAY_KEY}\"\n\
+         [routes.translate]\nmodel = \"{MODEL}\"\n"
+    );
+    let proxy = Proxy::start(&route("cmdc", &gateway.url(), &extra)).await;
+    let ours = create(&proxy, json!({"model": MODEL, "sessionId": "shared"})).await;
+    turn(&proxy, &ours, "my name is Ada").await;
+
+    let created = call_as(
+        &proxy,
+        "sk-other",
+        Method::POST,
+        "/v1/sessions",
+        Some(json!({"model": MODEL, "sessionId": "shared"})),
+    )
+    .await;
+    assert_eq!(created.status, StatusCode::CREATED);
+    let prompted = call_as(
+        &proxy,
+        "sk-other",
+        Method::POST,
+        "/v1/sessions/shared/prompt",
+        Some(json!({"text": "what is my name?"})),
+    )
+    .await;
+    assert_eq!(prompted.status, StatusCode::ACCEPTED);
+    let events = call_as(
+        &proxy,
+        "sk-other",
+        Method::GET,
+        "/v1/sessions/shared/events",
+        None,
+    )
+    .await;
+    let theirs = all(&mut events.sse()).await;
+
+    assert_eq!(text(&theirs), "I do not know your name.");
+    assert_eq!(gateway.sessions().len(), 2, "{:?}", gateway.log());
+}
