@@ -14,7 +14,7 @@
 //! | `RunFinished` | the one final `status-update`: `completed` (with the status-message option, the whole reply text as `status.message`), `input-required`, or `canceled` |
 //! | `RunError` | final `failed` with a `status.message` explaining the error (`canceled` for a cancellation) |
 
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::SystemTime;
 
 use serde_json::{json, Map, Value};
 use tracing::debug;
@@ -394,33 +394,14 @@ pub fn status(state: TaskState, message: Option<wire::Message>) -> wire::TaskSta
 
 /// ISO-8601 in UTC with milliseconds: `2025-07-15T14:50:28.575Z`.
 pub fn timestamp(time: SystemTime) -> String {
-    let since = time.duration_since(UNIX_EPOCH).unwrap_or_default();
-    let secs = since.as_secs();
-    let (days, rem) = ((secs / 86_400) as i64, secs % 86_400);
-    // Howard Hinnant's civil_from_days.
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
-        rem / 3_600,
-        rem % 3_600 / 60,
-        rem % 60,
-        since.subsec_millis()
-    )
+    humantime::format_rfc3339_millis(time).to_string()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::model::{Artifact, Part, Role};
-    use std::time::Duration;
+    use std::time::{Duration, UNIX_EPOCH};
 
     fn encode_all(options: EncodeOptions, events: Vec<Event>) -> Vec<Value> {
         let mut encoder = Encoder::new("t1", "c1", options);
