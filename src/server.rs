@@ -14,7 +14,7 @@ use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::{TcpListener, TcpSocket};
 
-use crate::body::{json_response, with_allow, Body};
+use crate::body::{error_response, json_response, Body};
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::route::Route;
@@ -191,20 +191,14 @@ impl Routes {
             .find(|route| route.subpath(path).is_some())
         {
             Some(route) => route.handle(request).await,
-            None if path == "/healthz" => with_allow(
-                error_response(&Error::method_not_allowed(format!(
+            None if path == "/healthz" => error_response(
+                &Error::method_not_allowed(format!(
                     "method {} is not allowed here; use GET",
                     request.method()
-                ))),
+                )),
                 "GET",
             ),
-            None => error_response(&Error::not_found(format!("no route serves {path}"))),
+            None => error_response(&Error::not_found(format!("no route serves {path}")), "GET"),
         }
     }
-}
-
-/// The answer for requests no protocol has claimed yet: `{"error":{"code","message"}}`.
-fn error_response(error: &Error) -> Response<Body> {
-    let body = serde_json::json!({"error": {"code": error.code(), "message": error.message()}});
-    json_response(error.http_status(), body.to_string().into_bytes())
 }
