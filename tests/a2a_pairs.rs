@@ -192,29 +192,9 @@ async fn agui_to_a2a_second_turn_reuses_the_context_and_sends_only_the_second_me
     );
 }
 
-/// An agent that asks "Which city?" on the first call and answers "Paris is sunny." on the second.
-async fn asking_agent() -> Upstream {
-    let task = a2a::task("task-1", "ctx-up-1");
-    Agent::new()
-        .on(
-            "message/stream",
-            a2a::stream([task.submitted(), task.working()])
-                .then(task.input_required("Which city?")),
-        )
-        .on(
-            "message/stream",
-            // a2a-sdk first shows the continued task as it was: still paused.
-            a2a::stream([task.in_state("input-required"), task.working()])
-                .chunks(&task, "a2", &["Paris ", "is sunny."])
-                .then(task.completed()),
-        )
-        .serve()
-        .await
-}
-
 #[tokio::test]
 async fn agui_to_a2a_input_required_calls_the_ask_user_tool_with_the_question() {
-    let agent = asking_agent().await;
+    let agent = a2a::asking_agent().await;
     let proxy = agui_to_a2a(&agent, "").await;
     let mut run = weather("thread-4", "run-1");
     run["tools"] = json!([tool("ask_user")]);
@@ -236,7 +216,7 @@ async fn agui_to_a2a_input_required_calls_the_ask_user_tool_with_the_question() 
 
 #[tokio::test]
 async fn agui_to_a2a_input_required_calls_the_routes_own_question_tool() {
-    let agent = asking_agent().await;
+    let agent = a2a::asking_agent().await;
     let tools = "[routes.translate]\napproval_tool = \"approveIt\"\nquestion_tool = \"askHuman\"";
     let proxy = agui_to_a2a(&agent, tools).await;
     let mut run = weather("thread-5", "run-1");
@@ -255,7 +235,7 @@ async fn agui_to_a2a_input_required_calls_the_routes_own_question_tool() {
 
 #[tokio::test]
 async fn agui_to_a2a_answering_the_question_resumes_the_paused_task() {
-    let agent = asking_agent().await;
+    let agent = a2a::asking_agent().await;
     let proxy = agui_to_a2a(&agent, "").await;
     let mut run1 = weather("thread-6", "run-1");
     run1["tools"] = json!([tool("ask_user")]);
@@ -724,7 +704,7 @@ async fn a2a_to_a2a_contexts_are_kept_on_each_side_across_turns() {
 
 #[tokio::test]
 async fn a2a_to_a2a_input_required_round_trip_continues_the_agents_task() {
-    let agent = asking_agent().await;
+    let agent = a2a::asking_agent().await;
     let proxy = a2a_to_a2a(&agent).await;
     let url = proxy.url(PATH);
     let paused = a2a::stream_to_end(&url, a2a::message_in("ctx-client-2", "Weather?")).await;
@@ -806,7 +786,7 @@ async fn a2a_to_a2a_tasks_cancel_cancels_the_agents_task() {
 
 #[tokio::test]
 async fn a2a_to_a2a_tasks_cancel_of_a_paused_task_cancels_the_agents_task() {
-    let agent = asking_agent().await;
+    let agent = a2a::asking_agent().await;
     let proxy = a2a_to_a2a(&agent).await;
     let url = proxy.url(PATH);
     let paused = a2a::stream_to_end(&url, a2a::message_in("ctx-client-3", "Weather?")).await;

@@ -44,26 +44,6 @@ async fn a2a_to_agkit(agent: &Upstream) -> Proxy {
     proxy("a2a", "ag-kit", &agent.url()).await
 }
 
-/// An A2A agent that asks "Which city?" on the first call and answers "Paris is sunny." on the second.
-async fn asking_agent() -> Upstream {
-    let task = a2a::task("task-1", "ctx-up-1");
-    Agent::new()
-        .on(
-            "message/stream",
-            a2a::stream([task.submitted(), task.working()])
-                .then(task.input_required("Which city?")),
-        )
-        .on(
-            "message/stream",
-            // a2a-sdk first shows the continued task as it was: still paused.
-            a2a::stream([task.in_state("input-required"), task.working()])
-                .chunks(&task, "a2", &["Paris ", "is sunny."])
-                .then(task.completed()),
-        )
-        .serve()
-        .await
-}
-
 /// An A2A agent that keeps each context's history itself, as a2a-sdk agents do: it answers "Your name is
 /// X." when asked for a name it was told ("my name is X"), "Nice to meet you." otherwise. A message without
 /// a `contextId` starts a context the agent names (`ctx-mem-<n>`).
@@ -237,7 +217,7 @@ async fn agkit_to_a2a_two_agkit_conversations_are_two_agent_contexts() {
 
 #[tokio::test]
 async fn agkit_to_a2a_input_required_is_an_interrupt_whose_resume_continues_the_task() {
-    let agent = asking_agent().await;
+    let agent = a2a::asking_agent().await;
     let (_proxy, mut chat) = agkit_to_a2a(&agent).await;
 
     let asked = chat.say("Weather?").await;
@@ -269,7 +249,7 @@ async fn agkit_to_a2a_input_required_is_an_interrupt_whose_resume_continues_the_
 
 #[tokio::test]
 async fn agkit_to_a2a_resume_with_a_bare_json_string_is_the_answer_text() {
-    let agent = asking_agent().await;
+    let agent = a2a::asking_agent().await;
     let (_proxy, mut chat) = agkit_to_a2a(&agent).await;
     chat.say("Weather?").await;
 
@@ -319,7 +299,7 @@ async fn agkit_to_a2a_turn_after_an_answered_question_is_a_new_task_in_the_conte
 
 #[tokio::test]
 async fn agkit_to_a2a_resuming_an_answered_interrupt_again_is_a_400_never_forwarded() {
-    let agent = asking_agent().await;
+    let agent = a2a::asking_agent().await;
     let (proxy, mut chat) = agkit_to_a2a(&agent).await;
     let asked = chat.say("Weather?").await;
     let interrupt_id = asked.only("interrupt")["id"].clone();
@@ -342,7 +322,7 @@ async fn agkit_to_a2a_resuming_an_answered_interrupt_again_is_a_400_never_forwar
 
 #[tokio::test]
 async fn agkit_to_a2a_a_new_message_instead_of_the_answer_goes_to_the_paused_task() {
-    let agent = asking_agent().await;
+    let agent = a2a::asking_agent().await;
     let (_proxy, mut chat) = agkit_to_a2a(&agent).await;
     chat.say("Weather?").await;
 

@@ -711,28 +711,9 @@ async fn agentscope_session_memory_keeps_the_agents_context_when_clients_send_on
     );
 }
 
-/// An A2A agent that asks "Which city?" on the first call and answers "Paris is sunny." on the second.
-async fn asking_agent() -> Upstream {
-    let task = a2a::task("task-1", "ctx-up-1");
-    Agent::new()
-        .on(
-            "message/stream",
-            a2a::stream([task.submitted(), task.working()])
-                .then(task.input_required("Which city?")),
-        )
-        .on(
-            "message/stream",
-            a2a::stream([task.in_state("input-required"), task.working()])
-                .chunks(&task, "a2", &["Paris ", "is sunny."])
-                .then(task.completed()),
-        )
-        .serve()
-        .await
-}
-
 #[tokio::test]
 async fn agentscope_to_a2a_input_required_is_answered_by_mcp_approval_response_on_the_task() {
-    let agent = asking_agent().await;
+    let agent = a2a::asking_agent().await;
     let proxy = proxy("agentscope", "a2a", Some(&agent.url())).await;
     let url = process(&proxy);
     let first = scope::request("s-a3", json!([scope::user("msg_u1", "Weather?")]));

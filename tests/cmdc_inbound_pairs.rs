@@ -312,28 +312,9 @@ async fn cmdc_to_a2a_second_prompt_reuses_the_agents_context_and_sends_only_the_
     );
 }
 
-/// An agent that asks "Which city?" on the first call and answers "Paris is sunny." on the second.
-async fn asking_agent() -> Upstream {
-    let task = a2a::task("task-1", "ctx-up-1");
-    Agent::new()
-        .on(
-            "message/stream",
-            a2a::stream([task.submitted(), task.working()])
-                .then(task.input_required("Which city?")),
-        )
-        .on(
-            "message/stream",
-            a2a::stream([task.in_state("input-required"), task.working()])
-                .chunks(&task, "a2", &["Paris ", "is sunny."])
-                .then(task.completed()),
-        )
-        .serve()
-        .await
-}
-
 #[tokio::test]
 async fn cmdc_to_a2a_input_required_is_ask_user_with_the_question() {
-    let agent = asking_agent().await;
+    let agent = a2a::asking_agent().await;
     let proxy = proxy("a2a", &agent).await;
     let session = session(&proxy).await;
     prompt(&proxy, &session, "Weather?").await;
@@ -355,7 +336,7 @@ async fn cmdc_to_a2a_input_required_is_ask_user_with_the_question() {
 
 #[tokio::test]
 async fn cmdc_to_a2a_answer_continues_the_paused_task() {
-    let agent = asking_agent().await;
+    let agent = a2a::asking_agent().await;
     let proxy = proxy("a2a", &agent).await;
     let session = session(&proxy).await;
     prompt(&proxy, &session, "Weather?").await;
@@ -871,7 +852,7 @@ async fn cmdc_to_a2a_prompt_after_an_answered_question_is_a_new_task_in_the_same
 
 #[tokio::test]
 async fn cmdc_to_a2a_session_state_follows_the_pause_and_the_message_log_keeps_the_turn() {
-    let agent = asking_agent().await;
+    let agent = a2a::asking_agent().await;
     let proxy = proxy("a2a", &agent).await;
     let session = session(&proxy).await;
     prompt(&proxy, &session, "Weather?").await;
@@ -912,7 +893,7 @@ async fn cmdc_to_a2a_session_state_follows_the_pause_and_the_message_log_keeps_t
 
 #[tokio::test]
 async fn cmdc_respond_with_an_unknown_ref_is_404_and_the_paused_task_still_waits() {
-    let agent = asking_agent().await;
+    let agent = a2a::asking_agent().await;
     let proxy = proxy("a2a", &agent).await;
     let session = session(&proxy).await;
     prompt(&proxy, &session, "Weather?").await;
@@ -1473,7 +1454,7 @@ async fn cmdc_to_cmdc_approval_over_the_websocket_reaches_the_gateway() {
 
 #[tokio::test]
 async fn cmdc_to_a2a_question_answered_over_the_websocket_continues_the_task() {
-    let agent = asking_agent().await;
+    let agent = a2a::asking_agent().await;
     let proxy = proxy("a2a", &agent).await;
     let session = session(&proxy).await;
     let mut ws = connect_ws(&proxy, &session).await;

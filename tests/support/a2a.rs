@@ -280,6 +280,26 @@ impl Answer {
     }
 }
 
+/// An agent that asks "Which city?" on the first call (task `task-1` in context `ctx-up-1` pauses in
+/// `input-required`) and answers "Paris is sunny." on the second.
+pub async fn asking_agent() -> Upstream {
+    let task = task("task-1", "ctx-up-1");
+    Agent::new()
+        .on(
+            "message/stream",
+            stream([task.submitted(), task.working()]).then(task.input_required("Which city?")),
+        )
+        .on(
+            "message/stream",
+            // a2a-sdk first shows the continued task as it was: still paused.
+            stream([task.in_state("input-required"), task.working()])
+                .chunks(&task, "a2", &["Paris ", "is sunny."])
+                .then(task.completed()),
+        )
+        .serve()
+        .await
+}
+
 /// The JSON-RPC method of a request the agent received.
 pub fn rpc_method(request: &Received) -> &str {
     request.body["method"].as_str().unwrap_or("")
