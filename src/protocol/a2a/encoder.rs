@@ -8,7 +8,7 @@
 //! | `RunStarted` | `status-update` `working`, `final:false` |
 //! | text message | `artifact-update`s of one artifact per message (fresh `artifactId`, `name:"response"`): the first delta without `append`, later deltas `append:true`, the end an empty text part with `append:true, lastChunk:true`; an empty message sends nothing |
 //! | `Artifact` | `artifact-update` with its parts, `append` and `lastChunk` as given |
-//! | `Interrupt` | remembered; the run's end becomes `input-required` with the prompt as `status.message` (choice: the first interrupt; question options follow as a data part `{"options":[…]}`) |
+//! | `Interrupt` | remembered; the run's end becomes `input-required` with the prompt as `status.message` (choice: the first interrupt; an approval's tool and arguments, or question options, follow as a data part) |
 //! | tool calls and results | choice: dropped (debug log), as `specs/a2a.md` §3.2 decides; with the tool-activity option, `status-update` `working` messages holding data parts `{"type":"tool-call",id,name,arguments,rawArguments}` / `{"type":"tool-result",toolCallId,payload[,isError]}` (the `@ag-ui/a2a` convention) |
 //! | reasoning, usage, state, messages snapshots, steps, custom, raw | dropped (debug log): A2A has no form for them |
 //! | `RunFinished` | the one final `status-update`: `completed` (with the status-message option, the whole reply text as `status.message`), `input-required`, or `canceled` |
@@ -327,12 +327,16 @@ impl Encoder {
     }
 }
 
-/// What a paused task asks: the prompt as text, and a question's choices (or a custom pause's reason and
-/// payload) as a data part.
+/// What a paused task asks: the prompt as text, and as a data part an approval's tool and arguments (the
+/// prompt may be only the agent's hint), a question's choices, or a custom pause's reason and payload.
 fn question_parts(kind: &InterruptKind) -> Vec<wire::Part> {
     let mut parts = vec![wire::Part::text(kind.prompt())];
     let mut data = Map::new();
     match kind {
+        InterruptKind::Approval { tool, args, .. } => {
+            data.insert("tool".to_owned(), json!(tool));
+            data.insert("arguments".to_owned(), args.clone());
+        }
         InterruptKind::Question { options, .. } if !options.is_empty() => {
             data.insert("options".to_owned(), json!(options));
         }

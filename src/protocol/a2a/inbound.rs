@@ -603,7 +603,8 @@ async fn forward(
     }
 }
 
-fn result_frame(id: &RequestId, result: &StreamResult) -> Bytes {
+/// One stream result as the SSE frame of a `message/stream` answer to request `id`.
+pub fn result_frame(id: &RequestId, result: &StreamResult) -> Bytes {
     rpc::frame(&rpc::result_json(id, result))
 }
 

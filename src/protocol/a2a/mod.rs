@@ -10,7 +10,8 @@ mod rpc;
 mod tasks;
 pub mod wire;
 
-pub use inbound::Inbound;
+pub use encoder::{EncodeOptions, Encoder};
+pub use inbound::{result_frame, Inbound};
 pub use outbound::{Decoder, Outbound};
 
 use serde_json::{Map, Value};

@@ -332,8 +332,7 @@ fn outgoing(turn: &Turn, record: &Record) -> Result<Outgoing> {
                 answers
                     .iter()
                     .filter(|r| r.status == ResumeStatus::Resolved)
-                    .filter_map(|r| r.payload.as_ref())
-                    .map(|payload| wire::Part::text(answer_text(payload))),
+                    .map(|r| wire::Part::text(answer_text(r.payload.as_ref()))),
             );
         }
         None if !answers.is_empty() => {
@@ -372,10 +371,13 @@ fn outgoing(turn: &Turn, record: &Record) -> Result<Outgoing> {
 }
 
 /// An answer to the agent's question as message text: a JSON string is the text itself, other JSON its text.
-fn answer_text(payload: &serde_json::Value) -> String {
+/// An answer with no payload (an AgentScope client approving the question, say) is a plain go-ahead: "yes" —
+/// dropped, it left the turn with nothing to send.
+fn answer_text(payload: Option<&serde_json::Value>) -> String {
     match payload {
-        serde_json::Value::String(text) => text.clone(),
-        other => other.to_string(),
+        None | Some(serde_json::Value::Null) => "yes".to_owned(),
+        Some(serde_json::Value::String(text)) => text.clone(),
+        Some(other) => other.to_string(),
     }
 }
 
@@ -720,12 +722,11 @@ impl Decoder {
         if data.trim().is_empty() {
             return Ok(false);
         }
-        let response: wire::RawResponse<wire::StreamResult> =
-            serde_json::from_str(data).map_err(|e| {
-                Error::upstream_malformed(format!(
-                    "upstream sent something that is not an A2A 0.2.5 JSON-RPC response: {e}"
-                ))
-            })?;
+        let response = wire::RawResponse::<wire::StreamResult>::parse(data).map_err(|e| {
+            Error::upstream_malformed(format!(
+                "upstream sent something that is not an A2A 0.2.5 JSON-RPC response: {e}"
+            ))
+        })?;
         match response {
             wire::RawResponse {
                 error: Some(error), ..
@@ -1336,6 +1337,14 @@ mod tests {
         assert_eq!(
             message["parts"],
             json!([{"kind": "text", "text": "{\"approved\":true}"}])
+        );
+
+        resumed.resume[0].payload = None;
+        let message = message_json(&outgoing(&resumed, &paused).unwrap());
+        assert_eq!(
+            message["parts"],
+            json!([{"kind": "text", "text": "yes"}]),
+            "an answer without words is a go-ahead"
         );
     }
 

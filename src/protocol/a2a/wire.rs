@@ -4,6 +4,8 @@
 //! One set of types serves both directions. `null` is read as absent; absent optionals are never written;
 //! booleans the SDKs omit when false (`final`, `append`, `lastChunk`) default to false.
 
+use std::borrow::Cow;
+
 use serde::{Deserialize, Serialize};
 
 use crate::protocol::null_as_default;
@@ -70,6 +72,52 @@ pub struct RawResponse<R> {
     pub result: Option<R>,
     #[serde(default)]
     pub error: Option<JsonRpcError>,
+}
+
+impl RawResponse<StreamResult> {
+    /// Reads one response of a stream. `StreamResult` is untagged: serde would buffer the result and try
+    /// each variant in turn, formatting an error for every miss (an artifact chunk is the fourth variant: its
+    /// decoding cost 9 times an AG-UI event's). So the result's `kind` is read first, with a scan that keeps
+    /// nothing, and only that variant is parsed. Each variant's `kind` is typed, so this picks what the
+    /// untagged parse would; anything it does not settle (no or an unknown `kind`, a miss) takes the untagged
+    /// parse.
+    pub fn parse(data: &str) -> serde_json::Result<Self> {
+        let typed = match peek_kind(data).as_deref() {
+            Some("artifact-update") => parse_as(data, StreamResult::ArtifactUpdate),
+            Some("status-update") => parse_as(data, StreamResult::StatusUpdate),
+            Some("task") => parse_as(data, StreamResult::Task),
+            Some("message") => parse_as(data, StreamResult::Message),
+            _ => None,
+        };
+        typed.map_or_else(|| serde_json::from_str(data), Ok)
+    }
+}
+
+/// The `result.kind` of a response, if it has one.
+fn peek_kind(data: &str) -> Option<Cow<'_, str>> {
+    #[derive(Deserialize)]
+    struct Response<'a> {
+        #[serde(borrow)]
+        result: Option<Kind<'a>>,
+    }
+    #[derive(Deserialize)]
+    struct Kind<'a> {
+        #[serde(borrow)]
+        kind: Option<Cow<'a, str>>,
+    }
+    serde_json::from_str::<Response>(data).ok()?.result?.kind
+}
+
+/// The response with its result read as one variant; `None` when it is not that variant.
+fn parse_as<R: serde::de::DeserializeOwned>(
+    data: &str,
+    variant: fn(R) -> StreamResult,
+) -> Option<RawResponse<StreamResult>> {
+    let response = serde_json::from_str::<RawResponse<R>>(data).ok()?;
+    Some(RawResponse {
+        result: response.result.map(variant),
+        error: response.error,
+    })
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

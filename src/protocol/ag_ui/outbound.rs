@@ -4,13 +4,16 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use serde_json::Value;
+use serde_json::{json, Value};
 
 use super::{message_from_wire, message_to_wire, wire};
 use crate::config::Translate;
 use crate::error::{Error, Result};
-use crate::model::{new_id, Event, Interrupt, InterruptKind, Outcome, ResumeStatus, Role, Turn};
+use crate::model::{
+    new_id, Event, Interrupt, InterruptKind, Outcome, Resume, ResumeStatus, Role, Turn,
+};
 use crate::sse::{SseReadError, SseReader};
+use crate::store::Record;
 use crate::translate::RunContext;
 use crate::upstream::Upstream;
 
@@ -18,6 +21,9 @@ use crate::upstream::Upstream;
 const MAX_EVENT_BYTES: usize = 10 * 1024 * 1024;
 /// How long to wait, after `RUN_FINISHED`, for another run in the same response before finishing.
 const NEXT_RUN_GRACE: Duration = Duration::from_secs(2);
+/// Record key: the ids of the last run's interrupts read as approvals (a JSON array), answered
+/// `{"approved": …}` in the next turn's `resume`.
+const APPROVAL_INTERRUPTS: &str = "ag_ui.approval_interrupts";
 
 pub struct Outbound {
     upstream: Upstream,
@@ -33,7 +39,9 @@ impl Outbound {
     }
 
     pub async fn run(&self, turn: &Turn, context: &mut RunContext) -> Result<()> {
-        let body = serde_json::to_vec(&self.request(turn))
+        // The last run's approvals are answered now or lapse.
+        let approvals = take_approvals(&mut context.record);
+        let body = serde_json::to_vec(&self.request(turn, &approvals))
             .map_err(|e| Error::internal(format!("encoding RunAgentInput failed: {e}")))?;
         let response = self
             .upstream
@@ -42,6 +50,7 @@ impl Outbound {
         let mut reader = SseReader::new(response.into_body(), MAX_EVENT_BYTES);
         let mut decoder = Decoder::default();
         let mut events = Vec::new();
+        let mut asked = Vec::new();
         loop {
             let frame = if decoder.holds_finish() {
                 // The run said it finished; another may follow in the same response, but a server that
@@ -60,9 +69,11 @@ impl Outbound {
                 }
             };
             for event in events.drain(..) {
+                asked.extend(approval_asked(&event));
                 context.emit(event).await?;
             }
             if done {
+                remember_approvals(asked, &mut context.record);
                 return Ok(());
             }
         }
@@ -70,7 +81,7 @@ impl Outbound {
 
     /// The run request: the whole history, and always `tools`, `context`, `state` and `forwardedProps`
     /// (servers on ≤0.0.59 schemas reject a body without them).
-    fn request(&self, turn: &Turn) -> wire::RunAgentInput {
+    fn request(&self, turn: &Turn, approvals: &[String]) -> wire::RunAgentInput {
         wire::RunAgentInput {
             thread_id: turn.conversation.clone(),
             run_id: if turn.run_id.is_empty() {
@@ -108,16 +119,65 @@ impl Outbound {
             resume: turn
                 .resume
                 .iter()
-                .map(|resume| wire::ResumeEntry {
-                    interrupt_id: resume.interrupt_id.clone(),
-                    status: match resume.status {
-                        ResumeStatus::Resolved => wire::ResumeStatus::Resolved,
-                        ResumeStatus::Cancelled => wire::ResumeStatus::Cancelled,
-                    },
-                    payload: resume.payload.clone(),
-                })
+                .map(|resume| resume_to_wire(resume, approvals.contains(&resume.interrupt_id)))
                 .collect(),
         }
+    }
+}
+
+/// The id of the interrupt `event` asks an approval with, if it does.
+fn approval_asked(event: &Event) -> Option<String> {
+    match event {
+        Event::Interrupt(Interrupt {
+            id,
+            kind: InterruptKind::Approval { .. },
+        }) => Some(id.clone()),
+        _ => None,
+    }
+}
+
+fn take_approvals(record: &mut Record) -> Vec<String> {
+    record
+        .upstream
+        .remove(APPROVAL_INTERRUPTS)
+        .and_then(|ids| serde_json::from_str(&ids).ok())
+        .unwrap_or_default()
+}
+
+fn remember_approvals(ids: Vec<String>, record: &mut Record) {
+    if !ids.is_empty() {
+        let ids = Value::from(ids).to_string();
+        record.upstream.insert(APPROVAL_INTERRUPTS.to_owned(), ids);
+    }
+}
+
+/// A resume entry as sent. An approval the client resolved is answered `{"approved": …}` (plus the `reason`
+/// its answer gave), the shape an approval interrupt asks for, whatever words the client used (an A2A client
+/// answers in words, an AG-UI client's tool message may say `confirmed`); an answer already in that shape goes
+/// as it is. Anything else goes as the client gave it.
+fn resume_to_wire(resume: &Resume, approval: bool) -> wire::ResumeEntry {
+    let decided = resume
+        .payload
+        .as_ref()
+        .is_some_and(|payload| payload.get("approved").is_some_and(Value::is_boolean));
+    let payload = match resume.status {
+        ResumeStatus::Resolved if approval && !decided => {
+            let (approved, reason) = resume.approval();
+            let mut decision = json!({ "approved": approved });
+            if let Some(reason) = reason {
+                decision["reason"] = Value::String(reason);
+            }
+            Some(decision)
+        }
+        _ => resume.payload.clone(),
+    };
+    wire::ResumeEntry {
+        interrupt_id: resume.interrupt_id.clone(),
+        status: match resume.status {
+            ResumeStatus::Resolved => wire::ResumeStatus::Resolved,
+            ResumeStatus::Cancelled => wire::ResumeStatus::Cancelled,
+        },
+        payload,
     }
 }
 
@@ -449,5 +509,66 @@ fn flatten_result(content: wire::ToolResultContent<'_>) -> String {
                 |texts| texts.concat(),
             )
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn resolved(payload: Value) -> Resume {
+        Resume {
+            interrupt_id: "int-1".to_owned(),
+            status: ResumeStatus::Resolved,
+            payload: Some(payload),
+        }
+    }
+
+    fn approval_answer(payload: Value) -> Option<Value> {
+        resume_to_wire(&resolved(payload), true).payload
+    }
+
+    #[test]
+    fn an_approval_is_answered_approved_true_or_false_whatever_the_words() {
+        assert_eq!(
+            approval_answer(json!("yes")),
+            Some(json!({"approved": true}))
+        );
+        assert_eq!(
+            approval_answer(json!("confirmed")),
+            Some(json!({"approved": true}))
+        );
+        assert_eq!(
+            approval_answer(json!("no")),
+            Some(json!({"approved": false}))
+        );
+        assert_eq!(
+            approval_answer(json!("only on Fridays")),
+            Some(json!({"approved": false, "reason": "only on Fridays"}))
+        );
+        let decided = json!({"approved": true, "editedArgs": {"n": 1}});
+        assert_eq!(approval_answer(decided.clone()), Some(decided));
+    }
+
+    #[test]
+    fn other_answers_go_as_the_client_gave_them() {
+        let answer = resume_to_wire(&resolved(json!("Paris")), false);
+        assert_eq!(answer.payload, Some(json!("Paris")));
+        let cancelled = Resume {
+            status: ResumeStatus::Cancelled,
+            payload: None,
+            ..resolved(Value::Null)
+        };
+        let answer = resume_to_wire(&cancelled, true);
+        assert_eq!(answer.status, wire::ResumeStatus::Cancelled);
+        assert_eq!(answer.payload, None);
+    }
+
+    #[test]
+    fn the_approvals_asked_are_remembered_for_the_next_turn_only() {
+        let mut record = Record::default();
+        remember_approvals(vec!["int-1".to_owned()], &mut record);
+        assert_eq!(take_approvals(&mut record), ["int-1"]);
+        assert!(take_approvals(&mut record).is_empty());
     }
 }

@@ -9,5 +9,6 @@ mod request;
 mod validate;
 pub mod wire;
 
+pub use encoder::{EncodeOptions, Encoder};
 pub use inbound::Inbound;
 pub use outbound::{Decoder, Outbound};

@@ -6,6 +6,8 @@
 //! - a route without `[routes.api_keys]` is open: any key, or none, for one tenant (logged at start);
 //! - sessions live in memory per route and tenant; another tenant's session is a 404;
 //! - `queued:true` prompts run after the current run, each a run of its own;
+//! - `POST …/abort` (gateway 0.2; cmdc-sdk 0.1.0 only has `DELETE`) ends the running run with
+//!   `agent_abort {reason:"user_cancelled"}`, cancelling its upstream work, and keeps the session;
 //! - WebSocket actions are acknowledged by the very next frame: the socket's one task writes the ack before
 //!   it reads another event; keep-alive is WS pings only.
 
@@ -253,6 +255,16 @@ impl Inbound {
                 Ok(ok(
                     json!({"ok": true, "action": "respond", "ref": reference}),
                 ))
+            }
+            (&Method::POST, [id, "abort"]) => {
+                // Gateway 0.2+: ends the running run (`agent_abort {reason:"user_cancelled"}`) and keeps the
+                // session; the body (`reason`, `kill_tools`) changes nothing here.
+                let session = find(&runner, &caller, id)?;
+                if let Some(run) = session.current_run() {
+                    run.abort();
+                }
+                let aborted = json!({"ok": true, "action": "abort", "sessionId": session.id});
+                Ok(json(StatusCode::ACCEPTED, to_vec(&aborted)))
             }
             (&Method::POST, [id, "tools"]) => {
                 let session = find(&runner, &caller, id)?;
@@ -525,7 +537,7 @@ fn events(session: &Arc<Session>) -> Response<Body> {
     let frames = stream::unfold(follower, |mut follower| async move {
         let event = follower.next().await?;
         let mut frame = BytesMut::new();
-        sse::write_event(&mut frame, Some(event.name()), &event.data_json());
+        event.write_sse(&mut frame);
         Some((frame.freeze(), follower))
     });
     let body = SseBody::new(frames, HEARTBEAT).with_ping(HEARTBEAT_FRAME);

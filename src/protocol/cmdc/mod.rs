@@ -10,4 +10,5 @@ mod sessions;
 pub mod wire;
 
 pub use inbound::Inbound;
-pub use outbound::Outbound;
+pub use outbound::{Decoder, Outbound};
+pub use run::Encoder;

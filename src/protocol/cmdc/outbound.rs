@@ -137,7 +137,7 @@ enum CallbackAnswer {
 
 /// The pause a gateway run waits on.
 #[derive(Debug, Clone, PartialEq)]
-enum Waiting {
+pub enum Waiting {
     Approval(String),
     Question(String),
     /// A client tool's call, held open by the proxy.
@@ -146,7 +146,7 @@ enum Waiting {
 
 /// How one step's run went.
 #[derive(Debug, PartialEq)]
-enum StepEnd {
+pub enum StepEnd {
     Finished(Option<Usage>),
     Paused(Waiting),
     Cancelled,
@@ -857,7 +857,7 @@ pub struct Decoder {
 
 impl Decoder {
     /// Decodes one event. `Ok(Some(_))` when the step's run ended or paused; `Err` when it failed.
-    fn decode(&mut self, event: wire::Event, out: &mut Vec<Event>) -> Result<Option<StepEnd>> {
+    pub fn decode(&mut self, event: wire::Event, out: &mut Vec<Event>) -> Result<Option<StepEnd>> {
         use wire::Event as W;
         if let Some(prompt) = &self.skip_until_prompt {
             if matches!(&event, W::PromptReceived { text } if text == prompt) {

@@ -128,10 +128,14 @@ impl Runner {
             let mut encoder = Encoder::new(tools);
             let mut events = self.translator.start(turn);
             let mut end = None;
+            let mut stop = End::Closed;
             while end.is_none() {
                 let event = tokio::select! {
                     event = events.next() => event,
-                    () = session.closed() => break,
+                    why = stopped(session, run) => {
+                        stop = why;
+                        break;
+                    }
                 };
                 match event {
                     None => {
@@ -157,13 +161,13 @@ impl Runner {
                         });
                         run.push(interrupt_event(&interrupt.id, interrupt.kind));
                     }
-                    Some(event) => end = encoder.encode(event, run),
+                    Some(event) => end = encoder.encode(event, |cmdc| run.push(cmdc)),
                 }
             }
             // The turn's record is saved when its stream ends: wait for that before the next turn.
             let Some(end) = end else {
                 drop(events);
-                break End::Closed;
+                break stop;
             };
             while events.next().await.is_some() {}
             sessions::add(&mut usage, encoder.usage);
@@ -177,21 +181,22 @@ impl Runner {
                         .wait_for_answers(session, run, &encoder.asked, &mut answered)
                         .await
                     {
-                        Some(resume) => {
+                        Ok(resume) => {
                             session.state().status = Status::Working;
                             let tools = session.state().tools.clone();
                             turn = self.turn(session, &tools, Vec::new(), resume);
                         }
-                        None => {
+                        Err(stop) => {
                             self.dismiss(session, &encoder.asked);
-                            break End::Closed;
+                            break stop;
                         }
                     }
                 }
                 End::Completed | End::Interrupted if !encoder.client_calls.is_empty() => {
                     let calls = std::mem::take(&mut encoder.client_calls);
-                    let Some(results) = self.call_back(session, run, calls).await else {
-                        break End::Closed;
+                    let results = match self.call_back(session, run, calls).await {
+                        Ok(results) => results,
+                        Err(stop) => break stop,
                     };
                     let tools = session.state().tools.clone();
                     turn = self.turn(session, &tools, results, Vec::new());
@@ -269,19 +274,19 @@ impl Runner {
         }
     }
 
-    /// Waits until every interrupt of the turn is answered; `None` when the session closed first.
+    /// Waits until every interrupt of the turn is answered; `Err` when the run was stopped first.
     async fn wait_for_answers(
         &self,
         session: &Session,
         run: &sessions::Run,
         asked: &[Pending],
         answered: &mut mpsc::UnboundedReceiver<Resume>,
-    ) -> Option<Vec<Resume>> {
+    ) -> Result<Vec<Resume>, End> {
         let mut resume = Vec::new();
         while resume.len() < asked.len() {
             let answer = tokio::select! {
-                answer = answered.recv() => answer?,
-                () = session.closed() => return None,
+                answer = answered.recv() => answer.ok_or(End::Closed)?,
+                why = stopped(session, run) => return Err(why),
             };
             if asked
                 .iter()
@@ -295,16 +300,16 @@ impl Runner {
             }
             resume.push(answer);
         }
-        Some(resume)
+        Ok(resume)
     }
 
-    /// Calls each callback tool and returns the tool messages; `None` when the session closed first.
+    /// Calls each callback tool and returns the tool messages; `Err` when the run was stopped first.
     async fn call_back(
         &self,
         session: &Session,
         run: &sessions::Run,
         calls: Vec<Call>,
-    ) -> Option<Vec<Message>> {
+    ) -> Result<Vec<Message>, End> {
         let tools = session.state().tools.clone();
         let mut messages = Vec::new();
         for call in calls {
@@ -312,7 +317,7 @@ impl Runner {
             let tool = tools.iter().find(|t| t.name == call.name);
             let outcome = tokio::select! {
                 outcome = self.callback(session, tool, &call, &args) => outcome,
-                () = session.closed() => return None,
+                why = stopped(session, run) => return Err(why),
             };
             let (result, is_error) = match outcome {
                 Ok(CallbackAnswer::Result(text)) => (text, false),
@@ -339,7 +344,7 @@ impl Runner {
             drop(state);
             messages.push(message);
         }
-        Some(messages)
+        Ok(messages)
     }
 
     async fn callback(
@@ -418,9 +423,17 @@ impl Runner {
     }
 }
 
+/// Why a run stops before its end: the session deleted, or the run aborted (`POST …/abort`).
+async fn stopped(session: &Session, run: &sessions::Run) -> End {
+    tokio::select! {
+        () = session.closed() => End::Closed,
+        () = run.aborted() => End::Cancelled,
+    }
+}
+
 /// How a canonical turn ended.
 #[derive(Debug)]
-enum End {
+pub enum End {
     Completed,
     Interrupted,
     Cancelled,
@@ -437,7 +450,7 @@ struct Call {
 }
 
 /// Canonical events of one turn to CMDC events (§4.3).
-struct Encoder {
+pub struct Encoder {
     client_tools: Vec<String>,
     calls: HashMap<String, Call>,
     /// Calls of callback tools the turn made and did not answer.
@@ -452,7 +465,7 @@ struct Encoder {
 }
 
 impl Encoder {
-    fn new(client_tools: Vec<String>) -> Self {
+    pub fn new(client_tools: Vec<String>) -> Self {
         Self {
             client_tools,
             calls: HashMap::new(),
@@ -466,25 +479,26 @@ impl Encoder {
         }
     }
 
-    /// Pushes the CMDC events of one canonical event; how the turn ended at its terminal event.
-    fn encode(&mut self, event: Event, run: &sessions::Run) -> Option<End> {
+    /// Emits the CMDC events of one canonical event; how the turn ended at its terminal event. Pure: the
+    /// caller decides where the events go (the run's buffer).
+    pub fn encode(&mut self, event: Event, mut emit: impl FnMut(Cmdc)) -> Option<End> {
         match event {
             Event::TextStart {
                 role: Role::Assistant,
                 ..
             } => {
-                run.push(Cmdc::MessageStart {});
+                emit(Cmdc::MessageStart {});
             }
             Event::TextDelta { delta, .. } if !delta.is_empty() => {
                 self.text.push_str(&delta);
-                run.push(Cmdc::MessageDelta { delta });
+                emit(Cmdc::MessageDelta { delta });
             }
             Event::TextEnd { .. } if !self.text.is_empty() => {
                 self.last_text = Some(self.text.clone());
             }
-            Event::ReasoningStart { .. } => run.push(Cmdc::ThinkingStart {}),
+            Event::ReasoningStart { .. } => emit(Cmdc::ThinkingStart {}),
             Event::ReasoningDelta { delta, .. } if !delta.is_empty() => {
-                run.push(Cmdc::ThinkingDelta { delta });
+                emit(Cmdc::ThinkingDelta { delta });
             }
             Event::ToolCallStart { call_id, name, .. } => {
                 self.calls.insert(
@@ -506,8 +520,8 @@ impl Encoder {
                     let args = parse_args(&call.args);
                     self.logged_calls
                         .push(json!({"id": call.id, "name": call.name, "args": args}));
-                    run.push(Cmdc::ToolCalls { count: 1 });
-                    run.push(Cmdc::ToolExecutionStart {
+                    emit(Cmdc::ToolCalls { count: 1 });
+                    emit(Cmdc::ToolExecutionStart {
                         tool_name: call.name.clone(),
                         call_id: call.id.clone(),
                         args,
@@ -529,7 +543,7 @@ impl Encoder {
                     .get(&call_id)
                     .map(|c| c.name.clone())
                     .unwrap_or_default();
-                run.push(Cmdc::ToolExecutionEnd {
+                emit(Cmdc::ToolExecutionEnd {
                     tool_name: name.clone(),
                     call_id: call_id.clone(),
                     status: if is_error { "error" } else { "ok" }.into(),

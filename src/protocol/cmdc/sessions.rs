@@ -276,6 +276,11 @@ impl Session {
         let _ = cancel.wait_for(|closed| *closed).await;
     }
 
+    /// The run subscribers attach to now (the running one, or the last one).
+    pub fn current_run(&self) -> Option<Arc<Run>> {
+        self.current.borrow().run.clone()
+    }
+
     /// A subscriber for one run: the current one if nobody read its end yet, else the next one.
     pub fn subscribe_run(self: &Arc<Self>) -> Follower {
         self.follower(true)
@@ -311,6 +316,8 @@ pub struct Run {
     seq: u64,
     buffer: Mutex<Buffer>,
     len: watch::Sender<usize>,
+    /// Set by `POST …/abort`.
+    aborted: watch::Sender<bool>,
 }
 
 #[derive(Default)]
@@ -326,7 +333,21 @@ impl Run {
             seq,
             buffer: Mutex::new(Buffer::default()),
             len: watch::channel(0).0,
+            aborted: watch::channel(false).0,
         }
+    }
+
+    /// Asks the run to stop (`POST …/abort`); a finished run is left as it is.
+    pub fn abort(&self) {
+        if !self.is_done() {
+            self.aborted.send_replace(true);
+        }
+    }
+
+    /// Resolves once the run was asked to stop.
+    pub async fn aborted(&self) {
+        let mut aborted = self.aborted.subscribe();
+        let _ = aborted.wait_for(|aborted| *aborted).await;
     }
 
     /// Appends an event and wakes the subscribers.

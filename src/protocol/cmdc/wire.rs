@@ -1,10 +1,12 @@
 //! The CMDC gateway wire, spelled as the gateway reference (seed `003`) and cmdc-sdk 0.1.0 spell it
 //! (`specs/cmdc.md` §1–2). One set of types serves both faces.
 
+use bytes::BytesMut;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::protocol::null_as_default;
+use crate::sse;
 
 /// `POST /v1/sessions`. Only `model` is required; the kernel's own fields (`tools`, `plugins`, `blueprint`,
 /// `skillsDirs`, `workingDir`, `providerOpts`) are kept as they came, for an inbound to log and ignore.
@@ -288,6 +290,11 @@ impl Event {
     pub fn to_frame(&self) -> String {
         // Serializing our own wire types cannot fail.
         serde_json::to_string(self).unwrap_or_default()
+    }
+
+    /// Appends the event as an SSE frame: `event: <name>\ndata: <data>\n\n`.
+    pub fn write_sse(&self, buf: &mut BytesMut) {
+        sse::write_event(buf, Some(self.name()), &self.data_json());
     }
 
     /// The `data` object alone, as an SSE frame carries it: the frame without its envelope (serde writes the
