@@ -996,6 +996,39 @@ async fn deleting_a_session_aborts_its_paused_run_and_closes_the_stream() {
 }
 
 #[tokio::test]
+async fn abort_ends_a_paused_run_and_the_session_goes_on() {
+    let proxy = echo_gateway().await;
+    let session = create(&proxy, "sk-a", json!({"model": "m"})).await;
+    prompt(&proxy, "sk-a", &session, "/ask Anything?").await;
+    let mut events = subscribe(&proxy, "sk-a", &session).await;
+    until(&mut events, "ask_user").await;
+
+    let aborted = call(
+        &proxy,
+        Method::POST,
+        &format!("/v1/sessions/{session}/abort"),
+        Some("sk-a"),
+        None,
+    )
+    .await;
+    assert_eq!(aborted.status, StatusCode::ACCEPTED);
+    assert_eq!(
+        aborted.json().await,
+        json!({"ok": true, "action": "abort", "sessionId": session})
+    );
+    let seen = all(&mut events).await;
+    assert_eq!(
+        seen.last().unwrap(),
+        &("agent_abort".to_owned(), json!({"reason": "user_cancelled"}))
+    );
+    wait_state(&proxy, "sk-a", &session, "idle").await;
+
+    prompt(&proxy, "sk-a", &session, "still here").await;
+    let mut events = subscribe(&proxy, "sk-a", &session).await;
+    assert_eq!(text(&all(&mut events).await), "still here");
+}
+
+#[tokio::test]
 async fn reasoning_and_server_side_tools_become_thinking_and_tool_execution_events() {
     let upstream = Reply::sse()
         .event(json!({"type": "RUN_STARTED", "threadId": "t", "runId": "r"}))

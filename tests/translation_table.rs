@@ -1,4 +1,5 @@
-//! `docs/translation.md` checked against the code, so that the translation table cannot drift (issue 7).
+//! `docs/translation.md` checked against the code, so that the translation table cannot drift (issue 7); and
+//! every pair the code has run by `tests/matrix.rs`.
 //!
 //! Every rule reads its facts from the code (the protocols, the canonical `Event` variants, the record keys the
 //! outbounds keep, the `[routes.translate]` options) and its claims from the documents, with plain string
@@ -511,6 +512,37 @@ fn every_inbound_outbound_pair_has_a_section_under_pairs() {
     report("pairs without a section", &missing_pairs(&read(DOC)));
 }
 
+/// The pairs `tests/matrix.rs` runs: its `<inbound>_to_<outbound>` entries, protocols in snake case.
+const MATRIX: &str = "tests/matrix.rs";
+
+fn snake(name: &str) -> String {
+    name.replace('-', "_")
+}
+
+/// Every inbound × (outbound and echo) pair the code has, missing from the matrix's pair lists.
+fn pairs_missing_from_the_matrix(matrix: &str) -> Vec<String> {
+    let outbounds: Vec<&str> = Protocol::ALL
+        .iter()
+        .map(|p| p.name())
+        .chain([ECHO])
+        .collect();
+    Protocol::ALL
+        .iter()
+        .flat_map(|from| outbounds.iter().map(move |to| (from.name(), *to)))
+        .map(|(from, to)| format!("{}_to_{}", snake(from), snake(to)))
+        .filter(|entry| !matrix.contains(&format!("{entry}:")))
+        .map(|entry| format!("{MATRIX} does not run the pair `{entry}`"))
+        .collect()
+}
+
+#[test]
+fn every_pair_is_run_by_the_matrix() {
+    report(
+        "pairs the matrix does not run",
+        &pairs_missing_from_the_matrix(&read(MATRIX)),
+    );
+}
+
 // --- Rule 5: every canonical event ------------------------------------------------------------------------------
 
 /// The variant names of `pub enum Event` in src/model.rs.
@@ -646,6 +678,16 @@ fn drift_a_new_event_variant_is_reported() {
     let problems = missing_events(&read(DOC), &model);
     assert!(
         problems.iter().any(|p| p.contains("`BrandNewEvent`")),
+        "{problems:?}"
+    );
+}
+
+#[test]
+fn drift_a_pair_missing_from_the_matrix_is_reported() {
+    let matrix = read(MATRIX).replace("cmdc_to_ag_kit:", "");
+    let problems = pairs_missing_from_the_matrix(&matrix);
+    assert!(
+        problems.iter().any(|p| p.contains("`cmdc_to_ag_kit`")),
         "{problems:?}"
     );
 }

@@ -169,8 +169,8 @@ impl Answer {
         self
     }
 
-    /// The HTTP reply to the request with this `id`.
-    fn reply(&self, id: &Value) -> Reply {
+    /// The HTTP reply to the request with this `id` (for agents that pick their answer by what was asked).
+    pub fn reply(&self, id: &Value) -> Reply {
         let response = |step: &Step| match step {
             Step::Result(result) => Some(json!({"id": id, "jsonrpc": "2.0", "result": result})),
             Step::Error(code, message) => Some(
@@ -413,16 +413,46 @@ pub async fn cancel_task(url: &str, task_id: &str) -> Value {
 
 /// `message/stream`: its stream once the head arrived, checked: HTTP 200, `text/event-stream`.
 pub async fn stream_message(url: &str, message: Value) -> ResultStream {
-    let id = next_id();
-    let request = json!({"jsonrpc": "2.0", "id": id, "method": "message/stream",
-                         "params": {"message": message}});
-    let response = post(url, &request, "text/event-stream").await;
+    let (id, response) = post_stream(url, message).await;
     assert_eq!(response.status, 200);
     assert_eq!(response.header("content-type"), "text/event-stream");
     ResultStream {
         id,
         sse: response.sse(),
     }
+}
+
+/// What a `message/stream` call got back, unchecked, for clients that report it rather than assert it.
+pub enum StreamAnswer {
+    /// HTTP 200 `text/event-stream`: the results (or errors) as they come.
+    Stream(ResultStream),
+    /// Anything else: a JSON-RPC error answered as JSON, an HTTP error.
+    Other(super::Response),
+}
+
+/// `message/stream`, whatever comes back.
+pub async fn try_stream_message(url: &str, message: Value) -> StreamAnswer {
+    let (id, response) = post_stream(url, message).await;
+    if response.status == 200
+        && response
+            .header("content-type")
+            .starts_with("text/event-stream")
+    {
+        StreamAnswer::Stream(ResultStream {
+            id,
+            sse: response.sse(),
+        })
+    } else {
+        StreamAnswer::Other(response)
+    }
+}
+
+/// Sends `message/stream`: the request's id and the response.
+async fn post_stream(url: &str, message: Value) -> (u64, super::Response) {
+    let id = next_id();
+    let request = json!({"jsonrpc": "2.0", "id": id, "method": "message/stream",
+                         "params": {"message": message}});
+    (id, post(url, &request, "text/event-stream").await)
 }
 
 /// The results of a `message/stream` answer, read as they come.
@@ -434,14 +464,21 @@ pub struct ResultStream {
 impl ResultStream {
     /// The next result, `None` at the end. Fails on an error event or an id that is not the request's.
     pub async fn next(&mut self) -> Option<Value> {
-        let mut response = self.sse.next().await?;
-        assert_eq!(response["jsonrpc"], "2.0");
-        assert_eq!(response["id"], self.id, "every event echoes the request id");
+        let mut response = self.next_response().await?;
         assert!(
             response.get("error").is_none(),
             "an error event: {response}"
         );
         Some(response["result"].take())
+    }
+
+    /// The next JSON-RPC response whole (a result or an error), `None` at the end. Fails on an id that is not
+    /// the request's.
+    pub async fn next_response(&mut self) -> Option<Value> {
+        let response = self.sse.next().await?;
+        assert_eq!(response["jsonrpc"], "2.0");
+        assert_eq!(response["id"], self.id, "every event echoes the request id");
+        Some(response)
     }
 
     /// Reads results until one of `kind` (`task`, `status-update`, `artifact-update`) arrives; returns all

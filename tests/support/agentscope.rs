@@ -17,7 +17,7 @@
 
 use serde_json::{json, Value};
 
-use super::{post_json, Reply, SseStream, Upstream};
+use super::{post_json, Received, Reply, SseStream, Upstream};
 
 // --- The scripted runtime -----------------------------------------------------------------------------------
 
@@ -31,7 +31,10 @@ pub struct Run {
 
 #[derive(Clone, Debug)]
 enum Step {
-    Text(Vec<String>),
+    /// Starts an assistant text message and streams these deltas into it.
+    TextOpen(Vec<String>),
+    /// Streams these deltas into the open text message, then completes it.
+    TextClose(Vec<String>),
     Call {
         kind: &'static str,
         call_id: String,
@@ -73,9 +76,20 @@ impl Run {
     }
 
     /// An assistant text message: a delta content each, the completed content, the completed message.
-    pub fn text(mut self, deltas: &[&str]) -> Run {
-        self.steps
-            .push(Step::Text(deltas.iter().map(|d| (*d).to_owned()).collect()));
+    pub fn text(self, deltas: &[&str]) -> Run {
+        self.open_text(deltas).close_text(&[])
+    }
+
+    /// Starts an assistant text message with a delta content each, leaving it open (for a gate, a hang or
+    /// a failure in the middle of a message).
+    pub fn open_text(mut self, deltas: &[&str]) -> Run {
+        self.steps.push(Step::TextOpen(owned(deltas)));
+        self
+    }
+
+    /// A delta content each in the open text message, then its completed content and completed message.
+    pub fn close_text(mut self, deltas: &[&str]) -> Run {
+        self.steps.push(Step::TextClose(owned(deltas)));
         self
     }
 
@@ -167,6 +181,7 @@ impl Run {
             session_id: session_id.clone(),
             messages: 0,
             nth,
+            open_text: None,
         };
         if !self.bare {
             frames.send(frames.response("created"));
@@ -188,6 +203,8 @@ struct Frames {
     session_id: Value,
     messages: usize,
     nth: usize,
+    /// The id and text so far of the text message left open.
+    open_text: Option<(String, String)>,
 }
 
 impl Frames {
@@ -278,9 +295,25 @@ impl Frames {
         self.output.push(sent);
     }
 
+    /// Streams `deltas` into the open text message.
+    fn text_deltas(&mut self, deltas: &[String]) {
+        let (id, text) = self.open_text.clone().expect("a text message is open");
+        for delta in deltas {
+            self.send(Self::content(
+                &id,
+                "in_progress",
+                json!(true),
+                "text",
+                "text",
+                json!(delta),
+            ));
+        }
+        self.open_text = Some((id, text + &deltas.concat()));
+    }
+
     fn play(&mut self, step: &Step) {
         match step {
-            Step::Text(deltas) => {
+            Step::TextOpen(deltas) => {
                 let id = self.new_message_id();
                 self.send(Self::message(
                     &id,
@@ -289,24 +322,14 @@ impl Frames {
                     "in_progress",
                     Value::Null,
                 ));
-                for delta in deltas {
-                    self.send(Self::content(
-                        &id,
-                        "in_progress",
-                        json!(true),
-                        "text",
-                        "text",
-                        json!(delta),
-                    ));
-                }
-                let whole = Self::content(
-                    &id,
-                    "completed",
-                    Value::Null,
-                    "text",
-                    "text",
-                    json!(deltas.concat()),
-                );
+                self.open_text = Some((id, String::new()));
+                self.text_deltas(deltas);
+            }
+            Step::TextClose(deltas) => {
+                self.text_deltas(deltas);
+                let (id, text) = self.open_text.take().expect("close_text after open_text");
+                let whole =
+                    Self::content(&id, "completed", Value::Null, "text", "text", json!(text));
                 let whole = self.send(whole);
                 self.complete(Self::message(
                     &id,
@@ -388,6 +411,19 @@ pub async fn runtime(runs: impl IntoIterator<Item = Run>) -> Upstream {
         runs[nth.min(runs.len() - 1)].reply(&request.body["session_id"], nth + 1)
     })
     .await
+}
+
+/// A scripted runtime answering each request with the run `pick` chooses for it (an answer that depends on
+/// the request's `input` or `tools`).
+pub async fn runtime_with(pick: impl Fn(&Received) -> Run + Send + Sync + 'static) -> Upstream {
+    Upstream::answer_with(move |request, nth| {
+        pick(request).reply(&request.body["session_id"], nth + 1)
+    })
+    .await
+}
+
+fn owned(texts: &[&str]) -> Vec<String> {
+    texts.iter().map(|t| (*t).to_owned()).collect()
 }
 
 /// The `input` the runtime received in its n-th request.

@@ -46,7 +46,7 @@ use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use serde_json::{json, Value};
 use tokio::net::TcpListener;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::{AbortHandle, JoinHandle};
 
 use super::{within, Received, WAIT};
@@ -67,6 +67,8 @@ pub struct History {
     pub system_prompt: Option<String>,
     /// The session's earlier prompts, oldest first.
     pub prompts: Vec<String>,
+    /// The callback tools registered on the session (`POST …/tools`), in order.
+    pub tools: Vec<String>,
 }
 
 /// Picks the steps of a run: the prompt's text and the session's history in.
@@ -110,6 +112,29 @@ pub enum Step {
     },
     /// Never goes on (until the run is aborted or the session killed).
     Hang,
+    /// Waits until the gate is opened ([`Gate::open`]), at most [`WAIT`].
+    Wait(Gate),
+}
+
+/// Where a [`Step::Wait`] holds its run until the test opens it; open once, open for good.
+#[derive(Clone)]
+pub struct Gate(Arc<watch::Sender<bool>>);
+
+impl Default for Gate {
+    fn default() -> Gate {
+        Gate(Arc::new(watch::channel(false).0))
+    }
+}
+
+impl Gate {
+    /// Lets every run waiting at this gate, and every later one, go on.
+    pub fn open(&self) {
+        self.0.send_replace(true);
+    }
+
+    async fn opened(&self) -> Result<(), watch::error::RecvError> {
+        self.0.subscribe().wait_for(|open| *open).await.map(|_| ())
+    }
 }
 
 // --- Steps ------------------------------------------------------------------------------------------------
@@ -125,6 +150,11 @@ pub fn delay(millis: u64) -> Step {
 
 pub fn hang() -> Step {
     Step::Hang
+}
+
+/// Waits at `gate` until it is opened.
+pub fn wait(gate: &Gate) -> Step {
+    Step::Wait(gate.clone())
 }
 
 /// One LLM reply: `message_start`, then a `message_delta` per delta.
@@ -447,6 +477,15 @@ impl Gateway {
             .collect()
     }
 
+    /// Whether a subscriber of `session`'s events is still connected.
+    pub fn subscribed(&self, session: &str) -> bool {
+        self.state.session(session).is_some_and(|session| {
+            let mut inner = session.inner.lock().expect("lock");
+            inner.subscribers.retain(|s| !s.is_closed());
+            !inner.subscribers.is_empty()
+        })
+    }
+
     /// `(session, event)` of every event published while no subscriber was attached: lost, as the real
     /// gateway loses them.
     pub fn lost(&self) -> Vec<(String, String)> {
@@ -675,6 +714,7 @@ fn create(request: &Received, state: &Arc<State>) -> http::Response<Body> {
                 model: model.to_owned(),
                 system_prompt: field(request, "systemPrompt").map(str::to_owned),
                 prompts: Vec::new(),
+                tools: Vec::new(),
             },
             ..SessionState::default()
         }),
@@ -836,12 +876,15 @@ fn register(request: &Received, session: &Session) -> http::Response<Body> {
         );
     };
     let timeout = request.body["timeoutMs"].as_u64();
-    session
-        .inner
-        .lock()
-        .expect("lock")
+    let mut inner = session.inner.lock().expect("lock");
+    let known = inner
         .tools
-        .insert(name.to_owned(), (url.to_owned(), timeout));
+        .insert(name.to_owned(), (url.to_owned(), timeout))
+        .is_some();
+    if !known {
+        inner.history.tools.push(name.to_owned());
+    }
+    drop(inner);
     json_response(
         StatusCode::CREATED,
         json!({"ok": true, "sessionId": session.id, "toolName": name}),
@@ -921,6 +964,11 @@ fn play<'a>(
                 }
                 Step::Delay(delay) => tokio::time::sleep(delay).await,
                 Step::Hang => std::future::pending::<()>().await,
+                Step::Wait(gate) => {
+                    if unanswered(state, session, gate.opened()).await.is_none() {
+                        return true;
+                    }
+                }
                 Step::CallTool {
                     call_id,
                     tool,
@@ -1010,12 +1058,12 @@ fn play<'a>(
     })
 }
 
-/// Waits (up to [`WAIT`]) for the answer to a pause; `None` when nobody answered, after ending the run
-/// with an error.
-async fn unanswered<T>(
+/// Waits (up to [`WAIT`]) for the answer to a pause (or a gate to open); `None` when nobody answered,
+/// after ending the run with an error.
+async fn unanswered<T, E>(
     state: &Arc<State>,
     session: &Arc<Session>,
-    answered: oneshot::Receiver<T>,
+    answered: impl std::future::Future<Output = Result<T, E>>,
 ) -> Option<T> {
     match tokio::time::timeout(WAIT, answered).await {
         Ok(Ok(answer)) => Some(answer),

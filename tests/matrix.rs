@@ -1,0 +1,520 @@
+//! Every inbound protocol against every outbound protocol (and the built-in echo agent), in-process, over
+//! real sockets, across the scenarios of issue 7:
+//!
+//! 1. a streamed text reply: it arrives in order, and the first words arrive while the agent is still
+//!    producing the rest;
+//! 2. a tool call on the agent's side with its result, then text;
+//! 3. two turns of one conversation, the second needing the first (history kept across the boundary between
+//!    protocols that send the whole conversation and those that send only what is new);
+//! 4. human in the loop: approval approved, approval rejected, and a free-text question;
+//! 5. a client-side tool offered by the client and called by the agent (CMDC's through its callback tools);
+//! 6. the agent failing mid-stream, and an unreachable agent: the client's own error, once;
+//! 7. the client going away mid-stream: the agent's work is cancelled.
+//!
+//! Each pair runs the same scenario functions ([`scenario`]); each protocol's client and scripted agent live
+//! in `tests/matrix/<protocol>.rs`, the shared vocabulary in `tests/matrix/peers.rs`. Where a pair cannot
+//! carry a scenario (A2A has no client or server tools and asks approvals in words; an AgentScope runtime
+//! asks no free-text questions; echo has no upstream), the scenario asserts the documented downgrade
+//! (docs/translation.md) instead.
+
+mod support;
+
+#[path = "matrix/a2a.rs"]
+mod a2a;
+#[path = "matrix/ag_kit.rs"]
+mod ag_kit;
+#[path = "matrix/ag_ui.rs"]
+mod ag_ui;
+#[path = "matrix/agentscope.rs"]
+mod agentscope;
+#[path = "matrix/cmdc.rs"]
+mod cmdc;
+#[path = "matrix/peers.rs"]
+mod peers;
+
+use peers::{Agent, Client, Protocol, Script, Seen};
+use support::{within, Proxy, Upstream};
+
+/// Where a pair's route sends its turns.
+#[derive(Clone, Copy, Debug)]
+enum Outbound {
+    /// A scripted agent speaking this protocol.
+    Agent(Protocol),
+    /// The built-in echo agent.
+    Echo,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Pair {
+    inbound: Protocol,
+    outbound: Outbound,
+}
+
+const PATH: &str = "/pair";
+
+impl Pair {
+    /// The pair's route toward `upstream` (none for echo).
+    fn routes(self, upstream: Option<&str>) -> String {
+        let inbound = self.inbound;
+        let head = format!(
+            "[[routes]]\nname = \"pair\"\npath = \"{PATH}\"\ninbound = \"{}\"\n",
+            inbound.name()
+        );
+        let Outbound::Agent(outbound) = self.outbound else {
+            let translate = table("routes.translate", inbound.inbound_translate().iter());
+            return format!("{head}outbound = \"echo\"\n{translate}");
+        };
+        let upstream = upstream.expect("a scripted pair has an upstream");
+        let headers = table(
+            "routes.upstream_headers",
+            outbound.upstream_headers().iter(),
+        );
+        let translate = inbound
+            .inbound_translate()
+            .iter()
+            .chain(outbound.outbound_translate());
+        let translate = table("routes.translate", translate);
+        format!(
+            "{head}outbound = \"{}\"\nupstream = \"{upstream}\"\n{headers}{translate}",
+            outbound.name()
+        )
+    }
+
+    /// The scripted agent playing `script`, and the proxy in front of it.
+    async fn serve(self, script: Script) -> (Agent, Proxy) {
+        let Outbound::Agent(protocol) = self.outbound else {
+            panic!("{self:?} has no scripted agent");
+        };
+        let agent = Agent::serve(protocol, script).await;
+        let proxy = Proxy::start(&self.routes(Some(&agent.url()))).await;
+        (agent, proxy)
+    }
+
+    /// The proxy in front of the echo agent.
+    async fn serve_echo(self) -> Proxy {
+        Proxy::start(&self.routes(None)).await
+    }
+
+    fn client(self, proxy: &Proxy) -> Client {
+        Client::new(self.inbound, proxy.url(PATH))
+    }
+
+    /// The protocol of the agent, `None` for echo.
+    fn agent(self) -> Option<Protocol> {
+        match self.outbound {
+            Outbound::Agent(protocol) => Some(protocol),
+            Outbound::Echo => None,
+        }
+    }
+
+    /// Whether both sides carry `capability`.
+    fn both(self, capability: fn(Protocol) -> bool) -> bool {
+        capability(self.inbound) && self.agent().map_or(true, capability)
+    }
+}
+
+/// A TOML table of `key = value` lines (values already TOML), or nothing when there are none.
+fn table<'a>(name: &str, entries: impl Iterator<Item = &'a (&'a str, &'a str)>) -> String {
+    let lines: String = entries
+        .map(|(key, value)| format!("{key} = {value}\n"))
+        .collect();
+    if lines.is_empty() {
+        String::new()
+    } else {
+        format!("[{name}]\n{lines}")
+    }
+}
+
+/// Fails unless `seen` is a plain, complete answer saying `text`.
+fn assert_said(pair: Pair, seen: &Seen, text: &str) {
+    assert!(seen.errors.is_empty(), "{pair:?}: errors: {seen:#?}");
+    assert_eq!(seen.pause, None, "{pair:?}: unexpected pause: {seen:#?}");
+    assert_eq!(seen.text, text, "{pair:?}: {seen:#?}");
+}
+
+mod scenario {
+    use super::peers::*;
+    use super::*;
+
+    fn say(text: &str) -> Input {
+        Input::Say(text.to_owned())
+    }
+
+    /// (1) The text arrives in order, and its first words before the agent has produced the rest.
+    pub async fn streamed_text(pair: Pair) {
+        let (agent, proxy) = pair.serve(Script::Text).await;
+        let mut client = pair.client(&proxy);
+        let mut run = client.start(say("hi")).await;
+        let first = within("the first words", run.until_text()).await;
+        assert_eq!(first, HELLO, "{pair:?}: the first words");
+        agent.release();
+        assert_said(pair, &run.finish().await, GREETING);
+    }
+
+    /// (2) A tool call on the agent's side is shown with its result, then the text follows. Where either
+    /// side has no tool calls (A2A), only the text arrives.
+    pub async fn server_tool(pair: Pair) {
+        let (_agent, proxy) = pair.serve(Script::ServerTool).await;
+        let mut seen = pair.client(&proxy).exchange(say("weather in Paris?")).await;
+        let tools = std::mem::take(&mut seen.tools);
+        assert_said(pair, &seen, WEATHER_TEXT);
+        let expected = pair.both(Protocol::has_server_tools).then(|| ToolSeen {
+            name: WEATHER_TOOL.to_owned(),
+            arguments: weather_arguments(),
+            result: WEATHER_RESULT.to_owned(),
+        });
+        assert_eq!(
+            tools,
+            Vec::from_iter(expected),
+            "{pair:?}: tool calls shown"
+        );
+    }
+
+    /// (3) The second turn's answer needs the first turn: the agent knows both user messages, once each.
+    pub async fn two_turns(pair: Pair) {
+        let (_agent, proxy) = pair.serve(Script::Memory).await;
+        let mut client = pair.client(&proxy);
+        let first = client.exchange(say("my name is Ada")).await;
+        assert_said(pair, &first, &you_said(&["my name is Ada"]));
+        let second = client.exchange(say("what is my name?")).await;
+        assert_said(
+            pair,
+            &second,
+            &you_said(&["my name is Ada", "what is my name?"]),
+        );
+    }
+
+    /// (4a/4b) The agent asks approval in its own form; the client sees it in its own form and decides; the
+    /// agent gets the decision. Where either side asks approvals in words (A2A), the client sees a
+    /// question and answers "yes" or "no".
+    pub async fn approval(pair: Pair, approve: bool) {
+        let (agent, proxy) = pair.serve(Script::Approval).await;
+        let mut client = pair.client(&proxy);
+        let paused = client.exchange(say("clean up /tmp/x")).await;
+        assert!(paused.errors.is_empty(), "{pair:?}: {paused:#?}");
+        let Some(pause) = paused.pause.clone() else {
+            panic!("{pair:?}: no pause: {paused:#?}");
+        };
+        assert!(
+            pause.text().contains(APPROVAL_TOOL),
+            "{pair:?}: the pause does not say what is to be approved: {pause:?}"
+        );
+        let answer = match pause {
+            Pause::Approval { .. } if !asked_in_words(pair) => Input::Approve(approve),
+            Pause::Question { .. } if asked_in_words(pair) => {
+                Input::Answer(if approve { "yes" } else { "no" }.to_owned())
+            }
+            other => panic!("{pair:?}: an approval shown as {other:?}"),
+        };
+        let done = client.exchange(answer).await;
+        if !approve && !asked_in_words(pair) && !pair.agent().is_some_and(Protocol::has_approvals) {
+            // An approval request that stood for a question in words: refusing it declines the question,
+            // which cancels the agent's task (docs/translation.md, "AgentScope → A2A").
+            assert_said(pair, &done, "");
+            return assert!(
+                agent.cancelled().await,
+                "{pair:?}: the task was not cancelled"
+            );
+        }
+        let expected = if approve {
+            APPROVED_TEXT
+        } else {
+            REJECTED_TEXT
+        };
+        assert_said(pair, &done, expected);
+    }
+
+    /// Whether the client sees an approval as a question: its own protocol asks only in words (A2A), or the
+    /// agent's does and the client can show a question (an AgentScope client shows it as an approval).
+    fn asked_in_words(pair: Pair) -> bool {
+        !pair.inbound.has_approvals()
+            || (!pair.agent().map_or(true, Protocol::has_approvals) && pair.inbound.has_questions())
+    }
+
+    /// (4c) The agent asks a free-text question; the client answers it in its own form. An AgentScope
+    /// client sees the question as an approval request and answers by its reason.
+    pub async fn question(pair: Pair) {
+        let (_agent, proxy) = pair.serve(Script::Question).await;
+        answers_question(pair, &proxy, say("weather please"), QUESTION).await;
+    }
+
+    async fn answers_question(pair: Pair, proxy: &Proxy, opening: Input, question: &str) {
+        let mut client = pair.client(proxy);
+        let paused = client.exchange(opening).await;
+        assert!(paused.errors.is_empty(), "{pair:?}: {paused:#?}");
+        match &paused.pause {
+            Some(Pause::Question { text }) if pair.inbound.has_questions() => {
+                assert!(text.contains(question), "{pair:?}: {text}")
+            }
+            Some(Pause::Approval { text }) if !pair.inbound.has_questions() => {
+                assert!(text.contains(question), "{pair:?}: {text}")
+            }
+            other => panic!("{pair:?}: a question shown as {other:?}: {paused:#?}"),
+        }
+        let done = client.exchange(Input::Answer("Paris".to_owned())).await;
+        assert_said(pair, &done, &answered("Paris"));
+    }
+
+    /// (5) The client offers its tool; the agent calls it; the client runs it and its result reaches the
+    /// agent. Where either side has no client tools (A2A), the agent is offered none.
+    pub async fn client_tool(pair: Pair) {
+        let (_agent, proxy) = pair.serve(Script::ClientTool).await;
+        calls_client_tool(pair, &proxy, say("what time is it?")).await;
+    }
+
+    async fn calls_client_tool(pair: Pair, proxy: &Proxy, opening: Input) {
+        let mut client = pair.client(proxy);
+        let paused = client.exchange(opening).await;
+        if !pair.both(Protocol::has_client_tools) {
+            let expected = match pair.outbound {
+                Outbound::Agent(_) => NO_TOOLS.to_owned(),
+                Outbound::Echo => "I can only call a tool you offer; you offered: []".to_owned(),
+            };
+            return assert_said(pair, &paused, &expected);
+        }
+        assert!(paused.errors.is_empty(), "{pair:?}: {paused:#?}");
+        let expected = Pause::ClientTool {
+            name: CLIENT_TOOL.to_owned(),
+            arguments: client_tool_arguments(),
+        };
+        assert_eq!(paused.pause, Some(expected), "{pair:?}: {paused:#?}");
+        let done = client.exchange(Input::ToolResult("12:00".to_owned())).await;
+        assert_said(pair, &done, &tool_returned("12:00"));
+    }
+
+    /// (6a) The agent fails after its first words: the client keeps the words and is told the agent's
+    /// reason, once.
+    pub async fn failure_mid_stream(pair: Pair) {
+        let (_agent, proxy) = pair.serve(Script::FailMidStream).await;
+        let seen = pair.client(&proxy).exchange(say("hi")).await;
+        assert_eq!(seen.text, HELLO, "{pair:?}: {seen:#?}");
+        assert_eq!(seen.errors.len(), 1, "{pair:?}: not one error: {seen:#?}");
+        assert!(seen.errors[0].contains(FAILURE), "{pair:?}: {seen:#?}");
+    }
+
+    /// (6b) Nothing listens at the agent's address: the client is told so, once.
+    pub async fn unreachable(pair: Pair) {
+        let proxy = Proxy::start(&pair.routes(Some(&Upstream::refused_url().await))).await;
+        let seen = pair.client(&proxy).exchange(say("hi")).await;
+        assert_eq!(seen.errors.len(), 1, "{pair:?}: not one error: {seen:#?}");
+        assert!(
+            seen.errors[0].to_lowercase().contains("unreachable"),
+            "{pair:?}: {seen:#?}"
+        );
+        assert_eq!(seen.text, "", "{pair:?}: {seen:#?}");
+    }
+
+    /// (7) The client goes away mid-stream: the agent's work is cancelled (its request closed, or its
+    /// protocol's cancel sent).
+    pub async fn client_leaves(pair: Pair) {
+        let (agent, proxy) = pair.serve(Script::Hang).await;
+        let mut client = pair.client(&proxy);
+        let mut run = client.start(say("hi")).await;
+        assert_eq!(within("the first words", run.until_text()).await, HELLO);
+        run.leave().await;
+        assert!(
+            agent.cancelled().await,
+            "{pair:?}: the agent's work went on"
+        );
+    }
+
+    /// Echo (1): Echo streams the words back in order.
+    pub async fn echo_text(pair: Pair) {
+        let proxy = pair.serve_echo().await;
+        let seen = pair.client(&proxy).exchange(say(GREETING)).await;
+        assert_said(pair, &seen, GREETING);
+    }
+
+    /// Echo (3): Each turn answers the last message: echo keeps no memory, but a second turn works.
+    pub async fn echo_two_turns(pair: Pair) {
+        let proxy = pair.serve_echo().await;
+        let mut client = pair.client(&proxy);
+        assert_said(
+            pair,
+            &client.exchange(say("my name is Ada")).await,
+            "my name is Ada",
+        );
+        let second = client.exchange(say("what is my name?")).await;
+        assert_said(pair, &second, "what is my name?");
+    }
+
+    /// Echo (4): `/ask` pauses on a question; the answer is reported.
+    pub async fn echo_question(pair: Pair) {
+        let proxy = pair.serve_echo().await;
+        answers_question(pair, &proxy, say(&format!("/ask {QUESTION}")), QUESTION).await;
+    }
+
+    /// Echo (5): `/tool` calls the client's tool; its result is reported.
+    pub async fn echo_client_tool(pair: Pair) {
+        let proxy = pair.serve_echo().await;
+        let command = format!("/tool {CLIENT_TOOL} {}", client_tool_arguments());
+        calls_client_tool(pair, &proxy, say(&command)).await;
+    }
+}
+
+/// One module per pair with an agent, one test per scenario.
+macro_rules! agent_pairs {
+    ($($name:ident: $inbound:ident -> $outbound:ident;)*) => {$(
+        mod $name {
+            use super::*;
+
+            const PAIR: Pair = Pair {
+                inbound: Protocol::$inbound,
+                outbound: Outbound::Agent(Protocol::$outbound),
+            };
+
+            #[tokio::test]
+            async fn streamed_text_arrives_in_order_as_it_is_produced() {
+                scenario::streamed_text(PAIR).await
+            }
+
+            #[tokio::test]
+            async fn server_tool_call_and_result_then_text() {
+                scenario::server_tool(PAIR).await
+            }
+
+            #[tokio::test]
+            async fn second_turn_knows_the_first() {
+                scenario::two_turns(PAIR).await
+            }
+
+            #[tokio::test]
+            async fn approval_approved_completes_the_run() {
+                scenario::approval(PAIR, true).await
+            }
+
+            #[tokio::test]
+            async fn approval_rejected_completes_the_run() {
+                scenario::approval(PAIR, false).await
+            }
+
+            #[tokio::test]
+            async fn client_tool_round_trip() {
+                scenario::client_tool(PAIR).await
+            }
+
+            #[tokio::test]
+            async fn failure_mid_stream_is_one_native_error() {
+                scenario::failure_mid_stream(PAIR).await
+            }
+
+            #[tokio::test]
+            async fn unreachable_agent_is_one_native_error() {
+                scenario::unreachable(PAIR).await
+            }
+
+            #[tokio::test]
+            async fn client_leaving_cancels_the_agents_work() {
+                scenario::client_leaves(PAIR).await
+            }
+        }
+    )*};
+}
+
+/// The question scenario, for pairs whose agent can ask one (an AgentScope runtime asks only approvals).
+macro_rules! question_pairs {
+    ($($name:ident: $inbound:ident -> $outbound:ident;)*) => {$(
+        #[tokio::test]
+        async fn $name() {
+            scenario::question(Pair {
+                inbound: Protocol::$inbound,
+                outbound: Outbound::Agent(Protocol::$outbound),
+            })
+            .await
+        }
+    )*};
+}
+
+/// One module per pair with echo: echo has no upstream to use tools, ask approvals, fail or be cancelled.
+macro_rules! echo_pairs {
+    ($($name:ident: $inbound:ident;)*) => {$(
+        mod $name {
+            use super::*;
+
+            const PAIR: Pair = Pair { inbound: Protocol::$inbound, outbound: Outbound::Echo };
+
+            #[tokio::test]
+            async fn streams_the_words_back_in_order() {
+                scenario::echo_text(PAIR).await
+            }
+
+            #[tokio::test]
+            async fn second_turn_answers_the_second_message() {
+                scenario::echo_two_turns(PAIR).await
+            }
+
+            #[tokio::test]
+            async fn ask_pauses_on_a_question_and_reports_the_answer() {
+                scenario::echo_question(PAIR).await
+            }
+
+            #[tokio::test]
+            async fn tool_command_calls_the_client_tool_and_reports_its_result() {
+                scenario::echo_client_tool(PAIR).await
+            }
+        }
+    )*};
+}
+
+agent_pairs! {
+    ag_ui_to_ag_ui: AgUi -> AgUi;
+    ag_ui_to_a2a: AgUi -> A2a;
+    ag_ui_to_agentscope: AgUi -> AgentScope;
+    ag_ui_to_ag_kit: AgUi -> AgKit;
+    ag_ui_to_cmdc: AgUi -> Cmdc;
+    a2a_to_ag_ui: A2a -> AgUi;
+    a2a_to_a2a: A2a -> A2a;
+    a2a_to_agentscope: A2a -> AgentScope;
+    a2a_to_ag_kit: A2a -> AgKit;
+    a2a_to_cmdc: A2a -> Cmdc;
+    agentscope_to_ag_ui: AgentScope -> AgUi;
+    agentscope_to_a2a: AgentScope -> A2a;
+    agentscope_to_agentscope: AgentScope -> AgentScope;
+    agentscope_to_ag_kit: AgentScope -> AgKit;
+    agentscope_to_cmdc: AgentScope -> Cmdc;
+    ag_kit_to_ag_ui: AgKit -> AgUi;
+    ag_kit_to_a2a: AgKit -> A2a;
+    ag_kit_to_agentscope: AgKit -> AgentScope;
+    ag_kit_to_ag_kit: AgKit -> AgKit;
+    ag_kit_to_cmdc: AgKit -> Cmdc;
+    cmdc_to_ag_ui: Cmdc -> AgUi;
+    cmdc_to_a2a: Cmdc -> A2a;
+    cmdc_to_agentscope: Cmdc -> AgentScope;
+    cmdc_to_ag_kit: Cmdc -> AgKit;
+    cmdc_to_cmdc: Cmdc -> Cmdc;
+}
+
+mod question_asked_and_answered {
+    use super::*;
+
+    question_pairs! {
+        ag_ui_to_ag_ui: AgUi -> AgUi;
+        ag_ui_to_a2a: AgUi -> A2a;
+        ag_ui_to_ag_kit: AgUi -> AgKit;
+        ag_ui_to_cmdc: AgUi -> Cmdc;
+        a2a_to_ag_ui: A2a -> AgUi;
+        a2a_to_a2a: A2a -> A2a;
+        a2a_to_ag_kit: A2a -> AgKit;
+        a2a_to_cmdc: A2a -> Cmdc;
+        agentscope_to_ag_ui: AgentScope -> AgUi;
+        agentscope_to_a2a: AgentScope -> A2a;
+        agentscope_to_ag_kit: AgentScope -> AgKit;
+        agentscope_to_cmdc: AgentScope -> Cmdc;
+        ag_kit_to_ag_ui: AgKit -> AgUi;
+        ag_kit_to_a2a: AgKit -> A2a;
+        ag_kit_to_ag_kit: AgKit -> AgKit;
+        ag_kit_to_cmdc: AgKit -> Cmdc;
+        cmdc_to_ag_ui: Cmdc -> AgUi;
+        cmdc_to_a2a: Cmdc -> A2a;
+        cmdc_to_ag_kit: Cmdc -> AgKit;
+        cmdc_to_cmdc: Cmdc -> Cmdc;
+    }
+}
+
+echo_pairs! {
+    ag_ui_to_echo: AgUi;
+    a2a_to_echo: A2a;
+    agentscope_to_echo: AgentScope;
+    ag_kit_to_echo: AgKit;
+    cmdc_to_echo: Cmdc;
+}
