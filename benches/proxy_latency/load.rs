@@ -1,0 +1,328 @@
+//! The load: concurrent client streams of one protocol against one server (the scripted agent directly, or
+//! the proxy), and what they saw; and the memory step, streams held open mid-run.
+
+use std::time::{Duration, Instant};
+
+use http_body_util::BodyExt;
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+
+use crate::now_ns;
+use crate::protocols::{Protocol, Server};
+use crate::system;
+use crate::upstream::Agent;
+
+/// Who the streams talk to, in which protocol.
+#[derive(Clone, Copy)]
+pub struct Target {
+    pub protocol: Protocol,
+    pub server: Server,
+}
+
+/// Finds the `@<ns>;` stamps in a byte stream cut anywhere. Each stamp is reported once, in order: a
+/// protocol that repeats the whole text at the end (AgentScope's completed message, say) repeats stamps
+/// already seen, and those are never newer than the last one.
+#[derive(Default)]
+pub struct StampScanner {
+    /// The start of a stamp cut off at the end of the last chunk.
+    partial: Vec<u8>,
+    last: u64,
+}
+
+/// Longer than any stamp (`@` and 20 digits): a longer run of digits is no stamp.
+const MAX_STAMP: usize = 21;
+
+impl StampScanner {
+    pub fn scan(&mut self, chunk: &[u8], mut found: impl FnMut(u64)) {
+        let joined;
+        let mut rest = if self.partial.is_empty() {
+            chunk
+        } else {
+            joined = [std::mem::take(&mut self.partial).as_slice(), chunk].concat();
+            &joined
+        };
+        while let Some(at) = memchr::memchr(b'@', rest) {
+            let after = &rest[at + 1..];
+            let digits = after.iter().take_while(|b| b.is_ascii_digit()).count();
+            if digits == after.len() {
+                if digits < MAX_STAMP {
+                    self.partial = rest[at..].to_vec();
+                }
+                return;
+            }
+            if after[digits] == b';' {
+                let stamp = std::str::from_utf8(&after[..digits])
+                    .ok()
+                    .and_then(|d| d.parse().ok());
+                if let Some(stamp) = stamp.filter(|&stamp| stamp > self.last) {
+                    self.last = stamp;
+                    found(stamp);
+                }
+            }
+            rest = &after[digits..];
+        }
+    }
+}
+
+/// What one client stream saw.
+struct StreamStats {
+    first_event_ns: u64,
+    latencies_ns: Vec<u64>,
+}
+
+/// How much of a failed stream's end is shown.
+const TAIL: usize = 300;
+
+/// One run, read to its end; `opened` is told when its first delta arrived.
+async fn one_stream(
+    target: Target,
+    n: usize,
+    expected: usize,
+    mut opened: Option<mpsc::UnboundedSender<()>>,
+) -> Result<StreamStats, String> {
+    let started = now_ns();
+    let mut run = target.protocol.open(target.server, n).await?;
+    let mut scanner = StampScanner::default();
+    let mut stats = StreamStats {
+        first_event_ns: 0,
+        latencies_ns: Vec::with_capacity(expected),
+    };
+    let mut tail = Vec::new();
+    while let Some(frame) = run.body.frame().await {
+        let frame = frame.map_err(|e| format!("reading the stream: {e}"))?;
+        let Some(chunk) = frame.data_ref() else {
+            continue;
+        };
+        let received = now_ns();
+        if stats.first_event_ns == 0 {
+            stats.first_event_ns = received.saturating_sub(started);
+        }
+        scanner.scan(chunk, |sent| {
+            stats.latencies_ns.push(received.saturating_sub(sent))
+        });
+        if !stats.latencies_ns.is_empty() {
+            if let Some(opened) = opened.take() {
+                let _ = opened.send(());
+            }
+        }
+        tail.extend_from_slice(chunk);
+        tail.drain(..tail.len().saturating_sub(TAIL));
+    }
+    if stats.latencies_ns.len() != expected {
+        return Err(format!(
+            "incomplete run: {} of {expected} deltas; the stream ended with: {}",
+            stats.latencies_ns.len(),
+            String::from_utf8_lossy(&tail)
+        ));
+    }
+    Ok(stats)
+}
+
+/// One step: `streams` concurrent runs, all started at once.
+pub struct StepResult {
+    pub streams: usize,
+    pub ok: usize,
+    pub errors: Vec<String>,
+    pub first_event_ns: Vec<u64>,
+    pub latencies_ns: Vec<u64>,
+    /// Deltas received.
+    pub events: usize,
+    pub wall: Duration,
+    /// CPU time each runtime's threads used during the step ([`system::RUNTIMES`] order), where the OS tells.
+    pub cpu: Option<[Duration; 3]>,
+    /// How often each runtime's threads went to sleep during the step.
+    pub sleeps: Option<[u64; 3]>,
+    /// Allocations each runtime made during the step.
+    pub allocations: [u64; 3],
+    /// Connections the kernel dropped because a listener's accept queue was full (Linux `ListenOverflows`);
+    /// each costs its client a SYN retransmission, about 1 s.
+    pub listen_overflows: Option<u64>,
+    /// CPU time other processes on the machine used during the step: the contention measured.
+    pub others_cpu: Option<Duration>,
+}
+
+pub async fn step(target: Target, streams: usize, events: usize, timeout: Duration) -> StepResult {
+    let cpu_before = system::runtime_cpu();
+    let sleeps_before = system::runtime_sleeps();
+    let others_before = system::others_cpu();
+    let overflows_before = system::listen_overflows();
+    let allocations_before = system::allocations();
+    let begin = Instant::now();
+    let mut tasks = JoinSet::new();
+    for n in 0..streams {
+        tasks.spawn(one_stream(target, n, events, None));
+    }
+    let mut result = StepResult {
+        streams,
+        ok: 0,
+        errors: Vec::new(),
+        first_event_ns: Vec::with_capacity(streams),
+        latencies_ns: Vec::with_capacity(streams * events),
+        events: 0,
+        wall: Duration::ZERO,
+        cpu: None,
+        sleeps: None,
+        allocations: [0; 3],
+        listen_overflows: None,
+        others_cpu: None,
+    };
+    let deadline = tokio::time::Instant::now() + timeout;
+    while let Some(outcome) = join_next(&mut tasks, deadline, &mut result.errors).await {
+        result.ok += 1;
+        result.first_event_ns.push(outcome.first_event_ns);
+        result.events += outcome.latencies_ns.len();
+        result.latencies_ns.extend(outcome.latencies_ns);
+    }
+    result.wall = begin.elapsed();
+    result.others_cpu = since(others_before, system::others_cpu());
+    result.cpu = cpu_before
+        .zip(system::runtime_cpu())
+        .map(|(before, after)| std::array::from_fn(|i| after[i].saturating_sub(before[i])));
+    result.sleeps = sleeps_before
+        .zip(system::runtime_sleeps())
+        .map(|(before, after)| std::array::from_fn(|i| after[i].saturating_sub(before[i])));
+    let allocations = system::allocations();
+    result.allocations = std::array::from_fn(|i| allocations[i] - allocations_before[i]);
+    result.listen_overflows = overflows_before
+        .zip(system::listen_overflows())
+        .map(|(before, after)| after.saturating_sub(before));
+    result.first_event_ns.sort_unstable();
+    result.latencies_ns.sort_unstable();
+    result
+}
+
+fn since(before: Option<Duration>, after: Option<Duration>) -> Option<Duration> {
+    before
+        .zip(after)
+        .map(|(before, after)| after.saturating_sub(before))
+}
+
+/// The next stream that ended well; failures go to `errors`. `None` once all ended, or at the deadline
+/// (the rest are abandoned, and counted as an error).
+async fn join_next(
+    tasks: &mut JoinSet<Result<StreamStats, String>>,
+    deadline: tokio::time::Instant,
+    errors: &mut Vec<String>,
+) -> Option<StreamStats> {
+    loop {
+        match tokio::time::timeout_at(deadline, tasks.join_next()).await {
+            Ok(Some(Ok(Ok(stats)))) => return Some(stats),
+            Ok(Some(Ok(Err(error)))) => errors.push(error),
+            Ok(Some(Err(join_error))) => errors.push(format!("task: {join_error}")),
+            Ok(None) => return None,
+            Err(_) => {
+                errors.push(format!("timed out with {} streams unfinished", tasks.len()));
+                tasks.abort_all();
+                return None;
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Memory per open stream
+
+/// The process's memory at one moment.
+#[derive(Clone, Copy)]
+struct Snapshot {
+    rss: Option<u64>,
+    heap: [i64; 3],
+}
+
+impl Snapshot {
+    fn now() -> Snapshot {
+        Snapshot {
+            rss: system::rss_bytes(),
+            heap: system::live_bytes(),
+        }
+    }
+}
+
+/// What holding `streams` runs open mid-run cost.
+pub struct MemoryResult {
+    pub streams: usize,
+    /// RSS growth (bytes) while opening the direct streams, then the proxied ones on top.
+    pub direct_rss: Option<i64>,
+    pub proxied_rss: Option<i64>,
+    /// Live heap bytes the proxy's threads added while the proxied streams opened.
+    pub proxy_heap: i64,
+    pub errors: Vec<String>,
+    pub others_cpu: Option<Duration>,
+    pub wall: Duration,
+}
+
+impl MemoryResult {
+    /// What the proxy adds per open stream, in RSS: the proxied streams' growth minus the direct ones'
+    /// (clients and agent are in both).
+    pub fn proxy_rss_per_stream(&self) -> Option<f64> {
+        let (direct, proxied) = self.direct_rss.zip(self.proxied_rss)?;
+        Some((proxied - direct) as f64 / self.streams as f64)
+    }
+
+    pub fn proxy_heap_per_stream(&self) -> f64 {
+        self.proxy_heap as f64 / self.streams as f64
+    }
+}
+
+/// Opens `streams` direct runs and then as many through the proxy, all held by the agent after their first
+/// delta, measuring the process after each batch; then lets them all finish.
+pub async fn memory_step(
+    direct: Target,
+    proxied: Target,
+    agent: &Agent,
+    streams: usize,
+    timeout: Duration,
+) -> MemoryResult {
+    // One delta before the pause (the stream is open mid-run), one after.
+    const EVENTS: usize = 2;
+    let others_before = system::others_cpu();
+    let begin = Instant::now();
+    let deadline = tokio::time::Instant::now() + timeout;
+    let mut tasks = JoinSet::new();
+    let mut errors = Vec::new();
+    agent.hold(EVENTS);
+    let before = Snapshot::now();
+    open_held(direct, streams, EVENTS, &mut tasks, deadline, &mut errors).await;
+    let with_direct = Snapshot::now();
+    open_held(proxied, streams, EVENTS, &mut tasks, deadline, &mut errors).await;
+    let with_proxied = Snapshot::now();
+    agent.release();
+    while join_next(&mut tasks, deadline, &mut errors).await.is_some() {}
+    let growth = |from: Snapshot, to: Snapshot| Some(to.rss? as i64 - from.rss? as i64);
+    MemoryResult {
+        streams,
+        direct_rss: growth(before, with_direct),
+        proxied_rss: growth(with_direct, with_proxied),
+        proxy_heap: with_proxied.heap[system::PROXY] - with_direct.heap[system::PROXY],
+        errors,
+        others_cpu: since(others_before, system::others_cpu()),
+        wall: begin.elapsed(),
+    }
+}
+
+/// Starts `streams` runs into `tasks` and waits until each has its first delta (or failed).
+async fn open_held(
+    target: Target,
+    streams: usize,
+    events: usize,
+    tasks: &mut JoinSet<Result<StreamStats, String>>,
+    deadline: tokio::time::Instant,
+    errors: &mut Vec<String>,
+) {
+    let (opened, mut arrivals) = mpsc::unbounded_channel();
+    for n in 0..streams {
+        tasks.spawn(one_stream(target, n, events, Some(opened.clone())));
+    }
+    drop(opened);
+    let mut open = 0;
+    // Every sender is dropped once its stream opened or ended: then `recv` ends.
+    while let Ok(arrival) = tokio::time::timeout_at(deadline, arrivals.recv()).await {
+        match arrival {
+            Some(()) => open += 1,
+            None => break,
+        }
+    }
+    if open < streams {
+        errors.push(format!("only {open} of {streams} streams opened"));
+    }
+}

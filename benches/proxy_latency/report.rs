@@ -1,0 +1,298 @@
+//! The tables: per pair, each level direct against through the proxy, where the CPU went, and memory; at
+//! the end, one line per pair against issue 7's targets.
+
+use std::fmt::Write as _;
+
+use serde_json::{json, Value};
+
+use crate::load::{MemoryResult, StepResult};
+
+/// Issue 7's targets: added per-event latency p50 and p99 (µs), and proxy memory per open stream (KiB).
+const TARGET_P50_US: f64 = 50.0;
+const TARGET_P99_US: f64 = 500.0;
+const TARGET_KIB: f64 = 32.0;
+
+fn percentile(sorted: &[u64], p: usize) -> Option<u64> {
+    if sorted.is_empty() {
+        return None;
+    }
+    Some(sorted[(sorted.len() - 1) * p / 100])
+}
+
+fn micros(ns: u64) -> f64 {
+    ns as f64 / 1000.0
+}
+
+fn rate(r: &StepResult) -> f64 {
+    r.events as f64 / r.wall.as_secs_f64()
+}
+
+/// Added per-event latency (µs) at percentile `p`: through the proxy minus direct.
+fn added_latency(direct: &StepResult, proxy: &StepResult, p: usize) -> Option<f64> {
+    let (d, x) = percentile(&direct.latencies_ns, p).zip(percentile(&proxy.latencies_ns, p))?;
+    Some(micros(x) - micros(d))
+}
+
+struct Row {
+    metric: &'static str,
+    direct: Option<f64>,
+    proxy: Option<f64>,
+    unit: &'static str,
+}
+
+fn rows(direct: &StepResult, proxy: &StepResult) -> Vec<Row> {
+    let latency = |metric, sorted: fn(&StepResult) -> &[u64], p| Row {
+        metric,
+        direct: percentile(sorted(direct), p).map(micros),
+        proxy: percentile(sorted(proxy), p).map(micros),
+        unit: "µs",
+    };
+    let first_event: fn(&StepResult) -> &[u64] = |r| &r.first_event_ns;
+    let event: fn(&StepResult) -> &[u64] = |r| &r.latencies_ns;
+    vec![
+        latency("time to first event p50", first_event, 50),
+        latency("time to first event p99", first_event, 99),
+        latency("event latency p50", event, 50),
+        latency("event latency p99", event, 99),
+        Row {
+            metric: "throughput",
+            direct: Some(rate(direct)),
+            proxy: Some(rate(proxy)),
+            unit: "deltas/s",
+        },
+    ]
+}
+
+pub fn table(results: &[(StepResult, StepResult)]) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "| Streams | Metric | Direct | Through proxy | Proxy / direct | Proxy − direct |"
+    );
+    let _ = writeln!(out, "|---:|---|---:|---:|---:|---:|");
+    for (direct, proxy) in results {
+        for row in rows(direct, proxy) {
+            let (ratio, added) = match (row.direct, row.proxy) {
+                (Some(d), Some(p)) if d > 0.0 => (
+                    format!("{:.2}×", p / d),
+                    // Rounded first, so a tiny difference never shows as "-0".
+                    format!("{:+} {}", (p - d).round() as i64, row.unit),
+                ),
+                _ => ("–".to_owned(), "–".to_owned()),
+            };
+            let show =
+                |v: Option<f64>| v.map_or("–".to_owned(), |v| format!("{v:.0} {}", row.unit));
+            let _ = writeln!(
+                out,
+                "| {} | {} | {} | {} | {ratio} | {added} |",
+                direct.streams,
+                row.metric,
+                show(row.direct),
+                show(row.proxy),
+            );
+        }
+    }
+    out
+}
+
+/// Cores busy per runtime during the step: CPU time / wall time.
+fn cores(r: &StepResult) -> Option<[f64; 3]> {
+    let wall = r.wall.as_secs_f64();
+    r.cpu.map(|cpu| cpu.map(|d| d.as_secs_f64() / wall))
+}
+
+/// Cores other processes kept busy during a step of `wall` seconds.
+fn others_cores(others: Option<std::time::Duration>, wall: std::time::Duration) -> Option<f64> {
+    others.map(|cpu| cpu.as_secs_f64() / wall.as_secs_f64())
+}
+
+/// The proxy threads' CPU time per delta delivered (µs).
+fn proxy_cpu_per_delta(r: &StepResult) -> Option<f64> {
+    let cpu = r.cpu?;
+    (r.events > 0).then(|| micros(cpu[crate::system::PROXY].as_nanos() as u64) / r.events as f64)
+}
+
+/// How often the proxy's threads went to sleep (and so had to be woken) per delta delivered.
+fn proxy_sleeps_per_delta(r: &StepResult) -> Option<f64> {
+    let sleeps = r.sleeps?;
+    (r.events > 0).then(|| sleeps[crate::system::PROXY] as f64 / r.events as f64)
+}
+
+fn proxy_allocations_per_delta(r: &StepResult) -> Option<f64> {
+    (r.events > 0).then(|| r.allocations[crate::system::PROXY] as f64 / r.events as f64)
+}
+
+/// Where the CPU went: cores busy per runtime, the proxy's CPU time, sleeps and allocations per delta.
+pub fn cpu_table(results: &[(StepResult, StepResult)]) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "| Streams | Path | Cores busy: upstream | proxy | clients | other processes | Proxy CPU per delta | \
+         Proxy thread sleeps per delta | Proxy allocations per delta | Accept-queue drops |"
+    );
+    let _ = writeln!(out, "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for (direct, proxy) in results {
+        for (label, r) in [("direct", direct), ("through proxy", proxy)] {
+            let Some(busy) = cores(r) else { continue };
+            let through = label == "through proxy";
+            let per_delta = proxy_cpu_per_delta(r)
+                .filter(|_| through)
+                .map_or("–".to_owned(), |us| format!("{us:.1} µs"));
+            let sleeps = proxy_sleeps_per_delta(r)
+                .filter(|_| through)
+                .map_or("–".to_owned(), |n| format!("{n:.2}"));
+            let allocations = proxy_allocations_per_delta(r)
+                .filter(|_| through)
+                .map_or("–".to_owned(), |n| format!("{n:.1}"));
+            let drops = r.listen_overflows.map_or("–".to_owned(), |n| n.to_string());
+            let others =
+                others_cores(r.others_cpu, r.wall).map_or("–".to_owned(), |n| format!("{n:.2}"));
+            let _ = writeln!(
+                out,
+                "| {} | {label} | {:.2} | {:.2} | {:.2} | {others} | {per_delta} | {sleeps} | {allocations} | {drops} |",
+                r.streams, busy[0], busy[1], busy[2]
+            );
+        }
+    }
+    out
+}
+
+pub fn memory_line(m: &MemoryResult) -> String {
+    let kib = |bytes: f64| format!("{:.1} KiB", bytes / 1024.0);
+    let per_stream =
+        |growth: Option<i64>| growth.map_or("–".to_owned(), |b| kib(b as f64 / m.streams as f64));
+    format!(
+        "Memory, {} streams held open mid-run: RSS growth per stream direct {}, through the proxy {}; \
+         the proxy's share {} RSS, {} live heap (other processes {} cores)",
+        m.streams,
+        per_stream(m.direct_rss),
+        per_stream(m.proxied_rss),
+        m.proxy_rss_per_stream().map_or("–".to_owned(), kib),
+        kib(m.proxy_heap_per_stream()),
+        others_cores(m.others_cpu, m.wall).map_or("–".to_owned(), |n| format!("{n:.2}")),
+    )
+}
+
+pub fn describe(label: &str, r: &StepResult) {
+    let busy = cores(r).map_or(String::new(), |[upstream, proxy, clients]| {
+        let others = others_cores(r.others_cpu, r.wall)
+            .map_or(String::new(), |n| format!(", other processes {n:.2}"));
+        format!(
+            " (cores busy: upstream {upstream:.2}, proxy {proxy:.2}, clients {clients:.2}{others})"
+        )
+    });
+    let overflows = match r.listen_overflows {
+        Some(n) if n > 0 => format!(", {n} connections dropped at a full accept queue"),
+        _ => String::new(),
+    };
+    eprintln!(
+        "  {label:>7}: {}/{} streams ok, {} deltas in {:.2}s{busy}{overflows}{}",
+        r.ok,
+        r.streams,
+        r.events,
+        r.wall.as_secs_f64(),
+        r.errors
+            .first()
+            .map_or(String::new(), |e| format!(", first error: {e}")),
+    );
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// The summary across pairs: each pair's process prints one line, the parent gathers them.
+
+const SUMMARY: &str = "SUMMARY ";
+
+/// The pair's summary line, from its largest level and its memory step.
+pub fn summary_line(
+    pair: &str,
+    results: &[(StepResult, StepResult)],
+    memory: Option<&MemoryResult>,
+    failed: usize,
+) -> String {
+    let largest = results.iter().max_by_key(|(direct, _)| direct.streams);
+    let others = results
+        .iter()
+        .flat_map(|(d, p)| [d, p])
+        .filter_map(|r| others_cores(r.others_cpu, r.wall))
+        .chain(memory.and_then(|m| others_cores(m.others_cpu, m.wall)))
+        .fold(None, |max: Option<f64>, n| {
+            Some(max.map_or(n, |m| m.max(n)))
+        });
+    let summary = json!({
+        "pair": pair,
+        "streams": largest.map(|(d, _)| d.streams),
+        "p50": largest.and_then(|(d, p)| added_latency(d, p, 50)),
+        "p99": largest.and_then(|(d, p)| added_latency(d, p, 99)),
+        "throughput": largest.map(|(d, p)| rate(p) / rate(d)),
+        "cpu": largest.and_then(|(_, p)| proxy_cpu_per_delta(p)),
+        "sleeps": largest.and_then(|(_, p)| proxy_sleeps_per_delta(p)),
+        "allocations": largest.and_then(|(_, p)| proxy_allocations_per_delta(p)),
+        "rss_kib": memory.and_then(MemoryResult::proxy_rss_per_stream).map(|b| b / 1024.0),
+        "heap_kib": memory.map(|m| m.proxy_heap_per_stream() / 1024.0),
+        "others": others,
+        "failed": failed,
+    });
+    format!("{SUMMARY}{summary}")
+}
+
+/// The summary in a line of a pair's output, if it is one.
+pub fn parse_summary(line: &str) -> Option<Value> {
+    serde_json::from_str(line.strip_prefix(SUMMARY)?).ok()
+}
+
+pub fn summary_table(summaries: &[Value]) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "| Pair | Streams | Added latency p50 | p99 | Throughput proxy / direct | Proxy RSS per open stream | \
+         Proxy heap per open stream | Proxy CPU per delta | Proxy thread sleeps per delta | \
+         Proxy allocations per delta | Others' cores (max) | Targets |"
+    );
+    let _ = writeln!(
+        out,
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"
+    );
+    for s in summaries {
+        let number = |key: &str| s[key].as_f64();
+        let show = |key: &str, unit: &str, digits: usize| {
+            number(key).map_or("–".to_owned(), |v| format!("{v:.digits$}{unit}"))
+        };
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            s["pair"].as_str().unwrap_or("?"),
+            s["streams"],
+            show("p50", " µs", 0),
+            show("p99", " µs", 0),
+            show("throughput", "×", 2),
+            show("rss_kib", " KiB", 1),
+            show("heap_kib", " KiB", 1),
+            show("cpu", " µs", 1),
+            show("sleeps", "", 2),
+            show("allocations", "", 1),
+            show("others", "", 2),
+            verdict(s),
+        );
+    }
+    out
+}
+
+/// Which of issue 7's targets the pair misses ("met" when none; "failed" when streams failed).
+fn verdict(s: &Value) -> String {
+    if s["failed"].as_u64().unwrap_or(0) > 0 {
+        return "FAILED streams".to_owned();
+    }
+    let misses: Vec<&str> = [
+        ("p50", TARGET_P50_US, "p50 > 50 µs"),
+        ("p99", TARGET_P99_US, "p99 > 500 µs"),
+        ("rss_kib", TARGET_KIB, "RSS > 32 KiB"),
+    ]
+    .into_iter()
+    .filter(|(key, target, _)| s[*key].as_f64().is_some_and(|v| v > *target))
+    .map(|(_, _, miss)| miss)
+    .collect();
+    match misses.is_empty() {
+        true => "met".to_owned(),
+        false => misses.join(", "),
+    }
+}
