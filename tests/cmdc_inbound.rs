@@ -1019,7 +1019,10 @@ async fn abort_ends_a_paused_run_and_the_session_goes_on() {
     let seen = all(&mut events).await;
     assert_eq!(
         seen.last().unwrap(),
-        &("agent_abort".to_owned(), json!({"reason": "user_cancelled"}))
+        &(
+            "agent_abort".to_owned(),
+            json!({"reason": "user_cancelled"})
+        )
     );
     wait_state(&proxy, "sk-a", &session, "idle").await;
 
