@@ -62,7 +62,7 @@ use agent_bridge::config::Config;
 use agent_bridge::server::Server;
 
 use load::Target;
-use protocols::Protocol;
+use protocols::{Peer, Protocol};
 
 #[global_allocator]
 static ALLOCATOR: system::Counting = system::Counting;
@@ -93,7 +93,7 @@ impl Pair {
             .split_once('>')
             .ok_or_else(|| format!("BENCH_PAIRS: `{text}` is not `inbound>outbound`"))?;
         let protocol = |name: &str| {
-            Protocol::parse(name.trim())
+            Protocol::from_name(name.trim())
                 .ok_or_else(|| format!("BENCH_PAIRS: unknown protocol `{name}`"))
         };
         Ok(Pair {
@@ -141,9 +141,9 @@ impl Settings {
             return Err("BENCH_LEVELS: 0 streams".into());
         }
         let pairs = match std::env::var("BENCH_PAIRS").as_deref() {
-            Ok("all") | Err(_) => protocols::ALL
+            Ok("all") | Err(_) => Protocol::ALL
                 .into_iter()
-                .flat_map(|inbound| protocols::ALL.map(|outbound| Pair { inbound, outbound }))
+                .flat_map(|inbound| Protocol::ALL.map(|outbound| Pair { inbound, outbound }))
                 .collect(),
             Ok(list) => list.split(',').map(Pair::parse).collect::<Result<_, _>>()?,
         };

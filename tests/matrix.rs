@@ -32,7 +32,7 @@ mod cmdc;
 #[path = "matrix/peers.rs"]
 mod peers;
 
-use peers::{Agent, Client, Protocol, Script, Seen};
+use peers::{Agent, Capabilities, Client, Protocol, Script, Seen};
 use support::{within, Proxy, Upstream};
 
 /// Where a pair's route sends its turns.
@@ -459,27 +459,27 @@ macro_rules! echo_pairs {
 agent_pairs! {
     ag_ui_to_ag_ui: AgUi -> AgUi;
     ag_ui_to_a2a: AgUi -> A2a;
-    ag_ui_to_agentscope: AgUi -> AgentScope;
+    ag_ui_to_agentscope: AgUi -> Agentscope;
     ag_ui_to_ag_kit: AgUi -> AgKit;
     ag_ui_to_cmdc: AgUi -> Cmdc;
     a2a_to_ag_ui: A2a -> AgUi;
     a2a_to_a2a: A2a -> A2a;
-    a2a_to_agentscope: A2a -> AgentScope;
+    a2a_to_agentscope: A2a -> Agentscope;
     a2a_to_ag_kit: A2a -> AgKit;
     a2a_to_cmdc: A2a -> Cmdc;
-    agentscope_to_ag_ui: AgentScope -> AgUi;
-    agentscope_to_a2a: AgentScope -> A2a;
-    agentscope_to_agentscope: AgentScope -> AgentScope;
-    agentscope_to_ag_kit: AgentScope -> AgKit;
-    agentscope_to_cmdc: AgentScope -> Cmdc;
+    agentscope_to_ag_ui: Agentscope -> AgUi;
+    agentscope_to_a2a: Agentscope -> A2a;
+    agentscope_to_agentscope: Agentscope -> Agentscope;
+    agentscope_to_ag_kit: Agentscope -> AgKit;
+    agentscope_to_cmdc: Agentscope -> Cmdc;
     ag_kit_to_ag_ui: AgKit -> AgUi;
     ag_kit_to_a2a: AgKit -> A2a;
-    ag_kit_to_agentscope: AgKit -> AgentScope;
+    ag_kit_to_agentscope: AgKit -> Agentscope;
     ag_kit_to_ag_kit: AgKit -> AgKit;
     ag_kit_to_cmdc: AgKit -> Cmdc;
     cmdc_to_ag_ui: Cmdc -> AgUi;
     cmdc_to_a2a: Cmdc -> A2a;
-    cmdc_to_agentscope: Cmdc -> AgentScope;
+    cmdc_to_agentscope: Cmdc -> Agentscope;
     cmdc_to_ag_kit: Cmdc -> AgKit;
     cmdc_to_cmdc: Cmdc -> Cmdc;
 }
@@ -496,10 +496,10 @@ mod question_asked_and_answered {
         a2a_to_a2a: A2a -> A2a;
         a2a_to_ag_kit: A2a -> AgKit;
         a2a_to_cmdc: A2a -> Cmdc;
-        agentscope_to_ag_ui: AgentScope -> AgUi;
-        agentscope_to_a2a: AgentScope -> A2a;
-        agentscope_to_ag_kit: AgentScope -> AgKit;
-        agentscope_to_cmdc: AgentScope -> Cmdc;
+        agentscope_to_ag_ui: Agentscope -> AgUi;
+        agentscope_to_a2a: Agentscope -> A2a;
+        agentscope_to_ag_kit: Agentscope -> AgKit;
+        agentscope_to_cmdc: Agentscope -> Cmdc;
         ag_kit_to_ag_ui: AgKit -> AgUi;
         ag_kit_to_a2a: AgKit -> A2a;
         ag_kit_to_ag_kit: AgKit -> AgKit;
@@ -514,7 +514,7 @@ mod question_asked_and_answered {
 echo_pairs! {
     ag_ui_to_echo: AgUi;
     a2a_to_echo: A2a;
-    agentscope_to_echo: AgentScope;
+    agentscope_to_echo: Agentscope;
     ag_kit_to_echo: AgKit;
     cmdc_to_echo: Cmdc;
 }

@@ -8,7 +8,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
 use crate::now_ns;
-use crate::protocols::{Protocol, Server};
+use crate::protocols::{Peer, Protocol, Server};
 use crate::system;
 use crate::upstream::Agent;
 

@@ -14,58 +14,27 @@ use hyper_util::rt::TokioIo;
 use serde_json::{json, Value};
 use tokio::net::TcpStream;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Protocol {
-    AgUi,
-    A2a,
-    AgentScope,
-    AgKit,
-    Cmdc,
-}
-
-pub const ALL: [Protocol; 5] = [
-    Protocol::AgUi,
-    Protocol::A2a,
-    Protocol::AgentScope,
-    Protocol::AgKit,
-    Protocol::Cmdc,
-];
+pub use agent_bridge::config::Protocol;
 
 const PROMPT: &str = "Tell me a story.";
 
-impl Protocol {
-    /// The protocol's name in routes.toml.
-    pub fn name(self) -> &'static str {
-        match self {
-            Protocol::AgUi => "ag-ui",
-            Protocol::A2a => "a2a",
-            Protocol::AgentScope => "agentscope",
-            Protocol::AgKit => "ag-kit",
-            Protocol::Cmdc => "cmdc",
-        }
-    }
+/// What the tool knows of each protocol: where its runs go, its client's request, its agent's stream.
+pub trait Peer: Sized {
+    fn upstream_url(self, addr: SocketAddr) -> String;
+    fn outbound_translate(self) -> &'static str;
+    async fn open(self, server: Server, n: usize) -> Result<Opened, String>;
+    fn stream_type(self) -> &'static str;
+    fn script(self, request: &Value) -> Script;
+}
 
-    pub fn parse(name: &str) -> Option<Protocol> {
-        ALL.into_iter().find(|p| p.name() == name)
-    }
-
-    /// Where a run is posted, under a server's base path (the route's path on the proxy, none on the agent).
-    /// A CMDC "run" is a gateway session: its base is the gateway's.
-    fn run_path(self) -> &'static str {
-        match self {
-            Protocol::AgUi | Protocol::A2a | Protocol::Cmdc => "",
-            Protocol::AgentScope => "/process",
-            Protocol::AgKit => "/send-message",
-        }
-    }
-
+impl Peer for Protocol {
     /// The route's `upstream` for a scripted agent of this protocol at `addr`.
-    pub fn upstream_url(self, addr: SocketAddr) -> String {
-        format!("http://{addr}{}", self.run_path())
+    fn upstream_url(self, addr: SocketAddr) -> String {
+        format!("http://{addr}{}", run_path(self))
     }
 
     /// The route's `[routes.translate]` lines this protocol needs as the outbound face.
-    pub fn outbound_translate(self) -> &'static str {
+    fn outbound_translate(self) -> &'static str {
         match self {
             // A gateway session needs a model; nothing else does.
             Protocol::Cmdc => "model = \"bench\"\n",
@@ -76,13 +45,13 @@ impl Protocol {
     // --- The client ---------------------------------------------------------------------------------------
 
     /// Starts run `n` against `server` the way this protocol's clients do.
-    pub async fn open(self, server: Server, n: usize) -> Result<Opened, String> {
+    async fn open(self, server: Server, n: usize) -> Result<Opened, String> {
         if self == Protocol::Cmdc {
             return open_cmdc_run(server).await;
         }
         let mut connection = server.connect().await?;
         let response = connection
-            .post(&server.path(self.run_path()), self.run_request(n))
+            .post(&server.path(run_path(self)), run_request(self, n))
             .await?;
         expect_status(&response, StatusCode::OK)?;
         Ok(Opened {
@@ -91,39 +60,20 @@ impl Protocol {
         })
     }
 
-    /// The request body that starts run `n` (unique ids per run, as separate clients would send).
-    fn run_request(self, n: usize) -> Value {
-        match self {
-            Protocol::AgUi => json!({"threadId": format!("bench-{n}"), "runId": format!("run-{n}"),
-                "messages": [{"id": "u1", "role": "user", "content": PROMPT}],
-                "tools": [], "context": [], "state": {}, "forwardedProps": {}}),
-            Protocol::A2a => json!({"jsonrpc": "2.0", "id": n, "method": "message/stream",
-                "params": {"message": {"kind": "message", "role": "user", "messageId": format!("m-{n}"),
-                                       "parts": [{"kind": "text", "text": PROMPT}]}}}),
-            Protocol::AgentScope => json!({"input": [{"object": "message", "status": "created",
-                "id": "u1", "type": "message", "role": "user",
-                "content": [{"object": "content", "type": "text", "delta": false, "text": PROMPT}]}],
-                "stream": true, "session_id": format!("s-{n}"), "user_id": "u1"}),
-            Protocol::AgKit => json!({"messages": [{"role": "user", "content": PROMPT}],
-                "conversationId": format!("c-{n}")}),
-            Protocol::Cmdc => json!({"text": PROMPT}),
-        }
-    }
-
     // --- The scripted agent -------------------------------------------------------------------------------
 
     /// The `Content-Type` of the agent's stream.
-    pub fn stream_type(self) -> &'static str {
+    fn stream_type(self) -> &'static str {
         match self {
             Protocol::AgUi | Protocol::AgKit => "text/event-stream",
-            Protocol::A2a | Protocol::AgentScope | Protocol::Cmdc => {
+            Protocol::A2a | Protocol::Agentscope | Protocol::Cmdc => {
                 "text/event-stream; charset=utf-8"
             }
         }
     }
 
     /// The script of one run answering `request` (the run's JSON body; the prompt for CMDC).
-    pub fn script(self, request: &Value) -> Script {
+    fn script(self, request: &Value) -> Script {
         Script {
             protocol: self,
             request_id: request.get("id").cloned().unwrap_or(Value::Null),
@@ -131,6 +81,35 @@ impl Protocol {
             sequence: 0,
             text: String::new(),
         }
+    }
+}
+
+/// Where a run is posted, under a server's base path (the route's path on the proxy, none on the agent).
+/// A CMDC "run" is a gateway session: its base is the gateway's.
+fn run_path(protocol: Protocol) -> &'static str {
+    match protocol {
+        Protocol::AgUi | Protocol::A2a | Protocol::Cmdc => "",
+        Protocol::Agentscope => "/process",
+        Protocol::AgKit => "/send-message",
+    }
+}
+
+/// The request body that starts run `n` (unique ids per run, as separate clients would send).
+fn run_request(protocol: Protocol, n: usize) -> Value {
+    match protocol {
+        Protocol::AgUi => json!({"threadId": format!("bench-{n}"), "runId": format!("run-{n}"),
+            "messages": [{"id": "u1", "role": "user", "content": PROMPT}],
+            "tools": [], "context": [], "state": {}, "forwardedProps": {}}),
+        Protocol::A2a => json!({"jsonrpc": "2.0", "id": n, "method": "message/stream",
+            "params": {"message": {"kind": "message", "role": "user", "messageId": format!("m-{n}"),
+                                   "parts": [{"kind": "text", "text": PROMPT}]}}}),
+        Protocol::Agentscope => json!({"input": [{"object": "message", "status": "created",
+            "id": "u1", "type": "message", "role": "user",
+            "content": [{"object": "content", "type": "text", "delta": false, "text": PROMPT}]}],
+            "stream": true, "session_id": format!("s-{n}"), "user_id": "u1"}),
+        Protocol::AgKit => json!({"messages": [{"role": "user", "content": PROMPT}],
+            "conversationId": format!("c-{n}")}),
+        Protocol::Cmdc => json!({"text": PROMPT}),
     }
 }
 
@@ -160,7 +139,7 @@ impl Script {
                                 "status": {"state": "submitted"}})),
                 self.a2a(a2a_status("working", false)),
             ],
-            Protocol::AgentScope => {
+            Protocol::Agentscope => {
                 let created = self.agentscope_response("created", Value::Null);
                 let in_progress = self.agentscope_response("in_progress", Value::Null);
                 let message = agentscope_message("in_progress", Value::Null);
@@ -184,7 +163,7 @@ impl Script {
             Protocol::A2a => self.a2a(json!({"kind": "artifact-update", "taskId": "task-1",
                 "contextId": "ctx-1", "append": index > 0, "lastChunk": false,
                 "artifact": {"artifactId": "a1", "name": "response", "parts": [{"kind": "text", "text": text}]}})),
-            Protocol::AgentScope => {
+            Protocol::Agentscope => {
                 self.text.push_str(text);
                 let content = agentscope_content("in_progress", json!(true), text);
                 self.agentscope(content)
@@ -201,7 +180,7 @@ impl Script {
                 data(json!({"type": "RUN_FINISHED", "threadId": "t", "runId": "r"})),
             ],
             Protocol::A2a => vec![self.a2a(a2a_status("completed", true))],
-            Protocol::AgentScope => {
+            Protocol::Agentscope => {
                 // As the runtime does: the whole text once more, in the completed content and message.
                 let whole = agentscope_content("completed", Value::Null, &self.text);
                 let whole = self.agentscope_value(whole);
@@ -375,7 +354,7 @@ async fn open_cmdc_run(server: Server) -> Result<Opened, String> {
         .send(Method::GET, &format!("{session}/events"), Bytes::new())
         .await?;
     expect_status(&events, StatusCode::OK)?;
-    let prompt = Protocol::Cmdc.run_request(0);
+    let prompt = run_request(Protocol::Cmdc, 0);
     let accepted = control.post(&format!("{session}/prompt"), prompt).await?;
     expect_status(&accepted, StatusCode::ACCEPTED)?;
     Ok(Opened {

@@ -30,7 +30,7 @@ use tokio::sync::{oneshot, watch, Notify};
 use tokio::time::Instant;
 
 use crate::now_ns;
-use crate::protocols::{Protocol, Script};
+use crate::protocols::{Peer, Protocol, Script};
 
 type Body = UnsyncBoxBody<Bytes, Infallible>;
 type Gate = Pin<Box<dyn Future<Output = ()> + Send>>;

@@ -8,79 +8,72 @@ use serde_json::{json, Value};
 
 use super::{a2a, ag_kit, ag_ui, agentscope, cmdc};
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Protocol {
-    AgUi,
-    A2a,
-    AgentScope,
-    AgKit,
-    Cmdc,
+pub use agent_bridge::config::Protocol;
+
+/// What each protocol can carry, and the route settings its peers need.
+pub trait Capabilities {
+    fn has_client_tools(self) -> bool;
+    fn has_server_tools(self) -> bool;
+    fn has_approvals(self) -> bool;
+    fn has_questions(self) -> bool;
+    fn inbound_translate(self) -> &'static [(&'static str, &'static str)];
+    fn outbound_translate(self) -> &'static [(&'static str, &'static str)];
+    fn upstream_headers(self) -> &'static [(&'static str, &'static str)];
 }
 
-impl Protocol {
-    /// The protocol's name in routes.toml.
-    pub fn name(self) -> &'static str {
-        match self {
-            Protocol::AgUi => "ag-ui",
-            Protocol::A2a => "a2a",
-            Protocol::AgentScope => "agentscope",
-            Protocol::AgKit => "ag-kit",
-            Protocol::Cmdc => "cmdc",
-        }
-    }
-
+impl Capabilities for Protocol {
     /// Whether a client of this protocol can offer its own tools, and an agent of it be offered them.
     /// A2A cannot (docs/translation.md, "A2A ↔ canonical").
-    pub fn has_client_tools(self) -> bool {
+    fn has_client_tools(self) -> bool {
         self != Protocol::A2a
     }
 
     /// Whether tool calls made on the agent's side can be shown to a client, or made by an agent, in this
     /// protocol. A2A has no tool calls: an A2A client sees only the text around them.
-    pub fn has_server_tools(self) -> bool {
+    fn has_server_tools(self) -> bool {
         self != Protocol::A2a
     }
 
     /// Whether this protocol has an approval pause of its own. A2A asks in words (`input-required`): an
     /// approval reaches an A2A client as a question, and an A2A agent's question is answered in words.
-    pub fn has_approvals(self) -> bool {
+    fn has_approvals(self) -> bool {
         self != Protocol::A2a
     }
 
     /// Whether this protocol has a free-text question pause. An AgentScope runtime only asks approvals: a
     /// question reaches an AgentScope client as an approval request, answered by its reason.
-    pub fn has_questions(self) -> bool {
-        self != Protocol::AgentScope
+    fn has_questions(self) -> bool {
+        self != Protocol::Agentscope
     }
 
     /// `[routes.translate]` keys (TOML `key = value` lines) this protocol needs when it is the inbound face.
-    pub fn inbound_translate(self) -> &'static [(&'static str, &'static str)] {
+    fn inbound_translate(self) -> &'static [(&'static str, &'static str)] {
         match self {
             Protocol::AgUi => ag_ui::INBOUND_TRANSLATE,
             Protocol::A2a => a2a::INBOUND_TRANSLATE,
-            Protocol::AgentScope => agentscope::INBOUND_TRANSLATE,
+            Protocol::Agentscope => agentscope::INBOUND_TRANSLATE,
             Protocol::AgKit => ag_kit::INBOUND_TRANSLATE,
             Protocol::Cmdc => cmdc::INBOUND_TRANSLATE,
         }
     }
 
     /// `[routes.translate]` keys this protocol needs when it is the outbound face.
-    pub fn outbound_translate(self) -> &'static [(&'static str, &'static str)] {
+    fn outbound_translate(self) -> &'static [(&'static str, &'static str)] {
         match self {
             Protocol::AgUi => ag_ui::OUTBOUND_TRANSLATE,
             Protocol::A2a => a2a::OUTBOUND_TRANSLATE,
-            Protocol::AgentScope => agentscope::OUTBOUND_TRANSLATE,
+            Protocol::Agentscope => agentscope::OUTBOUND_TRANSLATE,
             Protocol::AgKit => ag_kit::OUTBOUND_TRANSLATE,
             Protocol::Cmdc => cmdc::OUTBOUND_TRANSLATE,
         }
     }
 
     /// `[routes.upstream_headers]` this protocol's agent needs (an API key, say).
-    pub fn upstream_headers(self) -> &'static [(&'static str, &'static str)] {
+    fn upstream_headers(self) -> &'static [(&'static str, &'static str)] {
         match self {
             Protocol::AgUi => ag_ui::UPSTREAM_HEADERS,
             Protocol::A2a => a2a::UPSTREAM_HEADERS,
-            Protocol::AgentScope => agentscope::UPSTREAM_HEADERS,
+            Protocol::Agentscope => agentscope::UPSTREAM_HEADERS,
             Protocol::AgKit => ag_kit::UPSTREAM_HEADERS,
             Protocol::Cmdc => cmdc::UPSTREAM_HEADERS,
         }
@@ -252,7 +245,7 @@ impl Client {
         match protocol {
             Protocol::AgUi => Client::AgUi(ag_ui::Client::new(url)),
             Protocol::A2a => Client::A2a(a2a::Client::new(url)),
-            Protocol::AgentScope => Client::AgentScope(agentscope::Client::new(url)),
+            Protocol::Agentscope => Client::AgentScope(agentscope::Client::new(url)),
             Protocol::AgKit => Client::AgKit(ag_kit::Client::new(url)),
             Protocol::Cmdc => Client::Cmdc(cmdc::Client::new(url)),
         }
@@ -323,7 +316,7 @@ impl Agent {
         match protocol {
             Protocol::AgUi => Agent::AgUi(ag_ui::Agent::serve(script).await),
             Protocol::A2a => Agent::A2a(a2a::Agent::serve(script).await),
-            Protocol::AgentScope => Agent::AgentScope(agentscope::Agent::serve(script).await),
+            Protocol::Agentscope => Agent::AgentScope(agentscope::Agent::serve(script).await),
             Protocol::AgKit => Agent::AgKit(ag_kit::Agent::serve(script).await),
             Protocol::Cmdc => Agent::Cmdc(cmdc::Agent::serve(script).await),
         }
