@@ -477,15 +477,6 @@ impl Gateway {
             .collect()
     }
 
-    /// Whether a subscriber of `session`'s events is still connected.
-    pub fn subscribed(&self, session: &str) -> bool {
-        self.state.session(session).is_some_and(|session| {
-            let mut inner = session.inner.lock().expect("lock");
-            inner.subscribers.retain(|s| !s.is_closed());
-            !inner.subscribers.is_empty()
-        })
-    }
-
     /// `(session, event)` of every event published while no subscriber was attached: lost, as the real
     /// gateway loses them.
     pub fn lost(&self) -> Vec<(String, String)> {
