@@ -970,13 +970,19 @@ async fn health_info_stats_and_messages_have_the_shapes_clients_read() {
     );
 }
 
+/// A session of tenant `sk-a` whose run waits on a question, and its open event stream.
+async fn paused_session(proxy: &Proxy) -> (String, SseStream) {
+    let session = create(proxy, "sk-a", json!({"model": "m"})).await;
+    prompt(proxy, "sk-a", &session, "/ask Anything?").await;
+    let mut events = subscribe(proxy, "sk-a", &session).await;
+    until(&mut events, "ask_user").await;
+    (session, events)
+}
+
 #[tokio::test]
 async fn deleting_a_session_aborts_its_paused_run_and_closes_the_stream() {
     let proxy = echo_gateway().await;
-    let session = create(&proxy, "sk-a", json!({"model": "m"})).await;
-    prompt(&proxy, "sk-a", &session, "/ask Anything?").await;
-    let mut events = subscribe(&proxy, "sk-a", &session).await;
-    until(&mut events, "ask_user").await;
+    let (session, mut events) = paused_session(&proxy).await;
 
     let deleted = call(
         &proxy,
@@ -998,10 +1004,7 @@ async fn deleting_a_session_aborts_its_paused_run_and_closes_the_stream() {
 #[tokio::test]
 async fn abort_ends_a_paused_run_and_the_session_goes_on() {
     let proxy = echo_gateway().await;
-    let session = create(&proxy, "sk-a", json!({"model": "m"})).await;
-    prompt(&proxy, "sk-a", &session, "/ask Anything?").await;
-    let mut events = subscribe(&proxy, "sk-a", &session).await;
-    until(&mut events, "ask_user").await;
+    let (session, mut events) = paused_session(&proxy).await;
 
     let aborted = call(
         &proxy,
