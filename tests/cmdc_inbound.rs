@@ -10,6 +10,7 @@ use futures_util::{SinkExt, StreamExt};
 use http::{Method, Request, StatusCode};
 use http_body_util::Full;
 use serde_json::{json, Value};
+use support::cmdc::{all, frames, names, streamed_text, until};
 use support::{send, within, Proxy, Reply, Response, SseStream, Upstream};
 use tokio_tungstenite::tungstenite::Message as WsMessage;
 
@@ -84,64 +85,6 @@ async fn subscribe(proxy: &Proxy, key: &str, session: &str) -> SseStream {
     response.sse()
 }
 
-/// Every complete frame received so far, as (event name, data).
-fn frames(raw: &[u8]) -> Vec<(String, Value)> {
-    let text = String::from_utf8_lossy(raw);
-    let mut frames = Vec::new();
-    let complete = match text.rfind("\n\n") {
-        Some(end) => &text[..end],
-        None => return frames,
-    };
-    for frame in complete.split("\n\n") {
-        let mut name = None;
-        let mut data = None;
-        for line in frame.lines() {
-            if let Some(n) = line.strip_prefix("event: ") {
-                name = Some(n.to_owned());
-            } else if let Some(d) = line.strip_prefix("data: ") {
-                data = Some(d.to_owned());
-            }
-        }
-        if let Some(data) = data {
-            let name = name.unwrap_or_else(|| panic!("a frame without an event line: {frame:?}"));
-            frames.push((name, serde_json::from_str(&data).expect("JSON data")));
-        }
-    }
-    frames
-}
-
-/// Reads until an event named `name` arrived; returns every frame so far.
-async fn until(stream: &mut SseStream, name: &str) -> Vec<(String, Value)> {
-    loop {
-        let seen = frames(&stream.raw);
-        if seen.iter().any(|(n, _)| n == name) {
-            return seen;
-        }
-        stream
-            .next_data()
-            .await
-            .unwrap_or_else(|| panic!("the stream ended before {name}: {seen:?}"));
-    }
-}
-
-/// Reads the whole stream (it closes after the terminal event).
-async fn all(stream: &mut SseStream) -> Vec<(String, Value)> {
-    while stream.next_data().await.is_some() {}
-    frames(&stream.raw)
-}
-
-fn names(frames: &[(String, Value)]) -> Vec<&str> {
-    frames.iter().map(|(n, _)| n.as_str()).collect()
-}
-
-fn text(frames: &[(String, Value)]) -> String {
-    frames
-        .iter()
-        .filter(|(n, _)| n == "message_delta")
-        .map(|(_, d)| d["delta"].as_str().unwrap_or_default())
-        .collect()
-}
-
 async fn wait_state(proxy: &Proxy, key: &str, session: &str, state: &str) -> Value {
     within(&format!("session state {state}"), async {
         loop {
@@ -194,7 +137,7 @@ async fn a_subscriber_connecting_after_the_prompt_gets_the_whole_run() {
         ]
     );
     assert_eq!(seen[0].1, json!({"text": "hello world"}));
-    assert_eq!(text(&seen), "hello world");
+    assert_eq!(streamed_text(&seen), "hello world");
     let end = &seen.last().unwrap().1;
     assert_eq!(
         end["lastMessage"],
@@ -215,7 +158,7 @@ async fn two_subscribers_both_get_every_event() {
     let a = all(&mut first).await;
     let b = all(&mut second).await;
     assert_eq!(a, b);
-    assert_eq!(text(&a), "one two three");
+    assert_eq!(streamed_text(&a), "one two three");
     assert_eq!(names(&a).last(), Some(&"agent_end"));
 }
 
@@ -246,7 +189,7 @@ async fn a_prompt_while_busy_is_queued_and_runs_next() {
     let mut next = subscribe(&proxy, "sk-a", &session).await;
     let seen = all(&mut next).await;
     assert_eq!(seen[0].1["text"], "later");
-    assert_eq!(text(&seen), "later");
+    assert_eq!(streamed_text(&seen), "later");
 }
 
 #[tokio::test]
@@ -310,7 +253,7 @@ async fn ask_user_pauses_the_run_and_respond_continues_it() {
             .count(),
         1
     );
-    assert_eq!(text(&seen), "You answered: Paris");
+    assert_eq!(streamed_text(&seen), "You answered: Paris");
     assert_eq!(names(&seen).last(), Some(&"agent_end"));
     wait_state(&proxy, "sk-a", &session, "idle").await;
 }
@@ -626,7 +569,10 @@ async fn callback_tools_are_called_and_their_result_continues_the_run() {
         .1;
     assert_eq!(end["status"], "ok");
     assert_eq!(end["result"], "42 rows");
-    assert_eq!(text(&seen), "Tool `query_database` returned: 42 rows");
+    assert_eq!(
+        streamed_text(&seen),
+        "Tool `query_database` returned: 42 rows"
+    );
     assert_eq!(
         names(&seen).iter().filter(|n| **n == "agent_start").count(),
         1
@@ -725,7 +671,7 @@ async fn sessions_are_visible_only_to_their_tenant() {
     .await;
     prompt(&proxy, "sk-b", "shared-name", "globex says").await;
     let theirs = all(&mut subscribe(&proxy, "sk-b", "shared-name").await).await;
-    assert_eq!(text(&theirs), "globex says");
+    assert_eq!(streamed_text(&theirs), "globex says");
     let ours = call(
         &proxy,
         Method::GET,
@@ -838,7 +784,7 @@ async fn rest_errors_take_the_cmdc_shape() {
 
     // The session still works after all that.
     let seen = all(&mut subscribe(&proxy, "sk-a", &session).await).await;
-    assert_eq!(text(&seen), "via alias");
+    assert_eq!(streamed_text(&seen), "via alias");
     let deleted = call(
         &proxy,
         Method::DELETE,
@@ -1031,7 +977,7 @@ async fn abort_ends_a_paused_run_and_the_session_goes_on() {
 
     prompt(&proxy, "sk-a", &session, "still here").await;
     let mut events = subscribe(&proxy, "sk-a", &session).await;
-    assert_eq!(text(&all(&mut events).await), "still here");
+    assert_eq!(streamed_text(&all(&mut events).await), "still here");
 }
 
 #[tokio::test]
@@ -1116,5 +1062,5 @@ async fn an_upstream_failure_is_an_error_event_then_agent_abort_and_the_session_
 
     prompt(&proxy, "sk-a", &session, "again").await;
     let next = all(&mut subscribe(&proxy, "sk-a", &session).await).await;
-    assert_eq!(text(&next), "fine now");
+    assert_eq!(streamed_text(&next), "fine now");
 }

@@ -19,7 +19,9 @@ use serde_json::{json, Value};
 use support::a2a::{self, Agent};
 use support::ag_kit as kit;
 use support::agentscope::{self as scope, Run};
-use support::cmdc::{self, Gateway, History, Step, KEY as GATEWAY_KEY};
+use support::cmdc::{
+    self, all, names, streamed_text, until, Gateway, History, Step, KEY as GATEWAY_KEY,
+};
 use support::{send, Proxy, Response, SseStream, Upstream};
 
 const PATH: &str = "/gw";
@@ -149,55 +151,6 @@ async fn respond(proxy: &Proxy, session: &str, reference: &str, answer: &str) ->
     .await
 }
 
-/// Every complete frame received so far, as (event name, data); every frame must have an `event:` line.
-fn frames(raw: &[u8]) -> Vec<(String, Value)> {
-    let text = String::from_utf8_lossy(raw);
-    let Some(end) = text.rfind("\n\n") else {
-        return Vec::new();
-    };
-    let mut frames = Vec::new();
-    for frame in text[..end].split("\n\n") {
-        let mut name = None;
-        let mut data = None;
-        for line in frame.lines() {
-            if let Some(n) = line.strip_prefix("event: ") {
-                name = Some(n.to_owned());
-            } else if let Some(d) = line.strip_prefix("data: ") {
-                data = Some(d.to_owned());
-            }
-        }
-        if let Some(data) = data {
-            let name = name.unwrap_or_else(|| panic!("a frame without an event line: {frame:?}"));
-            frames.push((name, serde_json::from_str(&data).expect("JSON data")));
-        }
-    }
-    frames
-}
-
-/// Reads until an event named `name` arrived; returns every frame so far.
-async fn until(stream: &mut SseStream, name: &str) -> Vec<(String, Value)> {
-    loop {
-        let seen = frames(&stream.raw);
-        if seen.iter().any(|(n, _)| n == name) {
-            return seen;
-        }
-        stream
-            .next_data()
-            .await
-            .unwrap_or_else(|| panic!("the stream ended before {name}: {seen:?}"));
-    }
-}
-
-/// Reads the whole stream (it closes after the terminal event).
-async fn all(stream: &mut SseStream) -> Vec<(String, Value)> {
-    while stream.next_data().await.is_some() {}
-    frames(&stream.raw)
-}
-
-fn names(frames: &[(String, Value)]) -> Vec<&str> {
-    frames.iter().map(|(n, _)| n.as_str()).collect()
-}
-
 /// The data of the first event named `name`.
 fn data<'a>(frames: &'a [(String, Value)], name: &str) -> &'a Value {
     &frames
@@ -212,14 +165,6 @@ fn count(frames: &[(String, Value)], name: &str) -> usize {
 }
 
 /// The text of the `message_delta`s.
-fn text(frames: &[(String, Value)]) -> String {
-    frames
-        .iter()
-        .filter(|(n, _)| n == "message_delta")
-        .map(|(_, d)| d["delta"].as_str().unwrap_or_default())
-        .collect()
-}
-
 /// A whole run, as one run: one `prompt_received`, one `agent_start`, and `agent_end` last.
 fn assert_one_completed_run(seen: &[(String, Value)]) {
     assert_eq!(count(seen, "prompt_received"), 1, "{seen:?}");
@@ -289,10 +234,10 @@ async fn cmdc_to_a2a_second_prompt_reuses_the_agents_context_and_sends_only_the_
     let session = session(&proxy).await;
 
     let one = turn(&proxy, &session, "Weather in Beijing?").await;
-    assert_eq!(text(&one), "Sunny.");
+    assert_eq!(streamed_text(&one), "Sunny.");
     let two = turn(&proxy, &session, "And tomorrow?").await;
 
-    assert_eq!(text(&two), "Rain.");
+    assert_eq!(streamed_text(&two), "Rain.");
     assert_one_completed_run(&two);
     let calls = a2a::calls(&agent, "message/stream");
     assert_eq!(calls.len(), 2);
@@ -356,7 +301,7 @@ async fn cmdc_to_a2a_answer_continues_the_paused_task() {
     );
     let seen = all(&mut events).await;
     assert_one_completed_run(&seen);
-    assert_eq!(text(&seen), "Paris is sunny.");
+    assert_eq!(streamed_text(&seen), "Paris is sunny.");
     let calls = a2a::calls(&agent, "message/stream");
     assert_eq!(calls.len(), 2);
     let answer = a2a::sent_message(&calls[1]);
@@ -403,7 +348,7 @@ async fn cmdc_to_cmdc_streams_the_gateways_text() {
 
     let seen = turn(&proxy, &session, "Weather in Paris?").await;
 
-    assert_eq!(text(&seen), "The weather in Paris is sunny.");
+    assert_eq!(streamed_text(&seen), "The weather in Paris is sunny.");
     assert_eq!(count(&seen, "message_delta"), 3, "{seen:?}");
     assert_one_completed_run(&seen);
     assert_eq!(
@@ -464,7 +409,7 @@ async fn cmdc_to_cmdc_approval_passes_through_and_approve_reaches_the_gateways_a
         data(&seen, "approval_resolved"),
         &json!({"approvalId": approval_id, "status": "approved"})
     );
-    assert_eq!(text(&seen), "Deleted the old logs.");
+    assert_eq!(streamed_text(&seen), "Deleted the old logs.");
     let upstream = gateway.session();
     let decided = gateway.requests("POST approve");
     assert_eq!(decided.len(), 1, "{:?}", gateway.log());
@@ -512,7 +457,7 @@ async fn cmdc_to_cmdc_ask_user_is_answered_by_respond() {
     assert_eq!(answered.status, StatusCode::OK);
     let seen = all(&mut events).await;
     assert_one_completed_run(&seen);
-    assert_eq!(text(&seen), "Rome is sunny.");
+    assert_eq!(streamed_text(&seen), "Rome is sunny.");
     let responded = gateway.requests("POST respond");
     assert_eq!(responded.len(), 1, "{:?}", gateway.log());
     assert_eq!(
@@ -530,8 +475,8 @@ async fn cmdc_to_cmdc_each_client_session_has_one_distinct_upstream_session() {
     let hello = turn(&proxy, &first, "my name is Ada").await;
     let asked = turn(&proxy, &first, "what is my name?").await;
 
-    assert_eq!(text(&hello), "Nice to meet you.");
-    assert_eq!(text(&asked), "Your name is Ada.");
+    assert_eq!(streamed_text(&hello), "Nice to meet you.");
+    assert_eq!(streamed_text(&asked), "Your name is Ada.");
     let upstream = gateway.session();
     assert_ne!(upstream, first, "each side has its own session id");
     assert_eq!(gateway.requests("POST sessions").len(), 1);
@@ -552,7 +497,7 @@ async fn cmdc_to_cmdc_each_client_session_has_one_distinct_upstream_session() {
     // Another client session is another upstream session, with its own history.
     let second = session(&proxy).await;
     let elsewhere = turn(&proxy, &second, "what is my name?").await;
-    assert_eq!(text(&elsewhere), "I do not know your name.");
+    assert_eq!(streamed_text(&elsewhere), "I do not know your name.");
     let sessions = gateway.sessions();
     assert_eq!(sessions.len(), 2, "{sessions:?}");
     assert_eq!(sessions[0], upstream);
@@ -572,7 +517,7 @@ async fn cmdc_to_agkit_streams_the_agents_text() {
 
     let seen = turn(&proxy, &session, "Hi").await;
 
-    assert_eq!(text(&seen), "Hello there!");
+    assert_eq!(streamed_text(&seen), "Hello there!");
     assert_one_completed_run(&seen);
     assert_eq!(
         kit::messages_of(&agent, 0),
@@ -603,8 +548,8 @@ async fn cmdc_to_agkit_agent_remembers_across_prompts_with_one_conversation_and_
     let hello = turn(&proxy, &session, "my name is Ada").await;
     let asked = turn(&proxy, &session, "what is my name?").await;
 
-    assert_eq!(text(&hello), "Nice to meet you.");
-    assert_eq!(text(&asked), "Your name is Ada.");
+    assert_eq!(streamed_text(&hello), "Nice to meet you.");
+    assert_eq!(streamed_text(&asked), "Your name is Ada.");
     assert_one_completed_run(&asked);
     assert_eq!(agent.received().len(), 2);
     assert_eq!(
@@ -647,7 +592,7 @@ async fn cmdc_to_agkit_approval_interrupt_is_approval_required_and_approve_resum
     let seen = all(&mut events).await;
     assert_one_completed_run(&seen);
     assert_eq!(data(&seen, "approval_resolved")["status"], "approved");
-    assert_eq!(text(&seen), "Deleted.");
+    assert_eq!(streamed_text(&seen), "Deleted.");
     let received = agent.received();
     assert_eq!(received.len(), 2, "{received:#?}");
     let resumed = &received[1].body;
@@ -668,7 +613,7 @@ async fn cmdc_to_agentscope_streams_the_runtimes_text() {
 
     let seen = turn(&proxy, &session, "Weather in Paris?").await;
 
-    assert_eq!(text(&seen), "It is sunny.");
+    assert_eq!(streamed_text(&seen), "It is sunny.");
     assert_one_completed_run(&seen);
     assert_eq!(
         scope::summary(&scope::input_of(&runtime, 0)),
@@ -689,7 +634,7 @@ async fn cmdc_to_agentscope_second_prompt_sends_the_full_history() {
     turn(&proxy, &session, "Weather in Paris?").await;
     let seen = turn(&proxy, &session, "And tomorrow?").await;
 
-    assert_eq!(text(&seen), "Rain.");
+    assert_eq!(streamed_text(&seen), "Rain.");
     assert_eq!(
         scope::summary(&scope::input_of(&runtime, 1)),
         [
@@ -732,7 +677,7 @@ async fn cmdc_to_agentscope_approval_request_is_approval_required_and_approve_an
     let seen = all(&mut events).await;
     assert_one_completed_run(&seen);
     assert_eq!(data(&seen, "approval_resolved")["status"], "approved");
-    assert_eq!(text(&seen), "Cleaned up.");
+    assert_eq!(streamed_text(&seen), "Cleaned up.");
     let input = scope::input_of(&runtime, 1);
     let kinds: Vec<&str> = input.iter().map(|m| m["type"].as_str().unwrap()).collect();
     assert_eq!(
@@ -765,7 +710,7 @@ async fn cmdc_approve_of_an_unknown_approval_is_404_and_the_session_keeps_workin
     assert!(agent.received().is_empty(), "the agent is not called");
 
     let seen = turn(&proxy, &session, "Are you there?").await;
-    assert_eq!(text(&seen), "Still here.");
+    assert_eq!(streamed_text(&seen), "Still here.");
     assert_one_completed_run(&seen);
     assert_eq!(a2a::calls(&agent, "message/stream").len(), 1);
 }
@@ -799,7 +744,7 @@ async fn cmdc_approve_of_an_unknown_approval_while_paused_is_404_and_the_pause_s
     assert_eq!(approved.status, StatusCode::OK);
     let seen = all(&mut events).await;
     assert_one_completed_run(&seen);
-    assert_eq!(text(&seen), "Deleted the old logs.");
+    assert_eq!(streamed_text(&seen), "Deleted the old logs.");
     let decided = gateway.requests("POST approve");
     assert_eq!(decided.len(), 1);
     assert_eq!(decided[0].body["approvalId"], "apr_gw_7");
@@ -837,7 +782,7 @@ async fn cmdc_to_a2a_prompt_after_an_answered_question_is_a_new_task_in_the_same
 
     let seen = turn(&proxy, &session, "And tomorrow?").await;
 
-    assert_eq!(text(&seen), "Rain tomorrow.");
+    assert_eq!(streamed_text(&seen), "Rain tomorrow.");
     assert_one_completed_run(&seen);
     let calls = a2a::calls(&agent, "message/stream");
     assert_eq!(calls.len(), 3);
@@ -924,7 +869,7 @@ async fn cmdc_respond_with_an_unknown_ref_is_404_and_the_paused_task_still_waits
     respond(&proxy, &session, &reference, "Paris").await;
     let seen = all(&mut events).await;
     assert_one_completed_run(&seen);
-    assert_eq!(text(&seen), "Paris is sunny.");
+    assert_eq!(streamed_text(&seen), "Paris is sunny.");
 }
 
 #[tokio::test]
@@ -956,7 +901,7 @@ async fn cmdc_to_cmdc_reject_reaches_the_gateway_and_the_run_takes_the_rejected_
     let seen = all(&mut events).await;
     assert_one_completed_run(&seen);
     assert_eq!(data(&seen, "approval_resolved")["status"], "rejected");
-    assert_eq!(text(&seen), "Left them alone.");
+    assert_eq!(streamed_text(&seen), "Left them alone.");
     let decided = gateway.requests("POST reject");
     assert_eq!(decided.len(), 1, "{:?}", gateway.log());
     assert_eq!(decided[0].body["approvalId"], "apr_gw_7");
@@ -1006,7 +951,7 @@ async fn cmdc_to_agkit_question_interrupt_is_ask_user_and_respond_resumes_it() {
     assert_eq!(answered.status, StatusCode::OK);
     let seen = all(&mut events).await;
     assert_one_completed_run(&seen);
-    assert_eq!(text(&seen), "Rome is sunny.");
+    assert_eq!(streamed_text(&seen), "Rome is sunny.");
     let received = agent.received();
     assert_eq!(received.len(), 2, "{received:#?}");
     assert_eq!(
@@ -1051,7 +996,7 @@ async fn cmdc_to_agkit_custom_interrupt_is_ask_user_and_the_answer_is_the_resume
 
     let seen = all(&mut events).await;
     assert_one_completed_run(&seen);
-    assert_eq!(text(&seen), "Digging the hole.");
+    assert_eq!(streamed_text(&seen), "Digging the hole.");
     assert_eq!(
         agent.received()[1].body["resume"],
         json!({"interruptId": "int_1", "payload": "\"Dig the hole first\""}),
@@ -1085,7 +1030,7 @@ async fn cmdc_to_agkit_upstream_failure_is_an_error_event_then_agent_abort_and_t
     );
     assert_eq!(data(&failed, "agent_abort"), &json!({"reason": "error"}));
     let next = turn(&proxy, &session, "again").await;
-    assert_eq!(text(&next), "Fine now.");
+    assert_eq!(streamed_text(&next), "Fine now.");
     assert_one_completed_run(&next);
 }
 
@@ -1120,7 +1065,7 @@ async fn cmdc_to_agentscope_reject_answers_the_request_with_approve_false() {
     let seen = all(&mut events).await;
     assert_one_completed_run(&seen);
     assert_eq!(data(&seen, "approval_resolved")["status"], "rejected");
-    assert_eq!(text(&seen), "Left alone.");
+    assert_eq!(streamed_text(&seen), "Left alone.");
     let input = scope::input_of(&runtime, 1);
     let response = scope::data(input.last().unwrap());
     assert_eq!(response["approval_request_id"], "apr_1");
@@ -1139,7 +1084,7 @@ async fn cmdc_to_agentscope_failed_response_is_an_error_event_then_agent_abort()
 
     let seen = turn(&proxy, &session, "boom").await;
 
-    assert_eq!(text(&seen), "Half an ");
+    assert_eq!(streamed_text(&seen), "Half an ");
     let tail: Vec<&str> = names(&seen).into_iter().rev().take(2).collect();
     assert_eq!(tail, ["agent_abort", "error"], "{seen:?}");
     assert!(
@@ -1176,7 +1121,7 @@ async fn cmdc_to_agentscope_prompt_after_an_answered_approval_does_not_answer_it
 
     let seen = turn(&proxy, &session, "Thanks").await;
 
-    assert_eq!(text(&seen), "You are welcome.");
+    assert_eq!(streamed_text(&seen), "You are welcome.");
     let input = scope::input_of(&runtime, 2);
     assert!(
         !input.iter().any(|m| m["type"] == "mcp_approval_response"),
@@ -1260,7 +1205,7 @@ async fn cmdc_to_cmdc_callback_tool_is_called_by_the_gateway_through_the_proxy()
     let seen = turn(&proxy, &session, "Make the background blue").await;
 
     assert_one_completed_run(&seen);
-    assert_eq!(text(&seen), "Done: Background is blue");
+    assert_eq!(streamed_text(&seen), "Done: Background is blue");
     assert_painted(&seen, &callback, &session, "tc_bg");
     let registered = gateway.requests("POST tools");
     assert_eq!(registered.len(), 1, "{:?}", gateway.log());
@@ -1294,7 +1239,7 @@ async fn cmdc_to_agkit_callback_tool_call_is_called_back_and_its_result_sent_as_
     let seen = turn(&proxy, &session, "Make it blue").await;
 
     assert_one_completed_run(&seen);
-    assert_eq!(text(&seen), "Done, it is blue.");
+    assert_eq!(streamed_text(&seen), "Done, it is blue.");
     assert_painted(&seen, &callback, &session, "call_bg");
     let received = agent.received();
     assert_eq!(received.len(), 2, "{received:#?}");
@@ -1333,7 +1278,7 @@ async fn cmdc_to_agentscope_function_call_is_called_back_and_its_output_sent() {
     let seen = turn(&proxy, &session, "Make it blue").await;
 
     assert_one_completed_run(&seen);
-    assert_eq!(text(&seen), "Done, it is blue.");
+    assert_eq!(streamed_text(&seen), "Done, it is blue.");
     assert_painted(&seen, &callback, &session, "call_bg");
     let received = runtime.received();
     assert_eq!(
@@ -1520,7 +1465,7 @@ async fn cmdc_to_cmdc_server_side_tools_and_token_usage_pass_through() {
         data(&seen, "tool_execution_end"),
         &json!({"toolName": "Shell", "callId": "tc_1", "status": "ok", "result": "[1, 2, 3]"})
     );
-    assert_eq!(text(&seen), "Sorted.");
+    assert_eq!(streamed_text(&seen), "Sorted.");
     let (prompt_tokens, completion_tokens, total_tokens) = cmdc::USAGE;
     assert_eq!(
         data(&seen, "agent_end")["tokenUsage"],
@@ -1559,7 +1504,7 @@ async fn cmdc_to_cmdc_gateway_error_is_an_error_event_then_agent_abort() {
         "{failed:?}"
     );
     let next = turn(&proxy, &session, "again").await;
-    assert_eq!(text(&next), "Fine now.");
+    assert_eq!(streamed_text(&next), "Fine now.");
     assert_eq!(gateway.sessions().len(), 1, "the same upstream session");
 }
 
@@ -1658,12 +1603,12 @@ async fn cmdc_to_a2a_prompt_while_paused_is_queued_and_runs_after_the_answer() {
     );
     respond(&proxy, &session, &reference, "Paris").await;
     let answered = all(&mut events).await;
-    assert_eq!(text(&answered), "Paris is sunny.");
+    assert_eq!(streamed_text(&answered), "Paris is sunny.");
 
     let later = all(&mut subscribe(&proxy, &session).await).await;
 
     assert_eq!(data(&later, "prompt_received")["text"], "And tomorrow?");
-    assert_eq!(text(&later), "Rain tomorrow.");
+    assert_eq!(streamed_text(&later), "Rain tomorrow.");
     assert_one_completed_run(&later);
     let calls = a2a::calls(&agent, "message/stream");
     assert_eq!(calls.len(), 3);
@@ -1724,7 +1669,7 @@ async fn cmdc_to_cmdc_a_session_created_again_with_a_deleted_id_gets_a_fresh_ups
     let seen = turn(&proxy, &again, "what is my name?").await;
 
     assert_eq!(
-        text(&seen),
+        streamed_text(&seen),
         "I do not know your name.",
         "a deleted session takes its history with it (specs/cmdc.md §3.5)"
     );
@@ -1794,6 +1739,6 @@ async fn cmdc_to_cmdc_two_tenants_with_the_same_session_id_have_distinct_upstrea
     .await;
     let theirs = all(&mut events.sse()).await;
 
-    assert_eq!(text(&theirs), "I do not know your name.");
+    assert_eq!(streamed_text(&theirs), "I do not know your name.");
     assert_eq!(gateway.sessions().len(), 2, "{:?}", gateway.log());
 }

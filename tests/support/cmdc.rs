@@ -49,7 +49,7 @@ use tokio::net::TcpListener;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::{AbortHandle, JoinHandle};
 
-use super::{within, Received, WAIT};
+use super::{within, Received, SseStream, WAIT};
 
 type Body = BoxBody<Bytes, io::Error>;
 
@@ -1110,4 +1110,64 @@ async fn call_back(session: &Session, call_id: &str, tool: &str, args: &Value) -
         Ok(Err(error)) => (false, error),
         Err(_) => (false, format!("callback timed out after {limit:?}")),
     }
+}
+
+// --- Reading a gateway's event stream, as a client ---------------------------------------------------------
+
+/// Every complete frame received so far, as (event name, data); every frame must have an `event:` line.
+pub fn frames(raw: &[u8]) -> Vec<(String, Value)> {
+    let text = String::from_utf8_lossy(raw);
+    let Some(end) = text.rfind("\n\n") else {
+        return Vec::new();
+    };
+    let mut frames = Vec::new();
+    for frame in text[..end].split("\n\n") {
+        let mut name = None;
+        let mut data = None;
+        for line in frame.lines() {
+            if let Some(n) = line.strip_prefix("event: ") {
+                name = Some(n.to_owned());
+            } else if let Some(d) = line.strip_prefix("data: ") {
+                data = Some(d.to_owned());
+            }
+        }
+        if let Some(data) = data {
+            let name = name.unwrap_or_else(|| panic!("a frame without an event line: {frame:?}"));
+            frames.push((name, serde_json::from_str(&data).expect("JSON data")));
+        }
+    }
+    frames
+}
+
+/// Reads until an event named `name` arrived; returns every frame so far.
+pub async fn until(stream: &mut SseStream, name: &str) -> Vec<(String, Value)> {
+    loop {
+        let seen = frames(&stream.raw);
+        if seen.iter().any(|(n, _)| n == name) {
+            return seen;
+        }
+        stream
+            .next_data()
+            .await
+            .unwrap_or_else(|| panic!("the stream ended before {name}: {seen:?}"));
+    }
+}
+
+/// Reads the whole stream (it closes after the terminal event).
+pub async fn all(stream: &mut SseStream) -> Vec<(String, Value)> {
+    while stream.next_data().await.is_some() {}
+    frames(&stream.raw)
+}
+
+pub fn names(frames: &[(String, Value)]) -> Vec<&str> {
+    frames.iter().map(|(n, _)| n.as_str()).collect()
+}
+
+/// The text of the `message_delta` events, in order.
+pub fn streamed_text(frames: &[(String, Value)]) -> String {
+    frames
+        .iter()
+        .filter(|(n, _)| n == "message_delta")
+        .map(|(_, d)| d["delta"].as_str().unwrap_or_default())
+        .collect()
 }
