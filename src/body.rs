@@ -6,18 +6,19 @@ use std::convert::Infallible;
 use bytes::Bytes;
 use http::header::{ALLOW, CONTENT_TYPE};
 use http::{HeaderMap, Method, Request, Response, StatusCode};
-use http_body_util::combinators::BoxBody;
+use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
 use serde::Serialize;
 
 use crate::error::{Error, Result};
 
-/// The body of every response the proxy sends.
-pub type Body = BoxBody<Bytes, Infallible>;
+/// The body of every response the proxy sends. Not `Sync`: a streamed body drives its run, whose future
+/// need not be.
+pub type Body = UnsyncBoxBody<Bytes, Infallible>;
 
 /// A whole body from bytes.
 pub fn full(bytes: impl Into<Bytes>) -> Body {
-    Full::new(bytes.into()).boxed()
+    Full::new(bytes.into()).boxed_unsync()
 }
 
 /// A JSON response with the given status.

@@ -88,7 +88,11 @@ impl Server {
                     request.extensions_mut().insert(local);
                 }
                 let routes = Arc::clone(&routes);
-                async move { Ok::<_, std::convert::Infallible>(routes.dispatch(request).await) }
+                // Boxed: hyper keeps room for the service's future for as long as the connection lives,
+                // and a boxed one is freed as soon as the response (a stream, say) has started.
+                Box::pin(async move {
+                    Ok::<_, std::convert::Infallible>(routes.dispatch(request).await)
+                })
             });
             let connection = builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
             let connection = graceful.watch(connection.into_owned());

@@ -1,10 +1,13 @@
 //! The hub of a route: runs one [`Turn`] against the route's outbound and hands the inbound a well-formed,
 //! bounded stream of canonical [`Event`]s.
 //!
-//! The run lives in its own task. Events pass through a small bounded channel, so a slow client slows the
-//! upstream read instead of filling memory; when the client goes away the receiver is dropped, the task sees
-//! the channel close and drops the outbound future, which closes the upstream request.
+//! The run is polled by whoever reads its events, in the client connection's task: an event crosses no task
+//! boundary between the upstream's bytes and the client's. Events pass through a small bounded channel, so a
+//! slow client slows the upstream read instead of filling memory. When the client goes away mid-run, the
+//! stream hands the run to a task of its own, which sees the channel closed, drops the outbound future (that
+//! closes the upstream request and sends the upstream's cancel) and saves what the run learned.
 
+use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -51,8 +54,10 @@ impl Translator {
     pub fn start(self: &Arc<Self>, turn: Turn) -> EventStream {
         let (sender, receiver) = mpsc::channel(EVENT_BUFFER);
         let translator = Arc::clone(self);
-        tokio::spawn(async move { translator.run(turn, sender).await });
-        EventStream { receiver }
+        EventStream {
+            receiver,
+            run: Some(Box::pin(async move { translator.run(turn, sender).await })),
+        }
     }
 
     /// How the route reaches its agent.
@@ -276,16 +281,40 @@ impl RunContext {
     }
 }
 
-/// The events of one run, in order, ending after the terminal event.
+/// The events of one run, in order, ending after the terminal event. Reading them drives the run.
 pub struct EventStream {
     receiver: mpsc::Receiver<Event>,
+    /// The run, until it ended.
+    run: Option<Pin<Box<dyn Future<Output = ()> + Send>>>,
 }
 
 impl Stream for EventStream {
     type Item = Event;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Event>> {
+        if let Poll::Ready(event) = self.receiver.poll_recv(cx) {
+            return Poll::Ready(event);
+        }
+        if let Some(run) = &mut self.run {
+            if run.as_mut().poll(cx).is_ready() {
+                self.run = None;
+            }
+        }
+        // The run's sender is gone once it ended: then this ends the stream after its last event.
         self.receiver.poll_recv(cx)
+    }
+}
+
+impl Drop for EventStream {
+    /// A reader that leaves mid-run hands the run to a task of its own: closing the channel tells it the
+    /// client is gone, and it still cancels the upstream and saves the conversation.
+    fn drop(&mut self) {
+        let Some(run) = self.run.take() else { return };
+        self.receiver.close();
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => drop(runtime.spawn(run)),
+            Err(_) => tracing::debug!("a run left outside a runtime is dropped unfinished"),
+        }
     }
 }
 

@@ -19,6 +19,8 @@ use crate::error::{Error, Result};
 const ERROR_BODY_LIMIT: usize = 64 * 1024;
 /// How long reading that error body may take.
 const ERROR_BODY_TIMEOUT: Duration = Duration::from_secs(5);
+/// How many bytes one read from an upstream connection takes at most.
+const UPSTREAM_READ_BUFFER: usize = 4096;
 
 /// One route's view of its upstream: where it is, and what to send with every request.
 #[derive(Clone)]
@@ -44,7 +46,11 @@ impl Upstream {
             .enable_http1()
             .enable_http2()
             .wrap_connector(http);
-        let client = Client::builder(TokioExecutor::new()).build(https);
+        // hyper reads into 8 KiB, growing to 16 KiB, per connection; a stream holds its connection for as long
+        // as it runs, and an agent's events are far smaller. A larger event is read in several reads.
+        let client = Client::builder(TokioExecutor::new())
+            .http1_read_buf_exact_size(UPSTREAM_READ_BUFFER)
+            .build(https);
         Self {
             client,
             uri,

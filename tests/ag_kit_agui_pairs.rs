@@ -75,6 +75,26 @@ fn conversation_of(upstream: &Upstream, nth: usize) -> String {
         .to_owned()
 }
 
+/// An AG-UI agent's answer to "what is my name?".
+fn your_name_is_ada() -> Reply {
+    Reply::sse()
+        .event(started())
+        .events(ag_ui::text("m2", &["Your name is Ada."]))
+        .event(finished())
+}
+
+/// The role and text of each message of an AG-UI request.
+fn said(request: &Value) -> Vec<(&str, &str)> {
+    let messages = request["messages"].as_array().expect("messages");
+    messages
+        .iter()
+        .map(|m| {
+            let text = |key: &str| m[key].as_str().unwrap_or("?");
+            (text("role"), text("content"))
+        })
+        .collect()
+}
+
 /// An AG-UI upstream's pause: `RUN_FINISHED` with an interrupt outcome.
 fn agui_interrupt(id: &str, reason: &str, message: &str) -> Value {
     json!({"type": "RUN_FINISHED", "threadId": "upstream-thread", "runId": "upstream-run",
@@ -309,10 +329,7 @@ async fn agkit_to_agui_second_turn_sends_the_agent_the_full_history_in_the_same_
             .event(started())
             .events(ag_ui::text("m1", &["Nice to meet you, ", "Ada."]))
             .event(finished()),
-        Reply::sse()
-            .event(started())
-            .events(ag_ui::text("m2", &["Your name is Ada."]))
-            .event(finished()),
+        your_name_is_ada(),
     ])
     .await;
     let proxy = proxy("ag-kit", "ag-ui", &upstream).await;
@@ -335,25 +352,18 @@ async fn agkit_to_agui_second_turn_sends_the_agent_the_full_history_in_the_same_
     for request in &received {
         assert_eq!(request.body["threadId"], chat.conversation_id.as_str());
     }
-    let messages = received[1].body["messages"].as_array().expect("messages");
-    let said: Vec<(&str, &str)> = messages
-        .iter()
-        .map(|m| {
-            (
-                m["role"].as_str().unwrap_or("?"),
-                m["content"].as_str().unwrap_or("?"),
-            )
-        })
-        .collect();
     assert_eq!(
-        said,
+        said(&received[1].body),
         [
             ("user", "my name is Ada"),
             ("assistant", "Nice to meet you, Ada."),
             ("user", "what is my name?")
         ]
     );
-    assert_eq!(messages[0]["id"], received[0].body["messages"][0]["id"]);
+    assert_eq!(
+        received[1].body["messages"][0]["id"],
+        received[0].body["messages"][0]["id"]
+    );
 }
 
 #[tokio::test]
@@ -463,6 +473,46 @@ async fn agkit_to_agui_client_disconnect_closes_the_upstream_request() {
     assert!(
         upstream.client_left_within(Duration::from_secs(5)).await,
         "the upstream request is closed"
+    );
+}
+
+#[tokio::test]
+async fn agkit_to_agui_a_turn_the_client_left_mid_stream_stays_in_the_history() {
+    let upstream = Upstream::serve([
+        Reply::sse()
+            .event(started())
+            .events(ag_ui::text("m1", &["Nice to meet you"]).into_iter().take(2))
+            .hang(),
+        your_name_is_ada(),
+    ])
+    .await;
+    let proxy = proxy("ag-kit", "ag-ui", &upstream).await;
+    let mut chat = Chat::new(&send_message(&proxy));
+    let first = post_json(
+        &send_message(&proxy),
+        &chat.body(json!({"messages": [{"role": "user", "content": "my name is Ada"}]})),
+    )
+    .await;
+    let mut stream = first.sse();
+    assert!(stream.next_data().await.is_some(), "a first frame");
+    drop(stream);
+    assert!(
+        upstream.client_left_within(Duration::from_secs(5)).await,
+        "the upstream request is closed"
+    );
+
+    let second = chat.say("what is my name?").await;
+
+    assert_eq!(second.text(), "Your name is Ada.");
+    let received = upstream.received();
+    assert_eq!(
+        said(&received[1].body),
+        [
+            ("user", "my name is Ada"),
+            ("assistant", "Nice to meet you"),
+            ("user", "what is my name?")
+        ],
+        "the left turn and what the agent said of it are kept"
     );
 }
 

@@ -130,13 +130,16 @@ impl Outbound {
     }
 
     /// Runs one turn upstream, emitting its events into `context`. Returns when the upstream is done.
+    ///
+    /// Each protocol's run is boxed: it lives as long as the stream, and unboxed every route's run would be
+    /// as large as the largest protocol's.
     pub async fn run(&self, turn: &Turn, context: &mut RunContext) -> Result<()> {
         match self {
-            Self::AgUi(outbound) => outbound.run(turn, context).await,
-            Self::A2a(outbound) => outbound.run(turn, context).await,
-            Self::Agentscope(outbound) => outbound.run(turn, context).await,
-            Self::AgKit(outbound) => outbound.run(turn, context).await,
-            Self::Cmdc(outbound) => outbound.run(turn, context).await,
+            Self::AgUi(outbound) => Box::pin(outbound.run(turn, context)).await,
+            Self::A2a(outbound) => Box::pin(outbound.run(turn, context)).await,
+            Self::Agentscope(outbound) => Box::pin(outbound.run(turn, context)).await,
+            Self::AgKit(outbound) => Box::pin(outbound.run(turn, context)).await,
+            Self::Cmdc(outbound) => Box::pin(outbound.run(turn, context)).await,
             Self::Echo(echo) => echo.run(turn, context).await,
         }
     }

@@ -260,7 +260,7 @@ impl Inbound {
         id: &RequestId,
         params: Option<Value>,
         start: F,
-    ) -> Result<impl Stream<Item = Bytes> + Send + Sync + 'static, RpcError>
+    ) -> Result<impl Stream<Item = Bytes> + Send + 'static, RpcError>
     where
         F: FnOnce(Turn) -> S,
         S: Stream<Item = Event> + Send + Unpin + 'static,
@@ -331,7 +331,7 @@ impl Inbound {
         &self,
         id: &RequestId,
         params: Option<Value>,
-    ) -> Result<impl Stream<Item = Bytes> + Send + Sync + 'static, RpcError> {
+    ) -> Result<impl Stream<Item = Bytes> + Send + 'static, RpcError> {
         let wire::TaskIdParams { id: task_id } = rpc::params(params)?;
         let (sender, mut receiver) = mpsc::channel::<Bytes>(EVENT_BUFFER);
         match self.tasks.subscribe(&task_id)? {
@@ -618,9 +618,9 @@ fn json_error(id: &RequestId, error: &RpcError) -> Response<Body> {
 
 fn sse_reply<S>(frames: S) -> Response<Body>
 where
-    S: Stream<Item = Bytes> + Send + Sync + 'static,
+    S: Stream<Item = Bytes> + Send + 'static,
 {
-    sse::response(BodyExt::boxed(SseBody::new(frames, HEARTBEAT)))
+    sse::response(BodyExt::boxed_unsync(SseBody::new(frames, HEARTBEAT)))
 }
 
 /// A streaming method's error: one SSE event holding it, then the end.

@@ -96,14 +96,14 @@ impl Inbound {
 /// heartbeat interval); an error before any frame is the HTTP error answer instead.
 async fn respond<S>(mut events: S) -> Result<Response<Body>>
 where
-    S: Stream<Item = Event> + Send + Sync + Unpin + 'static,
+    S: Stream<Item = Event> + Send + Unpin + 'static,
 {
     let mut encoder = Encoder::default();
     let first = first_frame(&mut events, &mut encoder).await?;
     let frames = stream::once(std::future::ready(first))
         .chain(events.map(move |event| encoder.encode(event)))
         .filter(|frame| std::future::ready(!frame.is_empty()));
-    Ok(sse::response(BodyExt::boxed(SseBody::new(
+    Ok(sse::response(BodyExt::boxed_unsync(SseBody::new(
         frames, HEARTBEAT,
     ))))
 }

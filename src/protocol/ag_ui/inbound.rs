@@ -80,7 +80,7 @@ impl Inbound {
         let mut encoder = Encoder::new(&turn, &self.translate);
         let events = route.translator.start(turn);
         let frames = events.map(move |event| encoder.encode(event));
-        Ok(sse::response(BodyExt::boxed(SseBody::new(
+        Ok(sse::response(BodyExt::boxed_unsync(SseBody::new(
             frames, HEARTBEAT,
         ))))
     }

@@ -91,7 +91,7 @@ impl Inbound {
     pub fn serve<F, S>(&self, body: &[u8], start: F) -> Response<Body>
     where
         F: FnOnce(Turn) -> S,
-        S: Stream<Item = Event> + Send + Sync + 'static,
+        S: Stream<Item = Event> + Send + 'static,
     {
         let mut accepted = match request::decode(body, &self.options.question_tool) {
             Ok(accepted) => accepted,
@@ -113,7 +113,7 @@ impl Inbound {
             .chain(stream::once(ready(None)))
             .map(move |event| encoder.encode(event))
             .filter(|frame| ready(!frame.is_empty()));
-        event_stream(BodyExt::boxed(SseBody::new(frames, HEARTBEAT)))
+        event_stream(BodyExt::boxed_unsync(SseBody::new(frames, HEARTBEAT)))
     }
 }
 

@@ -541,7 +541,7 @@ fn events(session: &Arc<Session>) -> Response<Body> {
         Some((frame.freeze(), follower))
     });
     let body = SseBody::new(frames, HEARTBEAT).with_ping(HEARTBEAT_FRAME);
-    let mut response = sse::response(BodyExt::boxed(body));
+    let mut response = sse::response(BodyExt::boxed_unsync(body));
     response.headers_mut().insert(
         CONTENT_TYPE,
         HeaderValue::from_static("text/event-stream; charset=utf-8"),
