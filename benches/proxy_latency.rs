@@ -13,7 +13,8 @@
 //!   [`protocols`]; the stamps are read from the raw bytes, whatever the frames.
 //!
 //! Measured per step: time to first event (request start → first bytes of the stream), per-delta latency
-//! (receive time − send stamp) p50/p99, and throughput (deltas received / wall time of the step). The table
+//! (receive time − send stamp) p50/p99, the p99 of the deltas sent once every stream had its first one (the
+//! step without its start-up burst), and throughput (deltas received / wall time of the step). The table
 //! gives proxy/direct ratios and the added µs. A second table shows where the CPU went (cores busy per
 //! runtime and in other processes on the machine, from `/proc`; the proxy's CPU time and allocations per
 //! delta) and how many connections the kernel dropped at a full accept queue (Linux only).

@@ -67,7 +67,10 @@ impl StampScanner {
 /// What one client stream saw.
 struct StreamStats {
     first_event_ns: u64,
-    latencies_ns: Vec<u64>,
+    /// When its first delta arrived (the clock of the stamps).
+    first_delta_at_ns: u64,
+    /// Each delta's send stamp and latency.
+    deltas: Vec<(u64, u64)>,
 }
 
 /// How much of a failed stream's end is shown.
@@ -85,7 +88,8 @@ async fn one_stream(
     let mut scanner = StampScanner::default();
     let mut stats = StreamStats {
         first_event_ns: 0,
-        latencies_ns: Vec::with_capacity(expected),
+        first_delta_at_ns: 0,
+        deltas: Vec::with_capacity(expected),
     };
     let mut tail = Vec::new();
     while let Some(frame) = run.body.frame().await {
@@ -98,9 +102,10 @@ async fn one_stream(
             stats.first_event_ns = received.saturating_sub(started);
         }
         scanner.scan(chunk, |sent| {
-            stats.latencies_ns.push(received.saturating_sub(sent))
+            stats.deltas.push((sent, received.saturating_sub(sent)))
         });
-        if !stats.latencies_ns.is_empty() {
+        if !stats.deltas.is_empty() && stats.first_delta_at_ns == 0 {
+            stats.first_delta_at_ns = received;
             if let Some(opened) = opened.take() {
                 let _ = opened.send(());
             }
@@ -108,10 +113,10 @@ async fn one_stream(
         tail.extend_from_slice(chunk);
         tail.drain(..tail.len().saturating_sub(TAIL));
     }
-    if stats.latencies_ns.len() != expected {
+    if stats.deltas.len() != expected {
         return Err(format!(
             "incomplete run: {} of {expected} deltas; the stream ended with: {}",
-            stats.latencies_ns.len(),
+            stats.deltas.len(),
             String::from_utf8_lossy(&tail)
         ));
     }
@@ -125,6 +130,9 @@ pub struct StepResult {
     pub errors: Vec<String>,
     pub first_event_ns: Vec<u64>,
     pub latencies_ns: Vec<u64>,
+    /// The latencies of the deltas sent once every stream had its first delta: the step without its
+    /// start-up burst (all its streams connecting and starting runs at once).
+    pub steady_latencies_ns: Vec<u64>,
     /// Deltas received.
     pub events: usize,
     pub wall: Duration,
@@ -157,7 +165,8 @@ pub async fn step(target: Target, streams: usize, events: usize, timeout: Durati
         ok: 0,
         errors: Vec::new(),
         first_event_ns: Vec::with_capacity(streams),
-        latencies_ns: Vec::with_capacity(streams * events),
+        latencies_ns: Vec::new(),
+        steady_latencies_ns: Vec::new(),
         events: 0,
         wall: Duration::ZERO,
         cpu: None,
@@ -167,12 +176,21 @@ pub async fn step(target: Target, streams: usize, events: usize, timeout: Durati
         others_cpu: None,
     };
     let deadline = tokio::time::Instant::now() + timeout;
+    let mut deltas = Vec::with_capacity(streams * events);
+    let mut all_open_at_ns = 0;
     while let Some(outcome) = join_next(&mut tasks, deadline, &mut result.errors).await {
         result.ok += 1;
         result.first_event_ns.push(outcome.first_event_ns);
-        result.events += outcome.latencies_ns.len();
-        result.latencies_ns.extend(outcome.latencies_ns);
+        result.events += outcome.deltas.len();
+        all_open_at_ns = all_open_at_ns.max(outcome.first_delta_at_ns);
+        deltas.extend(outcome.deltas);
     }
+    result.latencies_ns = deltas.iter().map(|&(_, latency)| latency).collect();
+    result.steady_latencies_ns = deltas
+        .iter()
+        .filter(|&&(sent, _)| sent > all_open_at_ns)
+        .map(|&(_, latency)| latency)
+        .collect();
     result.wall = begin.elapsed();
     result.others_cpu = since(others_before, system::others_cpu());
     result.cpu = cpu_before
@@ -188,6 +206,7 @@ pub async fn step(target: Target, streams: usize, events: usize, timeout: Durati
         .map(|(before, after)| after.saturating_sub(before));
     result.first_event_ns.sort_unstable();
     result.latencies_ns.sort_unstable();
+    result.steady_latencies_ns.sort_unstable();
     result
 }
 
