@@ -50,7 +50,8 @@ impl Translator {
         }
     }
 
-    /// Starts the turn and returns its event stream: `RunStarted` first, exactly one terminal event last.
+    /// The turn's event stream: `RunStarted` first, exactly one terminal event last. The turn runs as the
+    /// stream is read.
     pub fn start(self: &Arc<Self>, turn: Turn) -> EventStream {
         let (sender, receiver) = mpsc::channel(EVENT_BUFFER);
         let translator = Arc::clone(self);
