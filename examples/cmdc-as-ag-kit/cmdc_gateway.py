@@ -136,14 +136,16 @@ class Handler(BaseHTTPRequestHandler):
             return self.reply(200, {"sessionId": sid, "state": "idle"})
         if action != "events":
             return self.error(404, "not_found", "No route matches")
-        self.send_response(200)
-        self.send_header("Content-Type", "text/event-stream; charset=utf-8")
-        self.send_header("Cache-Control", "no-cache")
-        self.send_header("Connection", "close")
-        self.end_headers()
-        self.close_connection = True
+        # Subscribed before the headers go out: a client that acts as soon as it has them must not miss the
+        # run's first events.
         q = session.subscribe()
         try:
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream; charset=utf-8")
+            self.send_header("Cache-Control", "no-cache")
+            self.send_header("Connection", "close")
+            self.end_headers()
+            self.close_connection = True
             while True:
                 event, data = q.get()
                 self.wfile.write(f"event: {event}\ndata: {json.dumps(data)}\n\n".encode())
