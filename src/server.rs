@@ -1,18 +1,19 @@
-//! The hyper server: accept loop, route dispatch by path, `GET /healthz`, graceful shutdown.
-//! It knows no protocol: a route's inbound serves everything under its path.
+//! The hyper server: accept loop, HTTP/1.1 and HTTP/2 connections, route dispatch by path, `GET /healthz`,
+//! graceful shutdown. It knows no protocol: a route's inbound serves everything under its path.
 
 use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::{pin, Pin};
 use std::sync::Arc;
 use std::time::Duration;
 
 use http::{Method, Request, Response, StatusCode};
 use hyper::body::Incoming;
+use hyper::server::conn::{http1, http2};
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use hyper_util::server::conn::auto;
-use hyper_util::server::graceful::GracefulShutdown;
-use tokio::net::{TcpListener, TcpSocket};
+use tokio::net::{TcpListener, TcpSocket, TcpStream};
+use tokio::sync::watch;
 
 use crate::body::{error_response, json_response, Body};
 use crate::config::Config;
@@ -65,8 +66,8 @@ impl Server {
     /// Serves until `shutdown` resolves; then stops accepting and lets open connections finish within the
     /// grace period.
     pub async fn run(self, shutdown: impl Future<Output = ()>) {
-        let graceful = GracefulShutdown::new();
-        let builder = auto::Builder::new(TokioExecutor::new());
+        let (stop, stopping) = watch::channel(());
+        let http = Arc::new(Http::default());
         tokio::pin!(shutdown);
         loop {
             let (stream, peer) = tokio::select! {
@@ -80,24 +81,11 @@ impl Server {
                 },
                 () = &mut shutdown => break,
             };
-            let _ = stream.set_nodelay(true);
-            let local = stream.local_addr().ok().map(LocalAddr);
             let routes = Arc::clone(&self.routes);
-            let service = service_fn(move |mut request: Request<Incoming>| {
-                if let Some(local) = local {
-                    request.extensions_mut().insert(local);
-                }
-                let routes = Arc::clone(&routes);
-                // Boxed: hyper keeps room for the service's future for as long as the connection lives,
-                // and a boxed one is freed as soon as the response (a stream, say) has started.
-                Box::pin(async move {
-                    Ok::<_, std::convert::Infallible>(routes.dispatch(request).await)
-                })
-            });
-            let connection = builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
-            let connection = graceful.watch(connection.into_owned());
+            let http = Arc::clone(&http);
+            let stopping = stopping.clone();
             tokio::spawn(async move {
-                if let Err(error) = connection.await {
+                if let Err(error) = http.serve(stream, routes, stopping).await {
                     tracing::debug!(%peer, "connection ended with an error: {error}");
                 }
             });
@@ -107,7 +95,9 @@ impl Server {
             "shutting down; waiting up to {:?} for open streams",
             self.shutdown_grace
         );
-        if tokio::time::timeout(self.shutdown_grace, graceful.shutdown())
+        stop.send_replace(());
+        drop(stopping);
+        if tokio::time::timeout(self.shutdown_grace, stop.closed())
             .await
             .is_err()
         {
@@ -117,6 +107,102 @@ impl Server {
             );
         }
     }
+}
+
+/// HTTP/2's connection preface: a client with prior knowledge opens with it.
+const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+/// How long a new connection may take to send the first bytes of its first request.
+const FIRST_BYTES_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The connection builders. hyper-util's `auto` builder is not used: it reads the first bytes to tell the
+/// versions apart and hands them back in front of the socket, after which hyper's read buffer grows to
+/// 16 KiB for every connection. Peeking leaves them in the socket, and the buffer stays at 8 KiB.
+struct Http {
+    http1: http1::Builder,
+    http2: http2::Builder<TokioExecutor>,
+}
+
+impl Default for Http {
+    fn default() -> Self {
+        Self {
+            http1: http1::Builder::new(),
+            http2: http2::Builder::new(TokioExecutor::new()),
+        }
+    }
+}
+
+impl Http {
+    /// Serves one connection, HTTP/2 if it opens with the preface and HTTP/1.1 (with upgrades, for
+    /// WebSockets) otherwise, until it closes; once `stopping` changes, it closes after the request in
+    /// flight.
+    async fn serve(
+        &self,
+        stream: TcpStream,
+        routes: Arc<Routes>,
+        stopping: watch::Receiver<()>,
+    ) -> std::result::Result<(), Box<dyn std::error::Error + Send + Sync>> {
+        let _ = stream.set_nodelay(true);
+        let local = stream.local_addr().ok().map(LocalAddr);
+        let service = service_fn(move |mut request: Request<Incoming>| {
+            if let Some(local) = local {
+                request.extensions_mut().insert(local);
+            }
+            let routes = Arc::clone(&routes);
+            // Boxed: hyper keeps room for the service's future for as long as the connection lives,
+            // and a boxed one is freed as soon as the response (a stream, say) has started.
+            Box::pin(
+                async move { Ok::<_, std::convert::Infallible>(routes.dispatch(request).await) },
+            )
+        });
+        let http2 = tokio::time::timeout(FIRST_BYTES_TIMEOUT, opens_with_h2_preface(&stream))
+            .await
+            .map_err(|_| "no request within the time for one")??;
+        let io = TokioIo::new(stream);
+        if http2 {
+            let connection = self.http2.serve_connection(io, service);
+            until_stopped(connection, |c| c.graceful_shutdown(), stopping).await?;
+        } else {
+            let connection = self.http1.serve_connection(io, service).with_upgrades();
+            until_stopped(connection, |c| c.graceful_shutdown(), stopping).await?;
+        }
+        Ok(())
+    }
+}
+
+/// Whether the connection's first bytes are HTTP/2's preface. They are peeked, not read: hyper then reads
+/// the request from its first byte.
+async fn opens_with_h2_preface(stream: &TcpStream) -> std::io::Result<bool> {
+    let mut head = [0; H2_PREFACE.len()];
+    loop {
+        let peeked = stream.peek(&mut head).await?;
+        if peeked == 0 || head[..peeked] != H2_PREFACE[..peeked] {
+            return Ok(false);
+        }
+        if peeked == H2_PREFACE.len() {
+            return Ok(true);
+        }
+        // The preface's first part only: a peek would see the same bytes at once until the rest arrives.
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+}
+
+/// Drives `connection` to its end; once `stopping` changes (or its sender is gone), asks it to close
+/// gracefully first.
+async fn until_stopped<C, E>(
+    connection: C,
+    graceful_shutdown: impl FnOnce(Pin<&mut C>),
+    mut stopping: watch::Receiver<()>,
+) -> std::result::Result<(), E>
+where
+    C: Future<Output = std::result::Result<(), E>>,
+{
+    let mut connection = pin!(connection);
+    tokio::select! {
+        result = connection.as_mut() => return result,
+        _ = stopping.changed() => graceful_shutdown(connection.as_mut()),
+    }
+    connection.await
 }
 
 /// How many connections may wait to be accepted. tokio's default (128) drops connections when a thousand

@@ -1,5 +1,6 @@
 //! Requests the proxy must refuse before any stream starts (each with its status and a JSON body naming the
-//! problem, and nothing sent upstream), the health check, graceful shutdown, and `agent-bridge check`.
+//! problem, and nothing sent upstream), the health check, HTTP/2 clients, graceful shutdown, and
+//! `agent-bridge check`.
 
 mod support;
 
@@ -15,7 +16,7 @@ use serde_json::json;
 use tokio::net::TcpStream;
 
 use support::ag_ui::{self, finished, input, started, text, user, Profile};
-use support::{send, within, Proxy, Reply, Response, Upstream};
+use support::{send, send_over_http2, within, Proxy, Reply, Response, Upstream};
 
 const PATH: &str = "/agents/pair";
 
@@ -304,6 +305,24 @@ async fn healthz_answers_200() {
     assert_eq!(response.status, 200);
     assert_eq!(response.json().await, json!({"status": "ok"}));
     assert_eq!(upstream.connections(), 0);
+}
+
+// --- HTTP/2 ----------------------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn a_client_speaking_http2_from_the_first_byte_gets_the_stream() {
+    let (proxy, upstream) = proxy_and_upstream("").await;
+    let run = input("t1", "r1", json!([user("u1", "hi")]));
+
+    let response = send_over_http2(post(&proxy.url(PATH), &run.to_string())).await;
+
+    assert_eq!(response.status, 200);
+    assert_eq!(response.header("content-type"), "text/event-stream");
+    let mut stream = response.sse();
+    let events = stream.rest().await;
+    ag_ui::check(&stream.raw, &events, &run, Profile::CONSERVATIVE);
+    assert_eq!(ag_ui::text_of(&events), "ok");
+    assert_eq!(upstream.connections(), 1);
 }
 
 // --- Graceful shutdown -----------------------------------------------------------------------------------

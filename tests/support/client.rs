@@ -1,5 +1,6 @@
-//! An HTTP/1.1 client for the tests: one fresh connection per request (so dropping a response closes its
-//! connection), and SSE bodies read the way browser-side clients read them: frames split on `\n\n`.
+//! An HTTP/1.1 client for the tests (HTTP/2 with prior knowledge on request): one fresh connection per
+//! request (so dropping a response closes its connection), and SSE bodies read the way browser-side clients
+//! read them: frames split on `\n\n`.
 
 use bytes::Bytes;
 use http::header::{ACCEPT, CONTENT_TYPE};
@@ -7,7 +8,7 @@ use http::{HeaderMap, Method, Request, StatusCode};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::{Builder, Client};
 use hyper_util::rt::TokioExecutor;
 use serde_json::Value;
 
@@ -15,9 +16,18 @@ use super::within;
 
 /// Sends a request; fails the test if no response head arrives in time.
 pub async fn send(request: Request<Full<Bytes>>) -> Response {
-    let client = Client::builder(TokioExecutor::new())
-        .pool_max_idle_per_host(0)
-        .build(HttpConnector::new());
+    send_with(Client::builder(TokioExecutor::new()), request).await
+}
+
+/// Sends a request over HTTP/2 with prior knowledge (`h2c`, no upgrade).
+pub async fn send_over_http2(request: Request<Full<Bytes>>) -> Response {
+    let mut client = Client::builder(TokioExecutor::new());
+    client.http2_only(true);
+    send_with(client, request).await
+}
+
+async fn send_with(mut client: Builder, request: Request<Full<Bytes>>) -> Response {
+    let client = client.pool_max_idle_per_host(0).build(HttpConnector::new());
     let what = format!("the response to {} {}", request.method(), request.uri());
     let response = within(&what, client.request(request))
         .await

@@ -20,7 +20,7 @@ mod upstream;
 use std::future::Future;
 use std::time::Duration;
 
-pub use client::{post_json, send, Response, SseStream};
+pub use client::{post_json, send, send_over_http2, Response, SseStream};
 pub use proxy::Proxy;
 pub use upstream::{Received, Reply, Upstream};
 
