@@ -8,14 +8,16 @@
 //!   text deltas one `INTERVAL` apart, each delta's text its send stamp `@<ns>;`.
 //! - `proxy`: agent-bridge itself ([`Server`]), one route X inbound → Y outbound to that agent.
 //! - `clients`: for 1, 100 and 1,000 concurrent streams, first DIRECT (a Y client → the Y agent), then
-//!   THROUGH the proxy (an X client → proxy → the Y agent). Each stream opens its own HTTP/1.1
-//!   connection(s) and makes one run. What each protocol's client sends and agent answers is one table,
-//!   [`protocols`]; the stamps are read from the raw bytes, whatever the frames.
+//!   through a bare RELAY on the proxy's runtime (a Y client → a byte-copying TCP relay → the Y agent,
+//!   [`relay`]: what one more hop costs any proxy here), then THROUGH the proxy (an X client → proxy → the
+//!   Y agent). Each stream opens its own HTTP/1.1 connection(s) and makes one run. What each protocol's
+//!   client sends and agent answers is one table, [`protocols`]; the stamps are read from the raw bytes,
+//!   whatever the frames.
 //!
 //! Measured per step: time to first event (request start → first bytes of the stream), per-delta latency
 //! (receive time − send stamp) p50/p99, the p99 of the deltas sent once every stream had its first one (the
 //! step without its start-up burst), and throughput (deltas received / wall time of the step). The table
-//! gives proxy/direct ratios and the added µs. A second table shows where the CPU went (cores busy per
+//! gives proxy/direct ratios and the µs the proxy and the relay add. A second table shows where the CPU went (cores busy per
 //! runtime and in other processes on the machine, from `/proc`; the proxy's CPU time and allocations per
 //! delta) and how many connections the kernel dropped at a full accept queue (Linux only).
 //!
@@ -24,8 +26,8 @@
 //! growth of the second batch minus that of the first (clients and agent are in both), per stream, and the
 //! live heap bytes the proxy's threads added (a counting allocator, [`system::Counting`]).
 //!
-//! At the end, one line per pair: added latency p50/p99 and throughput ratio at the largest level, memory
-//! per open stream, against issue 7's targets (≤ 50 µs p50, ≤ 500 µs p99, ≤ 32 KiB per stream).
+//! At the end, one line per pair: added latency p50/p99 (the proxy's and the relay's) and throughput ratio
+//! at the largest level, memory per open stream, against issue 7's targets (≤ 50 µs p50, ≤ 500 µs p99, ≤ 32 KiB per stream).
 //!
 //! Run: `cargo bench --bench proxy_latency`. Environment:
 //! - `BENCH_PAIRS=ag-ui>a2a,cmdc>ag-kit` (protocols `ag-ui`, `a2a`, `agentscope`, `ag-kit`, `cmdc`), or
@@ -44,6 +46,8 @@
 mod load;
 #[path = "proxy_latency/protocols.rs"]
 mod protocols;
+#[path = "proxy_latency/relay.rs"]
+mod relay;
 #[path = "proxy_latency/report.rs"]
 mod report;
 #[path = "proxy_latency/system.rs"]
@@ -62,7 +66,7 @@ use tokio::sync::oneshot;
 use agent_bridge::config::Config;
 use agent_bridge::server::Server;
 
-use load::Target;
+use load::{Level, Target};
 use protocols::{Peer, Protocol};
 
 #[global_allocator]
@@ -340,11 +344,24 @@ fn run_pair(settings: &Settings, pair: Pair) -> i32 {
     let proxy = proxy_rt.spawn(server.run(async {
         let _ = proxy_stopped.await;
     }));
+    let relay_listener = proxy_rt
+        .block_on(async { upstream::listen_local() })
+        .expect("binding the relay");
+    let relay_addr = relay_listener.local_addr().expect("relay address");
+    let (stop_relay, relay_stopped) = oneshot::channel();
+    proxy_rt.spawn(relay::serve(relay_listener, upstream_addr, relay_stopped));
 
     let direct = Target {
         protocol: pair.outbound,
         server: protocols::Server {
             addr: upstream_addr,
+            base: "",
+        },
+    };
+    let relayed = Target {
+        protocol: pair.outbound,
+        server: protocols::Server {
+            addr: relay_addr,
             base: "",
         },
     };
@@ -386,8 +403,9 @@ fn run_pair(settings: &Settings, pair: Pair) -> i32 {
 
     // Warm-up, not reported: code paths, allocator, the proxy's connection pool.
     client_rt.block_on(async {
-        let _ = load::step(direct, 10, settings.events, timeout).await;
-        let _ = load::step(proxied, 10, settings.events, timeout).await;
+        for target in [direct, relayed, proxied] {
+            let _ = load::step(target, 10, settings.events, timeout).await;
+        }
     });
 
     let memory = (settings.memory_streams > 0
@@ -416,16 +434,20 @@ fn run_pair(settings: &Settings, pair: Pair) -> i32 {
             continue;
         }
         eprintln!("{streams} concurrent streams:");
-        let (d, p) = client_rt.block_on(async {
-            let d = load::step(direct, streams, settings.events, timeout).await;
-            report::describe("direct", &d);
-            tokio::time::sleep(Duration::from_millis(300)).await;
-            let p = load::step(proxied, streams, settings.events, timeout).await;
-            report::describe("proxy", &p);
-            tokio::time::sleep(Duration::from_millis(300)).await;
-            (d, p)
+        let level = client_rt.block_on(async {
+            let step = |label, target| async move {
+                let result = load::step(target, streams, settings.events, timeout).await;
+                report::describe(label, &result);
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                result
+            };
+            Level {
+                direct: step("direct", direct).await,
+                relay: step("relay", relayed).await,
+                proxy: step("proxy", proxied).await,
+            }
         });
-        for (label, r) in [("direct", &d), ("through the proxy", &p)] {
+        for (label, r) in level.labelled() {
             if let Some(error) = r.errors.first() {
                 failed.push(format!(
                     "{streams} streams {label}: {} of {} failed; first: {error}",
@@ -434,7 +456,7 @@ fn run_pair(settings: &Settings, pair: Pair) -> i32 {
                 ));
             }
         }
-        results.push((d, p));
+        results.push(level);
     }
 
     println!();
@@ -449,7 +471,7 @@ fn run_pair(settings: &Settings, pair: Pair) -> i32 {
     );
     println!();
     print!("{}", report::table(&results));
-    if results.iter().any(|(direct, _)| direct.cpu.is_some()) {
+    if results.iter().any(|level| level.direct.cpu.is_some()) {
         println!();
         print!("{}", report::cpu_table(&results));
     }
@@ -462,7 +484,9 @@ fn run_pair(settings: &Settings, pair: Pair) -> i32 {
         report::summary_line(&pair.id(), &results, memory.as_ref(), failed.len())
     );
 
-    // Clean shutdown: the proxy first (it holds connections to the upstream), then the upstream.
+    // Clean shutdown: the proxy and the relay first (they hold connections to the upstream), then the
+    // upstream.
+    let _ = stop_relay.send(());
     let _ = stop_proxy.send(());
     let _ = proxy_rt.block_on(async { tokio::time::timeout(Duration::from_secs(5), proxy).await });
     let _ = stop_upstream.send(());

@@ -1,5 +1,5 @@
-//! The load: concurrent client streams of one protocol against one server (the scripted agent directly, or
-//! the proxy), and what they saw; and the memory step, streams held open mid-run.
+//! The load: concurrent client streams of one protocol against one server (the scripted agent directly, the
+//! relay, or the proxy), and what they saw; and the memory step, streams held open mid-run.
 
 use std::time::{Duration, Instant};
 
@@ -121,6 +121,24 @@ async fn one_stream(
         ));
     }
     Ok(stats)
+}
+
+/// One level of concurrency: the same load straight to the agent, through the bare relay, through the
+/// proxy.
+pub struct Level {
+    pub direct: StepResult,
+    pub relay: StepResult,
+    pub proxy: StepResult,
+}
+
+impl Level {
+    pub fn labelled(&self) -> [(&'static str, &StepResult); 3] {
+        [
+            ("direct", &self.direct),
+            ("relay", &self.relay),
+            ("through the proxy", &self.proxy),
+        ]
+    }
 }
 
 /// One step: `streams` concurrent runs, all started at once.

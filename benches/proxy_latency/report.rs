@@ -1,11 +1,11 @@
-//! The tables: per pair, each level direct against through the proxy, where the CPU went, and memory; at
-//! the end, one line per pair against issue 7's targets.
+//! The tables: per pair, each level direct against through the relay and through the proxy, where the CPU
+//! went, and memory; at the end, one line per pair against issue 7's targets.
 
 use std::fmt::Write as _;
 
 use serde_json::{json, Value};
 
-use crate::load::{MemoryResult, StepResult};
+use crate::load::{Level, MemoryResult, StepResult};
 
 /// Issue 7's targets: added per-event latency p50 and p99 (µs), and proxy memory per open stream (KiB).
 const TARGET_P50_US: f64 = 50.0;
@@ -27,14 +27,15 @@ fn rate(r: &StepResult) -> f64 {
     r.events as f64 / r.wall.as_secs_f64()
 }
 
-/// Added per-event latency (µs) at percentile `p` of `sorted`'s samples: through the proxy minus direct.
+/// Added per-event latency (µs) at percentile `p` of `sorted`'s samples: through `path` (the proxy or the
+/// relay) minus direct.
 fn added_latency(
     direct: &StepResult,
-    proxy: &StepResult,
+    path: &StepResult,
     sorted: fn(&StepResult) -> &[u64],
     p: usize,
 ) -> Option<f64> {
-    let (d, x) = percentile(sorted(direct), p).zip(percentile(sorted(proxy), p))?;
+    let (d, x) = percentile(sorted(direct), p).zip(percentile(sorted(path), p))?;
     Some(micros(x) - micros(d))
 }
 
@@ -49,15 +50,17 @@ fn steady_deltas(r: &StepResult) -> &[u64] {
 struct Row {
     metric: &'static str,
     direct: Option<f64>,
+    relay: Option<f64>,
     proxy: Option<f64>,
     unit: &'static str,
 }
 
-fn rows(direct: &StepResult, proxy: &StepResult) -> Vec<Row> {
+fn rows(level: &Level) -> Vec<Row> {
     let latency = |metric, sorted: fn(&StepResult) -> &[u64], p| Row {
         metric,
-        direct: percentile(sorted(direct), p).map(micros),
-        proxy: percentile(sorted(proxy), p).map(micros),
+        direct: percentile(sorted(&level.direct), p).map(micros),
+        relay: percentile(sorted(&level.relay), p).map(micros),
+        proxy: percentile(sorted(&level.proxy), p).map(micros),
         unit: "µs",
     };
     let first_event: fn(&StepResult) -> &[u64] = |r| &r.first_event_ns;
@@ -69,39 +72,44 @@ fn rows(direct: &StepResult, proxy: &StepResult) -> Vec<Row> {
         latency("event latency p99, all streams open", steady_deltas, 99),
         Row {
             metric: "throughput",
-            direct: Some(rate(direct)),
-            proxy: Some(rate(proxy)),
+            direct: Some(rate(&level.direct)),
+            relay: Some(rate(&level.relay)),
+            proxy: Some(rate(&level.proxy)),
             unit: "deltas/s",
         },
     ]
 }
 
-pub fn table(results: &[(StepResult, StepResult)]) -> String {
+pub fn table(results: &[Level]) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "| Streams | Metric | Direct | Through proxy | Proxy / direct | Proxy − direct |"
+        "| Streams | Metric | Direct | Relay | Through proxy | Proxy / direct | Proxy − direct | Relay − direct |"
     );
-    let _ = writeln!(out, "|---:|---|---:|---:|---:|---:|");
-    for (direct, proxy) in results {
-        for row in rows(direct, proxy) {
-            let (ratio, added) = match (row.direct, row.proxy) {
-                (Some(d), Some(p)) if d > 0.0 => (
-                    format!("{:.2}×", p / d),
-                    // Rounded first, so a tiny difference never shows as "-0".
-                    format!("{:+} {}", (p - d).round() as i64, row.unit),
-                ),
-                _ => ("–".to_owned(), "–".to_owned()),
+    let _ = writeln!(out, "|---:|---|---:|---:|---:|---:|---:|---:|");
+    for level in results {
+        for row in rows(level) {
+            let ratio = match (row.direct, row.proxy) {
+                (Some(d), Some(p)) if d > 0.0 => format!("{:.2}×", p / d),
+                _ => "–".to_owned(),
+            };
+            // Rounded first, so a tiny difference never shows as "-0".
+            let added = |path: Option<f64>| match (row.direct, path) {
+                (Some(d), Some(p)) => format!("{:+} {}", (p - d).round() as i64, row.unit),
+                _ => "–".to_owned(),
             };
             let show =
                 |v: Option<f64>| v.map_or("–".to_owned(), |v| format!("{v:.0} {}", row.unit));
             let _ = writeln!(
                 out,
-                "| {} | {} | {} | {} | {ratio} | {added} |",
-                direct.streams,
+                "| {} | {} | {} | {} | {} | {ratio} | {} | {} |",
+                level.direct.streams,
                 row.metric,
                 show(row.direct),
+                show(row.relay),
                 show(row.proxy),
+                added(row.proxy),
+                added(row.relay),
             );
         }
     }
@@ -119,7 +127,7 @@ fn others_cores(others: Option<std::time::Duration>, wall: std::time::Duration) 
     others.map(|cpu| cpu.as_secs_f64() / wall.as_secs_f64())
 }
 
-/// The proxy threads' CPU time per delta delivered (µs).
+/// The proxy threads' CPU time per delta delivered (µs): the proxy's, or the relay's on the same threads.
 fn proxy_cpu_per_delta(r: &StepResult) -> Option<f64> {
     let cpu = r.cpu?;
     (r.events > 0).then(|| micros(cpu[crate::system::PROXY].as_nanos() as u64) / r.events as f64)
@@ -135,8 +143,9 @@ fn proxy_allocations_per_delta(r: &StepResult) -> Option<f64> {
     (r.events > 0).then(|| r.allocations[crate::system::PROXY] as f64 / r.events as f64)
 }
 
-/// Where the CPU went: cores busy per runtime, the proxy's CPU time, sleeps and allocations per delta.
-pub fn cpu_table(results: &[(StepResult, StepResult)]) -> String {
+/// Where the CPU went: cores busy per runtime, the proxy threads' CPU time, sleeps and allocations per
+/// delta (the relay's, in its rows).
+pub fn cpu_table(results: &[Level]) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
@@ -144,10 +153,10 @@ pub fn cpu_table(results: &[(StepResult, StepResult)]) -> String {
          Proxy thread sleeps per delta | Proxy allocations per delta | Accept-queue drops |"
     );
     let _ = writeln!(out, "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|");
-    for (direct, proxy) in results {
-        for (label, r) in [("direct", direct), ("through proxy", proxy)] {
+    for level in results {
+        for (label, r) in level.labelled() {
             let Some(busy) = cores(r) else { continue };
-            let through = label == "through proxy";
+            let through = label != "direct";
             let per_delta = proxy_cpu_per_delta(r)
                 .filter(|_| through)
                 .map_or("–".to_owned(), |us| format!("{us:.1} µs"));
@@ -218,14 +227,14 @@ const SUMMARY: &str = "SUMMARY ";
 /// The pair's summary line, from its largest level and its memory step.
 pub fn summary_line(
     pair: &str,
-    results: &[(StepResult, StepResult)],
+    results: &[Level],
     memory: Option<&MemoryResult>,
     failed: usize,
 ) -> String {
-    let largest = results.iter().max_by_key(|(direct, _)| direct.streams);
+    let largest = results.iter().max_by_key(|level| level.direct.streams);
     let others = results
         .iter()
-        .flat_map(|(d, p)| [d, p])
+        .flat_map(|level| level.labelled().map(|(_, r)| r))
         .filter_map(|r| others_cores(r.others_cpu, r.wall))
         .chain(memory.and_then(|m| others_cores(m.others_cpu, m.wall)))
         .fold(None, |max: Option<f64>, n| {
@@ -233,14 +242,17 @@ pub fn summary_line(
         });
     let summary = json!({
         "pair": pair,
-        "streams": largest.map(|(d, _)| d.streams),
-        "p50": largest.and_then(|(d, p)| added_latency(d, p, all_deltas, 50)),
-        "p99": largest.and_then(|(d, p)| added_latency(d, p, all_deltas, 99)),
-        "p99_steady": largest.and_then(|(d, p)| added_latency(d, p, steady_deltas, 99)),
-        "throughput": largest.map(|(d, p)| rate(p) / rate(d)),
-        "cpu": largest.and_then(|(_, p)| proxy_cpu_per_delta(p)),
-        "sleeps": largest.and_then(|(_, p)| proxy_sleeps_per_delta(p)),
-        "allocations": largest.and_then(|(_, p)| proxy_allocations_per_delta(p)),
+        "streams": largest.map(|l| l.direct.streams),
+        "p50": largest.and_then(|l| added_latency(&l.direct, &l.proxy, all_deltas, 50)),
+        "p99": largest.and_then(|l| added_latency(&l.direct, &l.proxy, all_deltas, 99)),
+        "p99_steady": largest.and_then(|l| added_latency(&l.direct, &l.proxy, steady_deltas, 99)),
+        "relay_p50": largest.and_then(|l| added_latency(&l.direct, &l.relay, all_deltas, 50)),
+        "relay_p99": largest.and_then(|l| added_latency(&l.direct, &l.relay, all_deltas, 99)),
+        "throughput": largest.map(|l| rate(&l.proxy) / rate(&l.direct)),
+        "cpu": largest.and_then(|l| proxy_cpu_per_delta(&l.proxy)),
+        "relay_cpu": largest.and_then(|l| proxy_cpu_per_delta(&l.relay)),
+        "sleeps": largest.and_then(|l| proxy_sleeps_per_delta(&l.proxy)),
+        "allocations": largest.and_then(|l| proxy_allocations_per_delta(&l.proxy)),
         "rss_kib": memory.and_then(MemoryResult::proxy_rss_per_stream).map(|b| b / 1024.0),
         "heap_kib": memory.map(|m| m.proxy_heap_per_stream() / 1024.0),
         "others": others,
@@ -258,13 +270,14 @@ pub fn summary_table(summaries: &[Value]) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "| Pair | Streams | Added latency p50 | p99 | p99, all streams open | Throughput proxy / direct | Proxy RSS per open stream | \
-         Proxy heap per open stream | Proxy CPU per delta | Proxy thread sleeps per delta | \
+        "| Pair | Streams | Added latency p50 | p99 | p99, all streams open | Relay adds p50 | p99 | \
+         Throughput proxy / direct | Proxy RSS per open stream | Proxy heap per open stream | \
+         Proxy CPU per delta | Relay CPU per delta | Proxy thread sleeps per delta | \
          Proxy allocations per delta | Others' cores (max) | Targets |"
     );
     let _ = writeln!(
         out,
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"
     );
     for s in summaries {
         let number = |key: &str| s[key].as_f64();
@@ -273,16 +286,19 @@ pub fn summary_table(summaries: &[Value]) -> String {
         };
         let _ = writeln!(
             out,
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             s["pair"].as_str().unwrap_or("?"),
             s["streams"],
             show("p50", " µs", 0),
             show("p99", " µs", 0),
             show("p99_steady", " µs", 0),
+            show("relay_p50", " µs", 0),
+            show("relay_p99", " µs", 0),
             show("throughput", "×", 2),
             show("rss_kib", " KiB", 1),
             show("heap_kib", " KiB", 1),
             show("cpu", " µs", 1),
+            show("relay_cpu", " µs", 1),
             show("sleeps", "", 2),
             show("allocations", "", 1),
             show("others", "", 2),
