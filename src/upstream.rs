@@ -21,6 +21,10 @@ const ERROR_BODY_LIMIT: usize = 64 * 1024;
 const ERROR_BODY_TIMEOUT: Duration = Duration::from_secs(5);
 /// How many bytes one read from an upstream connection takes at most.
 const UPSTREAM_READ_BUFFER: usize = 4096;
+/// How many idle connections to one upstream are kept for reuse. Each holds about 25 KiB of buffers; a
+/// burst of a thousand streams would otherwise leave a thousand of them behind, and a CMDC session leaves
+/// one behind for as long as it streams (its prompt's, while its events hold another).
+const IDLE_CONNECTIONS_PER_UPSTREAM: usize = 64;
 
 /// One route's view of its upstream: where it is, and what to send with every request.
 #[derive(Clone)]
@@ -50,6 +54,7 @@ impl Upstream {
         // as it runs, and an agent's events are far smaller. A larger event is read in several reads.
         let client = Client::builder(TokioExecutor::new())
             .http1_read_buf_exact_size(UPSTREAM_READ_BUFFER)
+            .pool_max_idle_per_host(IDLE_CONNECTIONS_PER_UPSTREAM)
             .build(https);
         Self {
             client,
