@@ -203,9 +203,11 @@ impl Inbound {
             generation,
             task,
             cancel,
-            updates,
             ..
         } = started;
+        // A blocking `message/send` subscribes before the run starts, so that it misses nothing.
+        let waits = primary.is_none() && configuration.blocking != Some(false);
+        let updates = waits.then(|| self.tasks.subscribe(&task_id)).transpose()?;
         let runner = Runner {
             tasks: Arc::clone(&self.tasks),
             encoder: Encoder::new(&task_id, &context_id, self.options),
@@ -222,7 +224,6 @@ impl Inbound {
             generation,
             updates,
             history_length: configuration.history_length,
-            blocking: configuration.blocking != Some(false),
         })
     }
 
@@ -233,16 +234,15 @@ impl Inbound {
         S: Stream<Item = Event> + Send + Unpin + 'static,
     {
         let accepted = self.accept(params, start, None)?;
-        if !accepted.blocking {
+        let Some(Subscription::Live { mut updates, .. }) = accepted.updates else {
             return Ok(accepted.task);
-        }
+        };
         let mut guard = CancelOnDrop {
             tasks: &self.tasks,
             task_id: &accepted.task_id,
             generation: accepted.generation,
             armed: self.cancel_on_disconnect,
         };
-        let mut updates = accepted.updates;
         loop {
             match updates.recv().await {
                 Ok(update) if update.is_final() => break,
@@ -363,9 +363,9 @@ struct Accepted {
     task: wire::Task,
     task_id: String,
     generation: u64,
-    updates: broadcast::Receiver<Update>,
+    /// A blocking send's subscription to the run.
+    updates: Option<Subscription>,
     history_length: Option<u64>,
-    blocking: bool,
 }
 
 /// What the params' types do not say: a user message with a non-empty id and at least one part, files by

@@ -8,8 +8,9 @@
 //! - Bounded: an entry expires after [`IDLE_TTL`] without use, and the registry holds at most [`MAX_TASKS`];
 //!   when full, the least recently used task that is not running makes room (running tasks are never
 //!   dropped; when every task runs, a new one is refused with -32603).
-//! - The fan-out is a broadcast channel per run, dropped with the run so a finished task keeps no buffer. A
-//!   subscriber that falls behind (more than [`FANOUT`] updates) is resynchronised from the stored task.
+//! - The fan-out is a broadcast channel per run, made for its first subscriber (most runs have none: its
+//!   slots are 12 KiB) and dropped with the run so a finished task keeps no buffer. A subscriber that falls
+//!   behind (more than [`FANOUT`] updates) is resynchronised from the stored task.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -59,7 +60,8 @@ struct Entry {
 struct Run {
     generation: u64,
     cancel: Option<oneshot::Sender<CancelReason>>,
-    updates: broadcast::Sender<Update>,
+    /// The fan-out, once someone subscribed.
+    updates: Option<broadcast::Sender<Update>>,
     done: watch::Sender<()>,
 }
 
@@ -91,8 +93,6 @@ pub struct Started {
     /// The interrupt the new message answers, when it continues a paused task.
     pub resume: Option<String>,
     pub cancel: oneshot::Receiver<CancelReason>,
-    /// Subscribed before the run starts, so nothing is missed.
-    pub updates: broadcast::Receiver<Update>,
 }
 
 /// What `tasks/cancel` found.
@@ -108,7 +108,7 @@ pub enum Cancel {
     Wait(watch::Receiver<()>),
 }
 
-/// What `tasks/resubscribe` found.
+/// What a subscriber (`tasks/resubscribe`, or a blocking `message/send` waiting for the end) found.
 pub enum Subscription {
     /// A run goes on: its updates after `after`.
     Live {
@@ -194,11 +194,10 @@ impl Registry {
         entry.task.status = encoder::status(TaskState::Submitted, None);
         entry.touched = now;
         let (cancel_sender, cancel) = oneshot::channel();
-        let (updates_sender, updates) = broadcast::channel(FANOUT);
         entry.run = Some(Run {
             generation,
             cancel: Some(cancel_sender),
-            updates: updates_sender,
+            updates: None,
             done: watch::channel(()).0,
         });
         let started = Started {
@@ -208,7 +207,6 @@ impl Registry {
             task: entry.task.clone(),
             resume: entry.interrupt_id.take(),
             cancel,
-            updates,
         };
         tasks.contexts.insert(context_id, task_id);
         Ok(started)
@@ -303,7 +301,7 @@ impl Registry {
         Ok(with_history_length(entry.task.clone(), history_length))
     }
 
-    /// `tasks/resubscribe`.
+    /// The task's updates from now on, or its status when no run goes on.
     pub fn subscribe(&self, task_id: &str) -> Result<Subscription, RpcError> {
         let mut tasks = self.lock();
         let entry = tasks
@@ -311,9 +309,12 @@ impl Registry {
             .get_mut(task_id)
             .ok_or_else(|| RpcError::task_not_found(task_id))?;
         entry.touched = Instant::now();
-        Ok(match &entry.run {
+        Ok(match &mut entry.run {
             Some(run) => Subscription::Live {
-                updates: run.updates.subscribe(),
+                updates: run
+                    .updates
+                    .get_or_insert_with(|| broadcast::channel(FANOUT).0)
+                    .subscribe(),
                 after: entry.seq,
             },
             None => Subscription::Finished(Box::new(entry.current_update())),
@@ -446,9 +447,9 @@ impl Entry {
         }
         self.seq += 1;
         self.touched = Instant::now();
-        if let Some(run) = &self.run {
-            // No subscriber is fine.
-            let _ = run.updates.send(Update {
+        if let Some(updates) = self.run.as_ref().and_then(|run| run.updates.as_ref()) {
+            // No subscriber left is fine.
+            let _ = updates.send(Update {
                 seq: self.seq,
                 result: Arc::clone(result),
             });
@@ -674,7 +675,7 @@ mod tests {
     #[test]
     fn final_updates_end_the_run_and_reach_subscribers() {
         let registry = Registry::new();
-        let mut started = registry.begin(user("a")).unwrap();
+        let started = registry.begin(user("a")).unwrap();
         let Ok(Subscription::Live { mut updates, after }) = registry.subscribe(&started.task_id)
         else {
             panic!("live")
@@ -696,7 +697,6 @@ mod tests {
         registry.apply(&started.task_id, started.generation, &done, None);
         assert_eq!(updates.try_recv().unwrap().seq, 1);
         assert!(updates.try_recv().unwrap().is_final());
-        assert!(started.updates.try_recv().is_ok());
         assert!(matches!(
             registry.subscribe(&started.task_id),
             Ok(Subscription::Finished(update)) if update.is_final && update.status.state == TaskState::Completed
