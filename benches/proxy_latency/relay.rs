@@ -4,10 +4,11 @@
 //! beyond forwarding reads apart from what forwarding itself costs.
 
 use std::net::SocketAddr;
-use std::time::Duration;
 
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::oneshot;
+
+use crate::upstream::next_connection;
 
 /// Relays every connection accepted on `listener` to `upstream` until `shutdown`.
 pub async fn serve(
@@ -15,23 +16,11 @@ pub async fn serve(
     upstream: SocketAddr,
     mut shutdown: oneshot::Receiver<()>,
 ) {
-    loop {
-        let mut client = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => stream,
-                Err(error) => {
-                    eprintln!("relay: accept failed: {error}");
-                    tokio::time::sleep(Duration::from_millis(20)).await;
-                    continue;
-                }
-            },
-            _ = &mut shutdown => return,
-        };
+    while let Some(mut client) = next_connection(&listener, &mut shutdown, "relay").await {
         tokio::spawn(async move {
             let Ok(mut agent) = TcpStream::connect(upstream).await else {
                 return;
             };
-            let _ = client.set_nodelay(true);
             let _ = agent.set_nodelay(true);
             let _ = tokio::io::copy_bidirectional(&mut client, &mut agent).await;
         });

@@ -25,7 +25,7 @@ use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use hyper_util::server::graceful::GracefulShutdown;
 use serde_json::{json, Value};
-use tokio::net::{TcpListener, TcpSocket};
+use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio::sync::{oneshot, watch, Notify};
 use tokio::time::Instant;
 
@@ -244,20 +244,7 @@ impl PacedRun {
 pub async fn serve(listener: TcpListener, agent: Arc<Agent>, mut shutdown: oneshot::Receiver<()>) {
     let graceful = GracefulShutdown::new();
     let http = hyper::server::conn::http1::Builder::new();
-    loop {
-        let stream = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => stream,
-                Err(error) => {
-                    // Out of descriptors, most likely: back off instead of spinning.
-                    eprintln!("upstream: accept failed: {error}");
-                    tokio::time::sleep(Duration::from_millis(20)).await;
-                    continue;
-                }
-            },
-            _ = &mut shutdown => break,
-        };
-        let _ = stream.set_nodelay(true);
+    while let Some(stream) = next_connection(&listener, &mut shutdown, "upstream").await {
         let agent = Arc::clone(&agent);
         let service = service_fn(move |request| Arc::clone(&agent).answer(request));
         let connection = graceful.watch(http.serve_connection(TokioIo::new(stream), service));
@@ -267,6 +254,30 @@ pub async fn serve(listener: TcpListener, agent: Arc<Agent>, mut shutdown: onesh
     }
     drop(listener);
     let _ = tokio::time::timeout(Duration::from_secs(5), graceful.shutdown()).await;
+}
+
+/// The next connection accepted on `listener` (`TCP_NODELAY` set), or `None` once `shutdown` fires.
+pub async fn next_connection(
+    listener: &TcpListener,
+    shutdown: &mut oneshot::Receiver<()>,
+    who: &str,
+) -> Option<TcpStream> {
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => {
+                    let _ = stream.set_nodelay(true);
+                    return Some(stream);
+                }
+                Err(error) => {
+                    // Out of descriptors, most likely: back off instead of spinning.
+                    eprintln!("{who}: accept failed: {error}");
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            },
+            _ = &mut *shutdown => return None,
+        }
+    }
 }
 
 /// A listener with a backlog large enough for 1,000 connections arriving at once.
