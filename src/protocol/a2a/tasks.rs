@@ -8,9 +8,9 @@
 //! - Bounded: an entry expires after [`IDLE_TTL`] without use, and the registry holds at most [`MAX_TASKS`];
 //!   when full, the least recently used task that is not running makes room (running tasks are never
 //!   dropped; when every task runs, a new one is refused with -32603).
-//! - The fan-out is a broadcast channel per run, made for its first subscriber (most runs have none: its
-//!   slots are 12 KiB) and dropped with the run so a finished task keeps no buffer. A subscriber that falls
-//!   behind (more than [`FANOUT`] updates) is resynchronised from the stored task.
+//! - The fan-out is a broadcast channel per run, made for its first subscriber (most runs have none, and
+//!   its slots are about 10 KiB) and dropped with the run so a finished task keeps no buffer. A subscriber
+//!   that falls behind (more than [`FANOUT`] updates) is resynchronised from the stored task.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
