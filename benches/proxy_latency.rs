@@ -17,9 +17,10 @@
 //! Measured per step: time to first event (request start → first bytes of the stream), per-delta latency
 //! (receive time − send stamp) p50/p99, the p99 of the deltas sent once every stream had its first one (the
 //! step without its start-up burst), and throughput (deltas received / wall time of the step). The table
-//! gives proxy/direct ratios and the µs the proxy and the relay add. A second table shows where the CPU went (cores busy per
-//! runtime and in other processes on the machine, from `/proc`; the proxy's CPU time and allocations per
-//! delta) and how many connections the kernel dropped at a full accept queue (Linux only).
+//! gives proxy/direct ratios and the µs the proxy and the relay add. A second table shows where the CPU
+//! went (cores busy per runtime and in other processes on the machine, from `/proc`; the proxy's CPU time
+//! and allocations per delta) and how many connections the kernel dropped at a full accept queue (Linux
+//! only).
 //!
 //! Memory per open stream, before the levels: `BENCH_MEMORY_STREAMS` direct streams are opened and held by
 //! the agent after their first delta, then as many through the proxy on top; the proxy's share is the RSS
@@ -27,7 +28,8 @@
 //! live heap bytes the proxy's threads added (a counting allocator, [`system::Counting`]).
 //!
 //! At the end, one line per pair: added latency p50/p99 (the proxy's and the relay's) and throughput ratio
-//! at the largest level, memory per open stream, against issue 7's targets (≤ 50 µs p50, ≤ 500 µs p99, ≤ 32 KiB per stream).
+//! at the largest level, memory per open stream, against issue 7's targets (≤ 50 µs p50, ≤ 500 µs p99,
+//! ≤ 32 KiB per stream).
 //!
 //! Run: `cargo bench --bench proxy_latency`. Environment:
 //! - `BENCH_PAIRS=ag-ui>a2a,cmdc>ag-kit` (protocols `ag-ui`, `a2a`, `agentscope`, `ag-kit`, `cmdc`), or
