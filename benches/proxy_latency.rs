@@ -58,6 +58,7 @@ mod system;
 mod upstream;
 
 use std::io::BufRead;
+use std::num::NonZeroUsize;
 use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
@@ -67,6 +68,7 @@ use tokio::sync::oneshot;
 
 use agent_bridge::config::Config;
 use agent_bridge::server::Server;
+use agent_bridge::workers::Workers;
 
 use load::{Level, Target};
 use protocols::{Peer, Protocol};
@@ -326,7 +328,12 @@ fn run_pair(settings: &Settings, pair: Pair) -> i32 {
         system::raise_open_files(FDS_PER_STREAM * settings.most_streams() as u64 + FD_MARGIN);
 
     let upstream_rt = runtime(0, 1);
-    let proxy_rt = runtime(system::PROXY, settings.proxy_threads);
+    // As `agent-bridge` serves: threads with a single-threaded runtime each.
+    let proxy_threads = NonZeroUsize::new(settings.proxy_threads).expect("at least one thread");
+    let proxy_workers = Workers::start_with(proxy_threads, system::RUNTIMES[system::PROXY], || {
+        system::tag_thread(system::PROXY)
+    })
+    .expect("the proxy's threads");
     let client_rt = runtime(2, 1);
 
     let agent = upstream::Agent::new(pair.outbound, settings.events, settings.interval);
@@ -337,21 +344,26 @@ fn run_pair(settings: &Settings, pair: Pair) -> i32 {
     let (stop_upstream, upstream_stopped) = oneshot::channel();
     let upstream = upstream_rt.spawn(upstream::serve(listener, agent.clone(), upstream_stopped));
 
-    let server = proxy_rt
+    let server = client_rt
         .block_on(Server::bind(&proxy_config(pair, upstream_addr)))
         .expect("binding the proxy")
         .with_shutdown_grace(Duration::from_secs(2));
     let proxy_addr = server.local_addr();
-    let (stop_proxy, proxy_stopped) = oneshot::channel::<()>();
-    let proxy = proxy_rt.spawn(server.run(async {
-        let _ = proxy_stopped.await;
-    }));
-    let relay_listener = proxy_rt
-        .block_on(async { upstream::listen_local() })
+    let proxy = server
+        .start_on(&proxy_workers)
+        .expect("serving on the proxy's threads");
+    let relay_listener = client_rt
+        .block_on(async { upstream::listen_local()?.into_std() })
         .expect("binding the relay");
     let relay_addr = relay_listener.local_addr().expect("relay address");
-    let (stop_relay, relay_stopped) = oneshot::channel();
-    proxy_rt.spawn(relay::serve(relay_listener, upstream_addr, relay_stopped));
+    let mut stop_relays = Vec::new();
+    proxy_workers
+        .serve_each(relay_listener, |listener| {
+            let (stop, stopped) = oneshot::channel();
+            stop_relays.push(stop);
+            relay::serve(listener, upstream_addr, stopped)
+        })
+        .expect("serving the relay on the proxy's threads");
 
     let direct = Target {
         protocol: pair.outbound,
@@ -488,14 +500,16 @@ fn run_pair(settings: &Settings, pair: Pair) -> i32 {
 
     // Clean shutdown: the proxy and the relay first (they hold connections to the upstream), then the
     // upstream.
-    let _ = stop_relay.send(());
-    let _ = stop_proxy.send(());
-    let _ = proxy_rt.block_on(async { tokio::time::timeout(Duration::from_secs(5), proxy).await });
+    for stop in stop_relays {
+        let _ = stop.send(());
+    }
+    let _ = client_rt
+        .block_on(async { tokio::time::timeout(Duration::from_secs(5), proxy.stop()).await });
+    drop(proxy_workers);
     let _ = stop_upstream.send(());
     let _ = upstream_rt
         .block_on(async { tokio::time::timeout(Duration::from_secs(10), upstream).await });
     client_rt.shutdown_timeout(Duration::from_secs(1));
-    proxy_rt.shutdown_timeout(Duration::from_secs(1));
     upstream_rt.shutdown_timeout(Duration::from_secs(1));
 
     for message in &failed {

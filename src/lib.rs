@@ -17,3 +17,4 @@ pub mod sse;
 pub mod store;
 pub mod translate;
 pub mod upstream;
+pub mod workers;

@@ -1,12 +1,15 @@
+use std::num::NonZeroUsize;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
 use agent_bridge::config::{Config, ConfigError};
+use agent_bridge::error::Error;
+use agent_bridge::server::Server;
+use agent_bridge::workers::Workers;
 
 const DEFAULT_CONFIG: &str = "routes.toml";
-use agent_bridge::server::Server;
 
 /// A protocol-translation proxy for AI agents (AG-UI, A2A, AgentScope, AG-Kit, CMDC).
 #[derive(Parser)]
@@ -18,6 +21,9 @@ struct Cli {
     /// Listen address, overriding `listen` in the routes file (e.g. 0.0.0.0:8080).
     #[arg(long, global = true)]
     listen: Option<std::net::SocketAddr>,
+    /// Serving threads [default: one per CPU core].
+    #[arg(long, global = true)]
+    threads: Option<NonZeroUsize>,
     #[command(subcommand)]
     command: Option<Command>,
 }
@@ -49,7 +55,11 @@ fn main() -> ExitCode {
     if let Some(listen) = cli.listen {
         config.listen = listen;
     }
-    let runtime = match tokio::runtime::Runtime::new() {
+    // This thread's runtime only binds, and waits for the signal to stop: the serving threads have their own.
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
         Ok(runtime) => runtime,
         Err(error) => {
             eprintln!("error: cannot start the runtime: {error}");
@@ -63,7 +73,12 @@ fn main() -> ExitCode {
                 let file = cli.config.as_deref().unwrap_or(Path::new(DEFAULT_CONFIG));
                 println!("{}: ok ({} routes)", file.display(), config.routes.len());
             }),
-        Command::Serve => runtime.block_on(serve(config)),
+        Command::Serve => {
+            let threads = cli.threads.unwrap_or_else(|| {
+                std::thread::available_parallelism().unwrap_or(NonZeroUsize::MIN)
+            });
+            runtime.block_on(serve(config, threads))
+        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -87,9 +102,16 @@ fn load(path: Option<&Path>) -> Result<Config, ConfigError> {
     }
 }
 
-async fn serve(config: Config) -> agent_bridge::error::Result<()> {
+async fn serve(config: Config, threads: NonZeroUsize) -> agent_bridge::error::Result<()> {
+    let workers = Workers::start(threads, "agent-bridge")
+        .map_err(|e| Error::internal(format!("cannot start the serving threads: {e}")))?;
     let server = Server::bind(&config).await?;
-    tracing::info!("agent-bridge listening on http://{}", server.local_addr());
-    server.run(agent_bridge::server::shutdown_signal()).await;
+    tracing::info!(
+        "agent-bridge listening on http://{} ({threads} threads)",
+        server.local_addr()
+    );
+    let serving = server.start_on(&workers)?;
+    agent_bridge::server::shutdown_signal().await;
+    serving.stop().await;
     Ok(())
 }

@@ -20,6 +20,7 @@ use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::route::Route;
 use crate::store;
+use crate::workers::Workers;
 
 /// The local address of the connection a request came in on, in the request's extensions (an inbound that
 /// must name the proxy, such as an A2A agent card, falls back to it when the request has no `Host`).
@@ -63,49 +64,105 @@ impl Server {
             .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)))
     }
 
-    /// Serves until `shutdown` resolves; then stops accepting and lets open connections finish within the
-    /// grace period.
+    /// Serves on the current runtime until `shutdown` resolves; then stops accepting and lets open
+    /// connections finish within the grace period.
     pub async fn run(self, shutdown: impl Future<Output = ()>) {
+        let serving = self.start();
+        shutdown.await;
+        serving.stop().await;
+    }
+
+    /// Starts accepting on the current runtime.
+    pub fn start(self) -> Serving {
+        let (serving, connections) = Serving::new(self.routes, self.shutdown_grace);
+        tokio::spawn(accept(self.listener, connections));
+        serving
+    }
+
+    /// Starts accepting on every thread of `workers`: a connection is served on the thread that accepted it.
+    pub fn start_on(self, workers: &Workers) -> Result<Serving> {
+        let listener = self.listener.into_std().map_err(cannot_share)?;
+        let (serving, connections) = Serving::new(self.routes, self.shutdown_grace);
+        workers
+            .serve_each(listener, |listener| accept(listener, connections.clone()))
+            .map_err(cannot_share)?;
+        Ok(serving)
+    }
+}
+
+fn cannot_share(error: std::io::Error) -> Error {
+    Error::internal(format!(
+        "cannot share the listening socket with the serving threads: {error}"
+    ))
+}
+
+/// A server accepting connections. [`Serving::stop`] ends it gracefully; dropping it ends it too.
+pub struct Serving {
+    /// Changed to make the accept loops end and the connections close; closed once all of them are gone.
+    stop: watch::Sender<()>,
+    grace: Duration,
+}
+
+impl Serving {
+    fn new(routes: Arc<Routes>, grace: Duration) -> (Self, Connections) {
         let (stop, stopping) = watch::channel(());
-        let http = Arc::new(Http::default());
-        tokio::pin!(shutdown);
-        loop {
-            let (stream, peer) = tokio::select! {
-                accepted = self.listener.accept() => match accepted {
-                    Ok(accepted) => accepted,
-                    Err(error) => {
-                        tracing::warn!("accept failed: {error}");
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                        continue;
-                    }
-                },
-                () = &mut shutdown => break,
-            };
-            let routes = Arc::clone(&self.routes);
-            let http = Arc::clone(&http);
-            let stopping = stopping.clone();
-            tokio::spawn(async move {
-                if let Err(error) = http.serve(stream, routes, stopping).await {
-                    tracing::debug!(%peer, "connection ended with an error: {error}");
-                }
-            });
-        }
-        drop(self.listener);
+        let connections = Connections {
+            routes,
+            http: Arc::new(Http::default()),
+            stopping,
+        };
+        (Self { stop, grace }, connections)
+    }
+
+    /// Stops accepting, and lets open connections finish within the grace period.
+    pub async fn stop(self) {
         tracing::info!(
             "shutting down; waiting up to {:?} for open streams",
-            self.shutdown_grace
+            self.grace
         );
-        stop.send_replace(());
-        drop(stopping);
-        if tokio::time::timeout(self.shutdown_grace, stop.closed())
+        self.stop.send_replace(());
+        if tokio::time::timeout(self.grace, self.stop.closed())
             .await
             .is_err()
         {
             tracing::warn!(
                 "open streams did not finish within {:?}; closing them",
-                self.shutdown_grace
+                self.grace
             );
         }
+    }
+}
+
+/// What every connection is served with, whichever thread accepted it.
+#[derive(Clone)]
+struct Connections {
+    routes: Arc<Routes>,
+    http: Arc<Http>,
+    /// Changes when the server stops.
+    stopping: watch::Receiver<()>,
+}
+
+/// Accepts connections and serves each on a task of its own, until the server stops.
+async fn accept(listener: TcpListener, connections: Connections) {
+    let mut stopping = connections.stopping.clone();
+    loop {
+        let (stream, peer) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                Err(error) => {
+                    tracing::warn!("accept failed: {error}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            _ = stopping.changed() => return,
+        };
+        let connections = connections.clone();
+        tokio::spawn(async move {
+            if let Err(error) = connections.serve(stream).await {
+                tracing::debug!(%peer, "connection ended with an error: {error}");
+            }
+        });
     }
 }
 
@@ -132,18 +189,16 @@ impl Default for Http {
     }
 }
 
-impl Http {
+impl Connections {
     /// Serves one connection, HTTP/2 if it opens with the preface and HTTP/1.1 (with upgrades, for
-    /// WebSockets) otherwise, until it closes; once `stopping` changes, it closes after the request in
-    /// flight.
+    /// WebSockets) otherwise, until it closes; once the server stops, it closes after the request in flight.
     async fn serve(
         &self,
         stream: TcpStream,
-        routes: Arc<Routes>,
-        stopping: watch::Receiver<()>,
     ) -> std::result::Result<(), Box<dyn std::error::Error + Send + Sync>> {
         let _ = stream.set_nodelay(true);
         let local = stream.local_addr().ok().map(LocalAddr);
+        let routes = Arc::clone(&self.routes);
         let service = service_fn(move |mut request: Request<Incoming>| {
             if let Some(local) = local {
                 request.extensions_mut().insert(local);
@@ -159,11 +214,16 @@ impl Http {
             .await
             .map_err(|_| "no request within the time for one")??;
         let io = TokioIo::new(stream);
+        let stopping = self.stopping.clone();
         if http2 {
-            let connection = self.http2.serve_connection(io, service);
+            let connection = self.http.http2.serve_connection(io, service);
             until_stopped(connection, |c| c.graceful_shutdown(), stopping).await?;
         } else {
-            let connection = self.http1.serve_connection(io, service).with_upgrades();
+            let connection = self
+                .http
+                .http1
+                .serve_connection(io, service)
+                .with_upgrades();
             until_stopped(connection, |c| c.graceful_shutdown(), stopping).await?;
         }
         Ok(())

@@ -337,8 +337,25 @@ async fn refuses_connections(proxy: &Proxy) {
     .await;
 }
 
+/// The test's proxy: on the test's runtime, or on `threads` threads of its own as `agent-bridge` serves.
+async fn proxy_on(routes: &str, grace: Duration, threads: Option<usize>) -> Proxy {
+    match threads {
+        Some(threads) => Proxy::start_on_threads(routes, grace, threads).await,
+        None => Proxy::start_with_grace(routes, grace).await,
+    }
+}
+
 #[tokio::test]
 async fn shutdown_lets_a_running_stream_finish_and_refuses_new_connections() {
+    a_running_stream_finishes_after_shutdown(None).await;
+}
+
+#[tokio::test]
+async fn on_serving_threads_shutdown_lets_a_running_stream_finish_and_refuses_new_connections() {
+    a_running_stream_finishes_after_shutdown(Some(2)).await;
+}
+
+async fn a_running_stream_finishes_after_shutdown(threads: Option<usize>) {
     let upstream = Reply::sse()
         .event(started())
         .event(json!({"type": "TEXT_MESSAGE_START", "messageId": "m1", "role": "assistant"}))
@@ -349,8 +366,7 @@ async fn shutdown_lets_a_running_stream_finish_and_refuses_new_connections() {
         .event(finished())
         .serve()
         .await;
-    let mut proxy =
-        Proxy::start_with_grace(&pair_route(&upstream, ""), Duration::from_secs(5)).await;
+    let mut proxy = proxy_on(&pair_route(&upstream, ""), Duration::from_secs(5), threads).await;
     let run = input("t1", "r1", json!([user("u1", "hi")]));
     let mut stream = ag_ui::start(&proxy.url(PATH), &run).await;
     let mut events = stream.until("TEXT_MESSAGE_CONTENT").await;
@@ -368,6 +384,15 @@ async fn shutdown_lets_a_running_stream_finish_and_refuses_new_connections() {
 
 #[tokio::test]
 async fn shutdown_stops_waiting_for_a_stream_after_the_grace_period() {
+    a_hanging_stream_is_closed_after_the_grace_period(None).await;
+}
+
+#[tokio::test]
+async fn on_serving_threads_shutdown_stops_waiting_for_a_stream_after_the_grace_period() {
+    a_hanging_stream_is_closed_after_the_grace_period(Some(2)).await;
+}
+
+async fn a_hanging_stream_is_closed_after_the_grace_period(threads: Option<usize>) {
     let upstream = Reply::sse()
         .event(started())
         .events(text("m1", &["forever"]).into_iter().take(2))
@@ -375,7 +400,7 @@ async fn shutdown_stops_waiting_for_a_stream_after_the_grace_period() {
         .serve()
         .await;
     let grace = Duration::from_millis(300);
-    let mut proxy = Proxy::start_with_grace(&pair_route(&upstream, ""), grace).await;
+    let mut proxy = proxy_on(&pair_route(&upstream, ""), grace, threads).await;
     let run = input("t1", "r1", json!([user("u1", "hi")]));
     let mut stream = ag_ui::start(&proxy.url(PATH), &run).await;
     stream.until("TEXT_MESSAGE_CONTENT").await;
@@ -390,6 +415,43 @@ async fn shutdown_stops_waiting_for_a_stream_after_the_grace_period() {
         took < grace + Duration::from_secs(2),
         "the server stopped at the end of it: {took:?}"
     );
+}
+
+#[tokio::test]
+async fn on_serving_threads_concurrent_streams_each_get_their_whole_reply() {
+    let upstream = Reply::sse()
+        .event(started())
+        .events(text("m1", &["one ", "two ", "three"]))
+        .event(finished())
+        .serve()
+        .await;
+    let proxy =
+        Proxy::start_on_threads(&pair_route(&upstream, ""), Duration::from_secs(5), 2).await;
+
+    let runs = (0..16).map(|i| {
+        let url = proxy.url(PATH);
+        async move {
+            let run = input(
+                &format!("t{i}"),
+                &format!("r{i}"),
+                json!([user("u1", "hi")]),
+            );
+            let mut stream = ag_ui::start(&url, &run).await;
+            let events = stream.rest().await;
+            ag_ui::check(&stream.raw, &events, &run, Profile::CONSERVATIVE);
+            (
+                ag_ui::text_of(&events),
+                events.last().map(|e| e["type"].clone()),
+            )
+        }
+    });
+    let replies = within("16 streams at once", futures_util::future::join_all(runs)).await;
+
+    for (text, last) in replies {
+        assert_eq!(text, "one two three");
+        assert_eq!(last, Some(json!("RUN_FINISHED")));
+    }
+    assert_eq!(upstream.received().len(), 16, "every run reached the agent");
 }
 
 // --- agent-bridge check ----------------------------------------------------------------------------------
@@ -526,4 +588,70 @@ async fn healthz_with_another_method_is_refused_with_405_and_allow() {
 
     assert_eq!(response.header("allow"), "GET");
     refused(response, 405, "METHOD_NOT_ALLOWED").await;
+}
+
+// --- agent-bridge serve ----------------------------------------------------------------------------------
+
+/// The `agent-bridge` process; killed on drop, so a failing test leaves none behind.
+struct Running(std::process::Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The address `agent-bridge` logs once it listens, read from its standard error.
+fn listening_address(stderr: impl std::io::Read + Send + 'static) -> String {
+    let (found, address) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stderr).lines() {
+            let Ok(line) = line else { return };
+            if let Some((_, rest)) = line.split_once("listening on http://") {
+                let address = rest.split_whitespace().next().unwrap_or_default();
+                let _ = found.send(address.to_owned());
+            }
+        }
+    });
+    address
+        .recv_timeout(Duration::from_secs(10))
+        .expect("agent-bridge logs its address within 10 s")
+}
+
+#[cfg(unix)]
+#[tokio::test]
+async fn agent_bridge_serves_the_echo_routes_on_its_threads_and_stops_on_sigterm() {
+    let empty = std::env::temp_dir().join(format!("agent-bridge-serve-dir-{}", std::process::id()));
+    std::fs::create_dir_all(&empty).expect("create an empty directory");
+    let mut process = Running(
+        Command::new(env!("CARGO_BIN_EXE_agent-bridge"))
+            .args(["--listen", "127.0.0.1:0", "--threads", "2"])
+            .current_dir(&empty)
+            .env("RUST_LOG", "info")
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("start agent-bridge"),
+    );
+    let address = listening_address(process.0.stderr.take().expect("its standard error"));
+    let _ = std::fs::remove_dir(&empty);
+
+    let run = input("t1", "r1", json!([user("u1", "hello from a client")]));
+    let events = ag_ui::run(&format!("http://{address}/echo/ag-ui"), &run).await;
+    assert_eq!(ag_ui::text_of(&events), "hello from a client");
+
+    // SAFETY: kill(2) on the pid of a child this test started and has not reaped.
+    let signalled = unsafe { libc::kill(process.0.id() as libc::pid_t, libc::SIGTERM) };
+    assert_eq!(signalled, 0, "SIGTERM sent");
+    let status = within("agent-bridge to exit after SIGTERM", async {
+        loop {
+            if let Some(status) = process.0.try_wait().expect("its status") {
+                return status;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    assert!(status.success(), "agent-bridge exited with {status}");
 }

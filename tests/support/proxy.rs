@@ -1,10 +1,12 @@
 //! The proxy, in-process, on a real socket.
 
 use std::net::SocketAddr;
+use std::num::NonZeroUsize;
 use std::time::Duration;
 
 use agent_bridge::config::Config;
 use agent_bridge::server::Server;
+use agent_bridge::workers::Workers;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
@@ -15,6 +17,8 @@ pub struct Proxy {
     addr: SocketAddr,
     shutdown: Option<oneshot::Sender<()>>,
     task: Option<JoinHandle<()>>,
+    /// The serving threads, when it serves on threads of its own as `agent-bridge` does; dropped last.
+    _workers: Option<Workers>,
 }
 
 impl Proxy {
@@ -25,6 +29,16 @@ impl Proxy {
 
     /// Serves `routes`, letting open streams run for `grace` after a shutdown.
     pub async fn start_with_grace(routes: &str, grace: Duration) -> Proxy {
+        Self::serve(routes, grace, None).await
+    }
+
+    /// Serves `routes` as `agent-bridge` does: on `threads` threads of its own, not the test's runtime.
+    pub async fn start_on_threads(routes: &str, grace: Duration, threads: usize) -> Proxy {
+        let threads = NonZeroUsize::new(threads).expect("at least one thread");
+        Self::serve(routes, grace, Some(threads)).await
+    }
+
+    async fn serve(routes: &str, grace: Duration, threads: Option<NonZeroUsize>) -> Proxy {
         let text = format!("listen = \"127.0.0.1:0\"\n{routes}");
         let config = Config::parse(&text, "test.toml")
             .unwrap_or_else(|error| panic!("the test's routes do not parse: {error}"));
@@ -33,15 +47,23 @@ impl Proxy {
             .unwrap_or_else(|error| panic!("the proxy did not start: {error}"))
             .with_shutdown_grace(grace);
         let addr = server.local_addr();
+        let workers =
+            threads.map(|threads| Workers::start(threads, "proxy").expect("the serving threads"));
+        let serving = match &workers {
+            Some(workers) => server.start_on(workers).expect("serving on the threads"),
+            None => server.start(),
+        };
         let (shutdown, signal) = oneshot::channel::<()>();
-        let task = tokio::spawn(server.run(async {
+        let task = tokio::spawn(async move {
             // A dropped sender shuts down too.
             let _ = signal.await;
-        }));
+            serving.stop().await;
+        });
         Proxy {
             addr,
             shutdown: Some(shutdown),
             task: Some(task),
+            _workers: workers,
         }
     }
 
@@ -61,7 +83,7 @@ impl Proxy {
         }
     }
 
-    /// Waits until the server has returned from `run` (bounded by [`super::WAIT`]).
+    /// Waits until the server has stopped (bounded by [`super::WAIT`]).
     pub async fn stopped(&mut self) {
         if let Some(task) = self.task.take() {
             within("the proxy to stop", task)
