@@ -1,6 +1,9 @@
 //! The pooled client every outbound uses to reach its upstream: HTTP/1.1 and HTTP/2, TLS for https
-//! upstreams, a connect timeout, and the route's configured headers.
+//! upstreams, a connect timeout, the route's configured headers, and a pool of connections per thread.
 
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -21,17 +24,29 @@ const ERROR_BODY_LIMIT: usize = 64 * 1024;
 const ERROR_BODY_TIMEOUT: Duration = Duration::from_secs(5);
 /// How many bytes one read from an upstream connection takes at most.
 const UPSTREAM_READ_BUFFER: usize = 4096;
-/// How many idle connections to one upstream are kept for reuse. Each holds about 25 KiB of buffers; a
-/// burst of a thousand streams would otherwise leave a thousand of them behind, and a CMDC session leaves
-/// one behind for as long as it streams (its prompt's, while its events hold another).
+/// How many idle connections to one upstream each thread keeps for reuse. Each holds about 25 KiB of
+/// buffers; a burst of a thousand streams would otherwise leave a thousand of them behind, and a CMDC session
+/// leaves one behind for as long as it streams (its prompt's, while its events hold another).
 const IDLE_CONNECTIONS_PER_UPSTREAM: usize = 64;
+
+type HttpClient = Client<HttpsConnector<HttpConnector>, Full<Bytes>>;
 
 /// One route's view of its upstream: where it is, and what to send with every request.
 #[derive(Clone)]
 pub struct Upstream {
-    client: Client<HttpsConnector<HttpConnector>, Full<Bytes>>,
+    /// Names this upstream's connection pools: each thread keeps its own (see [`Upstream::client`]).
+    pool: u64,
+    connector: HttpsConnector<HttpConnector>,
     uri: Uri,
     headers: Vec<(HeaderName, HeaderValue)>,
+}
+
+/// The pool names handed out so far.
+static POOLS: AtomicU64 = AtomicU64::new(0);
+
+thread_local! {
+    /// This thread's clients, by pool name.
+    static CLIENTS: RefCell<HashMap<u64, HttpClient>> = RefCell::new(HashMap::new());
 }
 
 impl Upstream {
@@ -44,23 +59,38 @@ impl Upstream {
         http.set_connect_timeout(Some(connect_timeout));
         http.set_nodelay(true);
         http.enforce_http(false);
-        let https = hyper_rustls::HttpsConnectorBuilder::new()
+        let connector = hyper_rustls::HttpsConnectorBuilder::new()
             .with_webpki_roots()
             .https_or_http()
             .enable_http1()
             .enable_http2()
             .wrap_connector(http);
-        // hyper reads into 8 KiB, growing to 16 KiB, per connection; a stream holds its connection for as long
-        // as it runs, and an agent's events are far smaller. A larger event is read in several reads.
-        let client = Client::builder(TokioExecutor::new())
-            .http1_read_buf_exact_size(UPSTREAM_READ_BUFFER)
-            .pool_max_idle_per_host(IDLE_CONNECTIONS_PER_UPSTREAM)
-            .build(https);
         Self {
-            client,
+            pool: POOLS.fetch_add(1, Ordering::Relaxed),
+            connector,
             uri,
             headers,
         }
+    }
+
+    /// The calling thread's client for this upstream. A connection is reused only by the thread that opened
+    /// it: one shared pool would hand a serving thread connections that another thread's runtime drives, and
+    /// every event read on them would then cross threads (src/workers.rs).
+    fn client(&self) -> HttpClient {
+        CLIENTS.with_borrow_mut(|clients| {
+            clients
+                .entry(self.pool)
+                .or_insert_with(|| {
+                    // hyper reads into 8 KiB, growing to 16 KiB, per connection; a stream holds its
+                    // connection for as long as it runs, and an agent's events are far smaller. A larger
+                    // event is read in several reads.
+                    Client::builder(TokioExecutor::new())
+                        .http1_read_buf_exact_size(UPSTREAM_READ_BUFFER)
+                        .pool_max_idle_per_host(IDLE_CONNECTIONS_PER_UPSTREAM)
+                        .build(self.connector.clone())
+                })
+                .clone()
+        })
     }
 
     /// The configured upstream URL.
@@ -142,7 +172,7 @@ impl Upstream {
             }
         }
         let uri = request.uri().clone();
-        self.client.request(request).await.map_err(|e| {
+        self.client().request(request).await.map_err(|e| {
             Error::upstream_unreachable(format!("upstream {uri} unreachable: {}", error_chain(&e)))
         })
     }
@@ -185,4 +215,80 @@ fn error_chain(error: &dyn std::error::Error) -> String {
         source = cause.source();
     }
     text
+}
+
+#[cfg(test)]
+mod tests {
+    use std::convert::Infallible;
+    use std::sync::atomic::AtomicUsize;
+    use std::sync::Arc;
+
+    use hyper::server::conn::http1;
+    use hyper::service::service_fn;
+    use hyper_util::rt::TokioIo;
+
+    use super::*;
+
+    /// An HTTP server answering `{}` to everything, and how many connections it accepted.
+    async fn counting_server() -> (Uri, Arc<AtomicUsize>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let uri = format!("http://{}/", listener.local_addr().unwrap());
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let count = Arc::clone(&accepted);
+        tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                count.fetch_add(1, Ordering::SeqCst);
+                let answer = service_fn(|_| async {
+                    Ok::<_, Infallible>(Response::new(Full::new(Bytes::from_static(b"{}"))))
+                });
+                tokio::spawn(http1::Builder::new().serve_connection(TokioIo::new(stream), answer));
+            }
+        });
+        (uri.parse().unwrap(), accepted)
+    }
+
+    /// One whole request; its connection then goes back to the calling thread's pool.
+    async fn fetch(upstream: &Upstream) {
+        let response = upstream.get(upstream.uri().clone(), "*/*").await.unwrap();
+        response.into_body().collect().await.unwrap();
+        // hyper returns the connection to the pool on a task of its own.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    #[tokio::test]
+    async fn a_connection_is_reused_by_the_thread_that_opened_it_and_no_other() {
+        let (uri, accepted) = counting_server().await;
+        let upstream = Upstream::new(uri, Vec::new(), Duration::from_secs(5));
+
+        fetch(&upstream).await;
+        fetch(&upstream).await;
+        assert_eq!(accepted.load(Ordering::SeqCst), 1, "reused on this thread");
+
+        let other = upstream.clone();
+        let (done, finished) = tokio::sync::oneshot::channel();
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            runtime.block_on(fetch(&other));
+            let _ = done.send(());
+        });
+        tokio::time::timeout(Duration::from_secs(10), finished)
+            .await
+            .expect("the other thread's request within 10 s")
+            .unwrap();
+        assert_eq!(
+            accepted.load(Ordering::SeqCst),
+            2,
+            "another thread opens its own"
+        );
+
+        fetch(&upstream).await;
+        assert_eq!(
+            accepted.load(Ordering::SeqCst),
+            2,
+            "still reused on this thread"
+        );
+    }
 }

@@ -163,6 +163,21 @@ async fn two_subscribers_both_get_every_event() {
 }
 
 #[tokio::test]
+async fn on_serving_threads_a_prompt_streams_to_subscribers_on_other_connections() {
+    let proxy = Proxy::start_on_threads(&echo_route(""), Duration::from_secs(5), 2).await;
+    let session = create(&proxy, "sk-a", json!({"model": "m"})).await;
+    let mut first = subscribe(&proxy, "sk-a", &session).await;
+    let mut second = subscribe(&proxy, "sk-a", &session).await;
+    prompt(&proxy, "sk-a", &session, "one two three").await;
+
+    let a = all(&mut first).await;
+    let b = all(&mut second).await;
+    assert_eq!(a, b);
+    assert_eq!(streamed_text(&a), "one two three");
+    assert_eq!(names(&a).last(), Some(&"agent_end"));
+}
+
+#[tokio::test]
 async fn a_prompt_while_busy_is_queued_and_runs_next() {
     let proxy = echo_gateway().await;
     let session = create(&proxy, "sk-a", json!({"model": "m"})).await;

@@ -57,10 +57,15 @@ impl Runner {
         state.busy = true;
         state.status = Status::Working;
         let run = session.new_run(&mut state);
+        let runtime = state.subscriber_runtime.clone();
         drop(state);
         let runner = Arc::clone(self);
         let session = Arc::clone(session);
-        tokio::spawn(async move { runner.drive(session, run, queued).await });
+        let drive = async move { runner.drive(session, run, queued).await };
+        match runtime {
+            Some(runtime) => runtime.spawn(drive),
+            None => tokio::spawn(drive),
+        };
         false
     }
 

@@ -14,6 +14,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
+use tokio::runtime::Handle;
 use tokio::sync::{mpsc, watch};
 
 use super::wire::{self, CallbackTool, Event};
@@ -189,6 +190,9 @@ pub struct State {
     pub messages: Vec<Value>,
     /// Whether a run is going on (running or paused).
     pub busy: bool,
+    /// The runtime of the latest subscriber. A run is driven there, on the thread that streams its events,
+    /// rather than on the one its prompt came in on: its events then cross no thread (src/workers.rs).
+    pub subscriber_runtime: Option<Handle>,
     next_run: u64,
 }
 
@@ -292,6 +296,7 @@ impl Session {
     }
 
     fn follower(self: &Arc<Self>, single: bool) -> Follower {
+        self.state().subscriber_runtime = Handle::try_current().ok();
         let current = self.current.borrow().clone();
         let (run, last_seq) = match current.run {
             Some(run) if !run.is_consumed() => {
