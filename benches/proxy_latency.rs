@@ -2,13 +2,14 @@
 //! differences and ratios against a direct connection to the same upstream measured in the same run (so a
 //! busy machine distorts both sides alike).
 //!
-//! Each pair X → Y runs in a process of its own (so its memory readings start clean), on three tokio
-//! runtimes with their own threads so the load does not starve the proxy:
+//! Each pair X → Y runs in a process of its own (so its memory readings start clean), on threads of three
+//! kinds so the load does not starve the proxy:
 //! - `upstream`: a scripted agent of protocol Y on 127.0.0.1:0 ([`upstream`]): each run streams `EVENTS`
 //!   text deltas one `INTERVAL` apart, each delta's text its send stamp `@<ns>;`.
-//! - `proxy`: agent-bridge itself ([`Server`]), one route X inbound → Y outbound to that agent.
+//! - `proxy`: agent-bridge itself ([`Server`]), one route X inbound → Y outbound to that agent, served as
+//!   `agent-bridge` serves: on threads with a single-threaded runtime each ([`Workers`]).
 //! - `clients`: for 1, 100 and 1,000 concurrent streams, first DIRECT (a Y client → the Y agent), then
-//!   through a bare RELAY on the proxy's runtime (a Y client → a byte-copying TCP relay → the Y agent,
+//!   through a bare RELAY on the proxy's threads (a Y client → a byte-copying TCP relay → the Y agent,
 //!   [`relay`]: what one more hop costs any proxy here), then THROUGH the proxy (an X client → proxy → the
 //!   Y agent). Each stream opens its own HTTP/1.1 connection(s) and makes one run. What each protocol's
 //!   client sends and agent answers is one table, [`protocols`]; the stamps are read from the raw bytes,

@@ -1,5 +1,5 @@
 //! The floor of any proxy: a relay that copies bytes both ways between each client connection and a
-//! connection of its own to the agent, understanding nothing. Run on the proxy's runtime, it shows what one
+//! connection of its own to the agent, understanding nothing. Run on the proxy's threads, it shows what one
 //! more loopback hop and the threads that carry it cost on this machine, so that what agent-bridge adds
 //! beyond forwarding reads apart from what forwarding itself costs.
 
