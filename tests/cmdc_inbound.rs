@@ -149,26 +149,21 @@ async fn a_subscriber_connecting_after_the_prompt_gets_the_whole_run() {
 
 #[tokio::test]
 async fn two_subscribers_both_get_every_event() {
-    let proxy = echo_gateway().await;
-    let session = create(&proxy, "sk-a", json!({"model": "m"})).await;
-    let mut first = subscribe(&proxy, "sk-a", &session).await;
-    let mut second = subscribe(&proxy, "sk-a", &session).await;
-    prompt(&proxy, "sk-a", &session, "one two three").await;
-
-    let a = all(&mut first).await;
-    let b = all(&mut second).await;
-    assert_eq!(a, b);
-    assert_eq!(streamed_text(&a), "one two three");
-    assert_eq!(names(&a).last(), Some(&"agent_end"));
+    both_subscribers_get_the_prompted_run(&echo_gateway().await).await;
 }
 
 #[tokio::test]
 async fn on_serving_threads_a_prompt_streams_to_subscribers_on_other_connections() {
     let proxy = Proxy::start_on_threads(&echo_route(""), Duration::from_secs(5), 2).await;
-    let session = create(&proxy, "sk-a", json!({"model": "m"})).await;
-    let mut first = subscribe(&proxy, "sk-a", &session).await;
-    let mut second = subscribe(&proxy, "sk-a", &session).await;
-    prompt(&proxy, "sk-a", &session, "one two three").await;
+    both_subscribers_get_the_prompted_run(&proxy).await;
+}
+
+/// Two subscribers to a new session, then a prompt: each gets the whole run.
+async fn both_subscribers_get_the_prompted_run(proxy: &Proxy) {
+    let session = create(proxy, "sk-a", json!({"model": "m"})).await;
+    let mut first = subscribe(proxy, "sk-a", &session).await;
+    let mut second = subscribe(proxy, "sk-a", &session).await;
+    prompt(proxy, "sk-a", &session, "one two three").await;
 
     let a = all(&mut first).await;
     let b = all(&mut second).await;
