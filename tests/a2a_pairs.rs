@@ -104,6 +104,33 @@ async fn agui_to_a2a_artifact_chunks_stream_as_agui_text_messages() {
 }
 
 #[tokio::test]
+async fn agui_to_a2a_run_starts_when_the_agent_works_not_at_its_first_words() {
+    let task = a2a::task("task-1", "ctx-up-1");
+    let agent = Agent::new()
+        .on(
+            "message/stream",
+            a2a::stream([task.submitted(), task.working()])
+                .gate()
+                .chunks(&task, "a1", &["Sunny."])
+                .then(task.completed()),
+        )
+        .serve()
+        .await;
+    let proxy = agui_to_a2a(&agent, "").await;
+    let input = weather("thread-1", "run-1");
+
+    let mut stream = ag_ui::start(&proxy.url(PATH), &input).await;
+    // The agent is held at its gate, working but silent.
+    let mut events = stream.until("RUN_STARTED").await;
+    assert_eq!(ag_ui::types(&events), ["RUN_STARTED"]);
+    agent.release();
+    events.extend(stream.rest().await);
+
+    ag_ui::check(&stream.raw, &events, &input, ag_ui::Profile::CONSERVATIVE);
+    assert_eq!(ag_ui::text_of(&events), "Sunny.");
+}
+
+#[tokio::test]
 async fn agui_to_a2a_agent_receives_only_the_new_user_message_and_no_version_header() {
     let task = a2a::task("task-1", "ctx-up-1");
     let agent = Agent::new()

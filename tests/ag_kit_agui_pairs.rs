@@ -564,6 +564,32 @@ async fn agui_to_agkit_streams_text_in_order() {
 }
 
 #[tokio::test]
+async fn agui_to_agkit_run_starts_when_the_agent_answers_not_at_its_first_words() {
+    // v0 has no event for a started run: the agent's open stream is the sign.
+    let upstream = Reply::sse()
+        .gate()
+        .event(kit::text("Sunny."))
+        .frame("data: [DONE]\n\n")
+        .serve()
+        .await;
+    let proxy = proxy("ag-ui", "ag-kit", &upstream).await;
+    let input = ag_ui::input(
+        "thread-1",
+        "run-1",
+        json!([ag_ui::user("u1", "Weather in Paris?")]),
+    );
+
+    let mut stream = ag_ui::start(&agui(&proxy), &input).await;
+    let mut events = stream.until("RUN_STARTED").await;
+    assert_eq!(ag_ui::types(&events), ["RUN_STARTED"]);
+    upstream.release();
+    events.extend(stream.rest().await);
+
+    ag_ui::check(&stream.raw, &events, &input, ag_ui::Profile::CONSERVATIVE);
+    assert_eq!(ag_ui::text_of(&events), "Sunny.");
+}
+
+#[tokio::test]
 async fn agui_to_agkit_server_tool_call_and_its_result_arrive_then_text() {
     let mut events = kit::call("s1", "get_weather", &["{\"city\":\"Beijing\"}"]);
     events.push(kit::result("s1", "sunny, 25C"));

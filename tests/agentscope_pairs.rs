@@ -429,6 +429,27 @@ async fn agui_to_agentscope_streams_the_text_in_order() {
 }
 
 #[tokio::test]
+async fn agui_to_agentscope_run_starts_when_the_runtime_does_not_at_its_first_words() {
+    let runtime = scope::runtime([Run::new().gate().text(&["Sunny."]).completed()]).await;
+    let proxy = proxy("ag-ui", "agentscope", Some(&runtime.url())).await;
+    let input = ag_ui::input(
+        "thread-1",
+        "run-1",
+        json!([ag_ui::user("u1", "Weather in Paris?")]),
+    );
+
+    let mut stream = ag_ui::start(&proxy.url(PATH), &input).await;
+    // The runtime is held at its gate after `created` and `in_progress`.
+    let mut events = stream.until("RUN_STARTED").await;
+    assert_eq!(ag_ui::types(&events), ["RUN_STARTED"]);
+    runtime.release();
+    events.extend(stream.rest().await);
+
+    ag_ui::check(&stream.raw, &events, &input, ag_ui::Profile::CONSERVATIVE);
+    assert_eq!(ag_ui::text_of(&events), "Sunny.");
+}
+
+#[tokio::test]
 async fn agui_to_agentscope_plugin_call_and_output_are_a_tool_call_and_result_then_text() {
     let runtime = scope::runtime([weather_tool_run()]).await;
     let proxy = proxy("ag-ui", "agentscope", Some(&runtime.url())).await;

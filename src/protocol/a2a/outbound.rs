@@ -911,7 +911,7 @@ impl Decoder {
     ) {
         use wire::TaskState as S;
         let state = status.state;
-        self.state = Some(state);
+        let previous = self.state.replace(state);
         let (text, data) = match status.message {
             Some(message) => {
                 let id = message.message_id.clone();
@@ -934,6 +934,11 @@ impl Decoder {
         }
         match state {
             S::Submitted | S::Working => {
+                // Said at once, not left to the first content: a client shows the run as started while
+                // the agent thinks.
+                if !matches!(previous, Some(S::Submitted | S::Working)) {
+                    out.push(Event::RunStarted);
+                }
                 self.status_text(task_id, text, out);
                 if is_final {
                     debug!(
@@ -1544,7 +1549,7 @@ mod tests {
         );
         assert_eq!(decoder.running_task(), Some("t"));
         assert_eq!(decoder.end_of_stream(&mut out), Some("t".to_owned()));
-        assert!(out.is_empty());
+        assert!(matches!(out[..], [Event::RunStarted]), "{out:?}");
     }
 
     #[test]
@@ -1554,6 +1559,8 @@ mod tests {
         let data = json!({"jsonrpc": "2.0", "id": "r", "result": status("working", None, true)});
         assert!(decoder.decode(&data.to_string(), &mut out).unwrap());
         assert_eq!(decoder.end_of_stream(&mut out), Some("t".to_owned()));
+        assert!(matches!(out[..], [Event::RunStarted]), "{out:?}");
+        out.clear();
         let answer = json!({"jsonrpc": "2.0", "id": "q", "result": {"kind": "task", "id": "t",
             "contextId": "c", "status": {"state": "auth-required"}}});
         decoder.decode_task_query(&answer.to_string(), &mut out);

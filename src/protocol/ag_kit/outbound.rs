@@ -60,6 +60,8 @@ impl Outbound {
                 String::from_utf8_lossy(&body).trim()
             )));
         }
+        // v0 has no event for it: the stream being open is the sign the agent took the run.
+        context.emit(Event::RunStarted).await?;
         let mut reader = SseReader::new(response.into_body(), MAX_EVENT_BYTES);
         let mut decoder = Decoder::default();
         let mut events = Vec::new();

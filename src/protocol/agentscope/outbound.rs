@@ -682,11 +682,12 @@ impl Decoder {
                 ),
                 out,
             ),
-            // created, in_progress, queued, unknown: RunStarted is the normalizer's.
-            wire::RunStatus::Created
-            | wire::RunStatus::InProgress
-            | wire::RunStatus::Queued
-            | wire::RunStatus::Unknown => {}
+            // Said at once, not left to the first content: a client shows the run as started while the
+            // agent thinks. Repeats are the normalizer's to drop.
+            wire::RunStatus::Created | wire::RunStatus::InProgress | wire::RunStatus::Queued => {
+                out.push(Event::RunStarted)
+            }
+            wire::RunStatus::Unknown => {}
             wire::RunStatus::Other(status) => {
                 debug!(%status, "an AgentScope response status this proxy does not know; ignored")
             }
