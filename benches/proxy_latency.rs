@@ -353,19 +353,18 @@ fn run_pair(settings: &Settings, pair: Pair) -> i32 {
     let proxy = server
         .start_on(&proxy_workers)
         .expect("serving on the proxy's threads");
-    let relay_spawner = proxy_workers.spawner();
-    let relay_listener = {
-        let _runtime = relay_spawner.first().enter();
-        upstream::listen_local().expect("binding the relay")
-    };
+    let relay_listener = client_rt
+        .block_on(async { upstream::listen_local()?.into_std() })
+        .expect("binding the relay");
     let relay_addr = relay_listener.local_addr().expect("relay address");
-    let (stop_relay, relay_stopped) = oneshot::channel();
-    relay_spawner.first().clone().spawn(relay::serve(
-        relay_listener,
-        upstream_addr,
-        relay_spawner,
-        relay_stopped,
-    ));
+    let mut stop_relays = Vec::new();
+    proxy_workers
+        .serve_each(relay_listener, |listener| {
+            let (stop, stopped) = oneshot::channel();
+            stop_relays.push(stop);
+            relay::serve(listener, upstream_addr, stopped)
+        })
+        .expect("serving the relay on the proxy's threads");
 
     let direct = Target {
         protocol: pair.outbound,
@@ -502,7 +501,9 @@ fn run_pair(settings: &Settings, pair: Pair) -> i32 {
 
     // Clean shutdown: the proxy and the relay first (they hold connections to the upstream), then the
     // upstream.
-    let _ = stop_relay.send(());
+    for stop in stop_relays {
+        let _ = stop.send(());
+    }
     let _ = client_rt
         .block_on(async { tokio::time::timeout(Duration::from_secs(5), proxy.stop()).await });
     drop(proxy_workers);

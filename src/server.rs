@@ -20,7 +20,7 @@ use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::route::Route;
 use crate::store;
-use crate::workers::{Spawner, Workers};
+use crate::workers::Workers;
 
 /// The local address of the connection a request came in on, in the request's extensions (an inbound that
 /// must name the proxy, such as an A2A agent card, falls back to it when the request has no `Host`).
@@ -75,30 +75,24 @@ impl Server {
     /// Starts accepting on the current runtime.
     pub fn start(self) -> Serving {
         let (serving, connections) = Serving::new(self.routes, self.shutdown_grace);
-        tokio::spawn(accept(self.listener, connections, Placement::Here));
+        tokio::spawn(accept(self.listener, connections));
         serving
     }
 
-    /// Starts serving on the threads of `workers`: the first one accepts, and hands each connection to the
-    /// thread serving the fewest.
+    /// Starts accepting on every thread of `workers`: a connection is served on the thread that accepted it.
     pub fn start_on(self, workers: &Workers) -> Result<Serving> {
-        let spawner = workers.spawner();
         let listener = self.listener.into_std().map_err(cannot_share)?;
-        let listener = {
-            // Registered with the accepting thread's runtime, not the caller's.
-            let _runtime = spawner.first().enter();
-            TcpListener::from_std(listener).map_err(cannot_share)?
-        };
         let (serving, connections) = Serving::new(self.routes, self.shutdown_grace);
-        let first = spawner.first().clone();
-        first.spawn(accept(listener, connections, Placement::Threads(spawner)));
+        workers
+            .serve_each(listener, |listener| accept(listener, connections.clone()))
+            .map_err(cannot_share)?;
         Ok(serving)
     }
 }
 
 fn cannot_share(error: std::io::Error) -> Error {
     Error::internal(format!(
-        "cannot hand the listening socket to the serving threads: {error}"
+        "cannot share the listening socket with the serving threads: {error}"
     ))
 }
 
@@ -148,16 +142,8 @@ struct Connections {
     stopping: watch::Receiver<()>,
 }
 
-/// Where accepted connections are served.
-enum Placement {
-    /// On the accepting runtime.
-    Here,
-    /// Each on the serving thread with the fewest.
-    Threads(Spawner),
-}
-
 /// Accepts connections and serves each on a task of its own, until the server stops.
-async fn accept(listener: TcpListener, connections: Connections, placement: Placement) {
+async fn accept(listener: TcpListener, connections: Connections) {
     let mut stopping = connections.stopping.clone();
     loop {
         let (stream, peer) = tokio::select! {
@@ -172,21 +158,11 @@ async fn accept(listener: TcpListener, connections: Connections, placement: Plac
             _ = stopping.changed() => return,
         };
         let connections = connections.clone();
-        let serve = move |stream| async move {
+        tokio::spawn(async move {
             if let Err(error) = connections.serve(stream).await {
                 tracing::debug!(%peer, "connection ended with an error: {error}");
             }
-        };
-        match &placement {
-            Placement::Here => {
-                tokio::spawn(serve(stream));
-            }
-            Placement::Threads(spawner) => {
-                if let Err(error) = spawner.serve(stream, serve) {
-                    tracing::warn!(%peer, "cannot hand the connection to a serving thread: {error}");
-                }
-            }
-        }
+        });
     }
 }
 

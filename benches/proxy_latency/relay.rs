@@ -5,30 +5,24 @@
 
 use std::net::SocketAddr;
 
-use agent_bridge::workers::Spawner;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::oneshot;
 
 use crate::upstream::next_connection;
 
-/// Relays every connection accepted on `listener` to `upstream` until `shutdown`, each on the serving thread
-/// `spawner` picks, as the proxy's accept loop does.
+/// Relays every connection accepted on `listener` to `upstream` until `shutdown`.
 pub async fn serve(
     listener: TcpListener,
     upstream: SocketAddr,
-    spawner: Spawner,
     mut shutdown: oneshot::Receiver<()>,
 ) {
-    while let Some(client) = next_connection(&listener, &mut shutdown, "relay").await {
-        let relayed = spawner.serve(client, move |mut client| async move {
+    while let Some(mut client) = next_connection(&listener, &mut shutdown, "relay").await {
+        tokio::spawn(async move {
             let Ok(mut agent) = TcpStream::connect(upstream).await else {
                 return;
             };
             let _ = agent.set_nodelay(true);
             let _ = tokio::io::copy_bidirectional(&mut client, &mut agent).await;
         });
-        if let Err(error) = relayed {
-            eprintln!("relay: cannot hand a connection to a thread: {error}");
-        }
     }
 }
