@@ -119,14 +119,8 @@ async fn agui_to_a2a_run_starts_when_the_agent_works_not_at_its_first_words() {
     let proxy = agui_to_a2a(&agent, "").await;
     let input = weather("thread-1", "run-1");
 
-    let mut stream = ag_ui::start(&proxy.url(PATH), &input).await;
     // The agent is held at its gate, working but silent.
-    let mut events = stream.until("RUN_STARTED").await;
-    assert_eq!(ag_ui::types(&events), ["RUN_STARTED"]);
-    agent.release();
-    events.extend(stream.rest().await);
-
-    ag_ui::check(&stream.raw, &events, &input, ag_ui::Profile::CONSERVATIVE);
+    let events = ag_ui::run_starting_before(&proxy.url(PATH), &input, || agent.release()).await;
     assert_eq!(ag_ui::text_of(&events), "Sunny.");
 }
 

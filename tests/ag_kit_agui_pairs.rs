@@ -579,13 +579,7 @@ async fn agui_to_agkit_run_starts_when_the_agent_answers_not_at_its_first_words(
         json!([ag_ui::user("u1", "Weather in Paris?")]),
     );
 
-    let mut stream = ag_ui::start(&agui(&proxy), &input).await;
-    let mut events = stream.until("RUN_STARTED").await;
-    assert_eq!(ag_ui::types(&events), ["RUN_STARTED"]);
-    upstream.release();
-    events.extend(stream.rest().await);
-
-    ag_ui::check(&stream.raw, &events, &input, ag_ui::Profile::CONSERVATIVE);
+    let events = ag_ui::run_starting_before(&agui(&proxy), &input, || upstream.release()).await;
     assert_eq!(ag_ui::text_of(&events), "Sunny.");
 }
 

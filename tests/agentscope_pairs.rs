@@ -438,14 +438,8 @@ async fn agui_to_agentscope_run_starts_when_the_runtime_does_not_at_its_first_wo
         json!([ag_ui::user("u1", "Weather in Paris?")]),
     );
 
-    let mut stream = ag_ui::start(&proxy.url(PATH), &input).await;
     // The runtime is held at its gate after `created` and `in_progress`.
-    let mut events = stream.until("RUN_STARTED").await;
-    assert_eq!(ag_ui::types(&events), ["RUN_STARTED"]);
-    runtime.release();
-    events.extend(stream.rest().await);
-
-    ag_ui::check(&stream.raw, &events, &input, ag_ui::Profile::CONSERVATIVE);
+    let events = ag_ui::run_starting_before(&proxy.url(PATH), &input, || runtime.release()).await;
     assert_eq!(ag_ui::text_of(&events), "Sunny.");
 }
 

@@ -109,6 +109,18 @@ pub async fn run_with(url: &str, input: &Value, profile: Profile) -> Vec<Value> 
     events
 }
 
+/// Runs `input` against an agent held silent until `release`: `RUN_STARTED`, and nothing else, must arrive
+/// before the agent is let go. Returns every event of the run, which must pass the conservative profile.
+pub async fn run_starting_before(url: &str, input: &Value, release: impl FnOnce()) -> Vec<Value> {
+    let mut stream = start(url, input).await;
+    let mut events = stream.until("RUN_STARTED").await;
+    assert_eq!(types(&events), ["RUN_STARTED"]);
+    release();
+    events.extend(stream.rest().await);
+    check(&stream.raw, &events, input, Profile::CONSERVATIVE);
+    events
+}
+
 /// The `type` of every event.
 pub fn types(events: &[Value]) -> Vec<&str> {
     events
