@@ -10,25 +10,28 @@
 //!   `agent-bridge` serves: on threads with a single-threaded runtime each ([`Workers`]).
 //! - `clients`: for 1, 100 and 1,000 concurrent streams, first DIRECT (a Y client → the Y agent), then
 //!   through a bare RELAY on the proxy's threads (a Y client → a byte-copying TCP relay → the Y agent,
-//!   [`relay`]: what one more hop costs any proxy here), then THROUGH the proxy (an X client → proxy → the
-//!   Y agent). Each stream opens its own HTTP/1.1 connection(s) and makes one run. What each protocol's
+//!   [`relay`]: what one more hop costs any proxy here), then through an HTTP RELAY on the same threads (a
+//!   Y client → hyper's server and hyper-util's client, set up as agent-bridge's, passing requests and
+//!   streams through untouched → the Y agent: what being a hyper proxy costs, translation aside), then
+//!   THROUGH the proxy (an X client → proxy → the Y agent). Each stream opens its own HTTP/1.1 connection(s) and makes one run. What each protocol's
 //!   client sends and agent answers is one table, [`protocols`]; the stamps are read from the raw bytes,
 //!   whatever the frames.
 //!
 //! Measured per step: time to first event (request start → first bytes of the stream), per-delta latency
 //! (receive time − send stamp) p50/p99, the p99 of the deltas sent once every stream had its first one (the
 //! step without its start-up burst), and throughput (deltas received / wall time of the step). The table
-//! gives proxy/direct ratios and the µs the proxy and the relay add. A second table shows where the CPU
+//! gives proxy/direct ratios and the µs the proxy and the relays add. A second table shows where the CPU
 //! went (cores busy per runtime and in other processes on the machine, from `/proc`; the proxy's CPU time
 //! and allocations per delta) and how many connections the kernel dropped at a full accept queue (Linux
 //! only).
 //!
 //! Memory per open stream, before the levels: `BENCH_MEMORY_STREAMS` direct streams are opened and held by
-//! the agent after their first delta, then as many through the proxy on top; the proxy's share is the RSS
-//! growth of the second batch minus that of the first (clients and agent are in both), per stream, and the
-//! live heap bytes the proxy's threads added (a counting allocator, [`system::Counting`]).
+//! the agent after their first delta, then as many through the HTTP relay on top, then as many through the
+//! proxy on top; the proxy's share is the RSS growth of its batch minus that of the direct one (clients and
+//! agent are in both), per stream, and the live heap bytes the proxy's threads added (a counting allocator,
+//! [`system::Counting`]); the HTTP relay's likewise.
 //!
-//! At the end, one line per pair: added latency p50/p99 (the proxy's and the relay's) and throughput ratio
+//! At the end, one line per pair: added latency p50/p99 (the proxy's and the relays') and throughput ratio
 //! at the largest level, memory per open stream, against issue 7's targets (≤ 50 µs p50, ≤ 500 µs p99,
 //! ≤ 32 KiB per stream).
 //!
@@ -41,9 +44,9 @@
 //!   `BENCH_PROXY_THREADS=N` (default: all cores), `BENCH_TIMEOUT_S=N` (limit per pair, default 600).
 //!
 //! The tool raises its soft `RLIMIT_NOFILE` up to the hard limit (a CMDC stream through the proxy holds 8
-//! descriptors, twice as many as the others; the memory step holds direct and proxied streams at once); if
-//! that is still too low for a step, the step is skipped with a message naming the `ulimit -n` it needs and
-//! the tool exits non-zero.
+//! descriptors, twice as many as the others). If that is still too low for a level, the level is skipped
+//! with a message naming the `ulimit -n` it needs and the tool exits non-zero; the memory step, which holds
+//! three batches at once, holds as many streams as the limit allows and says so.
 
 #[path = "proxy_latency/load.rs"]
 mod load;
@@ -77,9 +80,13 @@ use protocols::{Peer, Protocol};
 #[global_allocator]
 static ALLOCATOR: system::Counting = system::Counting;
 
-/// Descriptors held per concurrent stream at most (CMDC through the proxy and directly, in the memory
-/// step), and a margin for everything else.
-const FDS_PER_STREAM: u64 = 12;
+/// Descriptors one stream holds at most, both ends of each connection counted: CMDC through the proxy or a
+/// relay (two connections from its client, two to the agent).
+const FDS_PER_STREAM: u64 = 8;
+/// The memory step holds three batches at once: direct (a CMDC stream's 4), through the HTTP relay and
+/// through the proxy (8 each).
+const FDS_PER_MEMORY_STREAM: u64 = 20;
+/// Descriptors for everything else.
 const FD_MARGIN: u64 = 256;
 
 /// Set by the parent for each pair's process: the pair it runs.
@@ -178,9 +185,10 @@ impl Settings {
         self.interval * self.events as u32 + Duration::from_secs(60)
     }
 
-    fn most_streams(&self) -> usize {
-        let levels = self.levels.iter().copied().max().unwrap_or(1);
-        levels.max(self.memory_streams)
+    fn most_files(&self) -> u64 {
+        let levels = self.levels.iter().copied().max().unwrap_or(1) as u64;
+        (FDS_PER_STREAM * levels).max(FDS_PER_MEMORY_STREAM * self.memory_streams as u64)
+            + FD_MARGIN
     }
 }
 
@@ -325,8 +333,7 @@ fn run_pair(settings: &Settings, pair: Pair) -> i32 {
         std::process::exit(3);
     });
     now_ns();
-    let open_files =
-        system::raise_open_files(FDS_PER_STREAM * settings.most_streams() as u64 + FD_MARGIN);
+    let open_files = system::raise_open_files(settings.most_files());
 
     let upstream_rt = runtime(0, 1);
     // As `agent-bridge` serves: threads with a single-threaded runtime each.
@@ -357,14 +364,28 @@ fn run_pair(settings: &Settings, pair: Pair) -> i32 {
         .block_on(async { upstream::listen_local()?.into_std() })
         .expect("binding the relay");
     let relay_addr = relay_listener.local_addr().expect("relay address");
+    let http_relay_listener = client_rt
+        .block_on(async { upstream::listen_local()?.into_std() })
+        .expect("binding the HTTP relay");
+    let http_relay_addr = http_relay_listener
+        .local_addr()
+        .expect("HTTP relay address");
     let mut stop_relays = Vec::new();
+    let mut stoppable = || {
+        let (stop, stopped) = oneshot::channel();
+        stop_relays.push(stop);
+        stopped
+    };
     proxy_workers
         .serve_each(relay_listener, |listener| {
-            let (stop, stopped) = oneshot::channel();
-            stop_relays.push(stop);
-            relay::serve(listener, upstream_addr, stopped)
+            relay::serve(listener, upstream_addr, stoppable())
         })
         .expect("serving the relay on the proxy's threads");
+    proxy_workers
+        .serve_each(http_relay_listener, |listener| {
+            relay::serve_http(listener, upstream_addr, stoppable())
+        })
+        .expect("serving the HTTP relay on the proxy's threads");
 
     let direct = Target {
         protocol: pair.outbound,
@@ -377,6 +398,13 @@ fn run_pair(settings: &Settings, pair: Pair) -> i32 {
         protocol: pair.outbound,
         server: protocols::Server {
             addr: relay_addr,
+            base: "",
+        },
+    };
+    let http_relayed = Target {
+        protocol: pair.outbound,
+        server: protocols::Server {
+            addr: http_relay_addr,
             base: "",
         },
     };
@@ -418,19 +446,29 @@ fn run_pair(settings: &Settings, pair: Pair) -> i32 {
 
     // Warm-up, not reported: code paths, allocator, the proxy's connection pool.
     client_rt.block_on(async {
-        for target in [direct, relayed, proxied] {
+        for target in [direct, relayed, http_relayed, proxied] {
             let _ = load::step(target, 10, settings.events, timeout).await;
         }
     });
 
-    let memory = (settings.memory_streams > 0
-        && enough_files(settings.memory_streams, &mut failed))
-    .then(|| {
-        let m = client_rt.block_on(load::memory_step(
-            direct,
-            proxied,
-            &agent,
+    // As many memory streams as asked for, or as the open-file limit allows: the measure is per stream.
+    let memory_streams = open_files.map_or(settings.memory_streams, |limit| {
+        let fit = limit.saturating_sub(FD_MARGIN) / FDS_PER_MEMORY_STREAM;
+        settings.memory_streams.min(fit as usize)
+    });
+    if memory_streams < settings.memory_streams {
+        eprintln!(
+            "proxy_latency: the memory step holds {memory_streams} streams, not {}: the open-file limit is \
+             {}",
             settings.memory_streams,
+            open_files.unwrap_or_default()
+        );
+    }
+    let memory = (memory_streams > 0).then(|| {
+        let m = client_rt.block_on(load::memory_step(
+            [direct, http_relayed, proxied],
+            &agent,
+            memory_streams,
             timeout,
         ));
         if let Some(error) = m.errors.first() {
@@ -459,6 +497,7 @@ fn run_pair(settings: &Settings, pair: Pair) -> i32 {
             Level {
                 direct: step("direct", direct).await,
                 relay: step("relay", relayed).await,
+                http_relay: step("HTTP relay", http_relayed).await,
                 proxy: step("proxy", proxied).await,
             }
         });

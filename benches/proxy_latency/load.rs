@@ -123,19 +123,21 @@ async fn one_stream(
     Ok(stats)
 }
 
-/// One level of concurrency: the same load straight to the agent, through the bare relay, through the
-/// proxy.
+/// One level of concurrency: the same load straight to the agent, through the bare relay, through the HTTP
+/// relay, through the proxy.
 pub struct Level {
     pub direct: StepResult,
     pub relay: StepResult,
+    pub http_relay: StepResult,
     pub proxy: StepResult,
 }
 
 impl Level {
-    pub fn labelled(&self) -> [(&'static str, &StepResult); 3] {
+    pub fn labelled(&self) -> [(&'static str, &StepResult); 4] {
         [
             ("direct", &self.direct),
             ("relay", &self.relay),
+            ("HTTP relay", &self.http_relay),
             ("through the proxy", &self.proxy),
         ]
     }
@@ -278,10 +280,14 @@ impl Snapshot {
 /// What holding `streams` runs open mid-run cost.
 pub struct MemoryResult {
     pub streams: usize,
-    /// RSS growth (bytes) while opening the direct streams, then the proxied ones on top.
+    /// RSS growth (bytes) while opening the direct streams, then the HTTP-relayed ones on top, then the
+    /// proxied ones on top.
     pub direct_rss: Option<i64>,
+    pub http_relayed_rss: Option<i64>,
     pub proxied_rss: Option<i64>,
-    /// Live heap bytes the proxy's threads added while the proxied streams opened.
+    /// Live heap bytes the proxy's threads added while the HTTP-relayed streams opened (the HTTP relay's),
+    /// then while the proxied ones did (the proxy's).
+    pub http_relay_heap: i64,
     pub proxy_heap: i64,
     pub errors: Vec<String>,
     pub others_cpu: Option<Duration>,
@@ -292,20 +298,33 @@ impl MemoryResult {
     /// What the proxy adds per open stream, in RSS: the proxied streams' growth minus the direct ones'
     /// (clients and agent are in both).
     pub fn proxy_rss_per_stream(&self) -> Option<f64> {
-        let (direct, proxied) = self.direct_rss.zip(self.proxied_rss)?;
-        Some((proxied - direct) as f64 / self.streams as f64)
+        self.rss_beyond_direct(self.proxied_rss)
+    }
+
+    /// What the HTTP relay adds per open stream, in RSS, likewise.
+    pub fn http_relay_rss_per_stream(&self) -> Option<f64> {
+        self.rss_beyond_direct(self.http_relayed_rss)
+    }
+
+    fn rss_beyond_direct(&self, growth: Option<i64>) -> Option<f64> {
+        let (direct, growth) = self.direct_rss.zip(growth)?;
+        Some((growth - direct) as f64 / self.streams as f64)
     }
 
     pub fn proxy_heap_per_stream(&self) -> f64 {
         self.proxy_heap as f64 / self.streams as f64
     }
+
+    pub fn http_relay_heap_per_stream(&self) -> f64 {
+        self.http_relay_heap as f64 / self.streams as f64
+    }
 }
 
-/// Opens `streams` direct runs and then as many through the proxy, all held by the agent after their first
-/// delta, measuring the process after each batch; then lets them all finish.
+/// Opens `streams` direct runs, then as many through the HTTP relay and as many through the proxy, all held
+/// by the agent after their first delta, measuring the process after each batch; then lets them all
+/// finish. Each batch opens on top of the ones before, so none reuses memory another freed.
 pub async fn memory_step(
-    direct: Target,
-    proxied: Target,
+    [direct, http_relayed, proxied]: [Target; 3],
     agent: &Agent,
     streams: usize,
     timeout: Duration,
@@ -318,19 +337,24 @@ pub async fn memory_step(
     let mut tasks = JoinSet::new();
     let mut errors = Vec::new();
     agent.hold(EVENTS);
-    let before = Snapshot::now();
-    open_held(direct, streams, EVENTS, &mut tasks, deadline, &mut errors).await;
-    let with_direct = Snapshot::now();
-    open_held(proxied, streams, EVENTS, &mut tasks, deadline, &mut errors).await;
-    let with_proxied = Snapshot::now();
+    let mut snapshots = vec![Snapshot::now()];
+    for target in [direct, http_relayed, proxied] {
+        open_held(target, streams, EVENTS, &mut tasks, deadline, &mut errors).await;
+        snapshots.push(Snapshot::now());
+    }
     agent.release();
     while join_next(&mut tasks, deadline, &mut errors).await.is_some() {}
-    let growth = |from: Snapshot, to: Snapshot| Some(to.rss? as i64 - from.rss? as i64);
+    let batch = |n: usize| (snapshots[n], snapshots[n + 1]);
+    let rss = |(from, to): (Snapshot, Snapshot)| Some(to.rss? as i64 - from.rss? as i64);
+    let proxy_heap =
+        |(from, to): (Snapshot, Snapshot)| to.heap[system::PROXY] - from.heap[system::PROXY];
     MemoryResult {
         streams,
-        direct_rss: growth(before, with_direct),
-        proxied_rss: growth(with_direct, with_proxied),
-        proxy_heap: with_proxied.heap[system::PROXY] - with_direct.heap[system::PROXY],
+        direct_rss: rss(batch(0)),
+        http_relayed_rss: rss(batch(1)),
+        proxied_rss: rss(batch(2)),
+        http_relay_heap: proxy_heap(batch(1)),
+        proxy_heap: proxy_heap(batch(2)),
         errors,
         others_cpu: since(others_before, system::others_cpu()),
         wall: begin.elapsed(),

@@ -1,5 +1,5 @@
-//! The tables: per pair, each level direct against through the relay and through the proxy, where the CPU
-//! went, and memory; at the end, one line per pair against issue 7's targets.
+//! The tables: per pair, each level direct against through the relay, the HTTP relay and the proxy, where
+//! the CPU went, and memory; at the end, one line per pair against issue 7's targets.
 
 use std::fmt::Write as _;
 
@@ -27,7 +27,7 @@ fn rate(r: &StepResult) -> f64 {
     r.events as f64 / r.wall.as_secs_f64()
 }
 
-/// Added per-event latency (µs) at percentile `p` of `sorted`'s samples: through `path` (the proxy or the
+/// Added per-event latency (µs) at percentile `p` of `sorted`'s samples: through `path` (the proxy or a
 /// relay) minus direct.
 fn added_latency(
     direct: &StepResult,
@@ -51,6 +51,7 @@ struct Row {
     metric: &'static str,
     direct: Option<f64>,
     relay: Option<f64>,
+    http_relay: Option<f64>,
     proxy: Option<f64>,
     unit: &'static str,
 }
@@ -60,6 +61,7 @@ fn rows(level: &Level) -> Vec<Row> {
         metric,
         direct: percentile(sorted(&level.direct), p).map(micros),
         relay: percentile(sorted(&level.relay), p).map(micros),
+        http_relay: percentile(sorted(&level.http_relay), p).map(micros),
         proxy: percentile(sorted(&level.proxy), p).map(micros),
         unit: "µs",
     };
@@ -74,6 +76,7 @@ fn rows(level: &Level) -> Vec<Row> {
             metric: "throughput",
             direct: Some(rate(&level.direct)),
             relay: Some(rate(&level.relay)),
+            http_relay: Some(rate(&level.http_relay)),
             proxy: Some(rate(&level.proxy)),
             unit: "deltas/s",
         },
@@ -84,9 +87,10 @@ pub fn table(results: &[Level]) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "| Streams | Metric | Direct | Relay | Through proxy | Proxy / direct | Proxy − direct | Relay − direct |"
+        "| Streams | Metric | Direct | Relay | HTTP relay | Through proxy | Proxy / direct | Proxy − direct | \
+         Relay − direct | HTTP relay − direct |"
     );
-    let _ = writeln!(out, "|---:|---|---:|---:|---:|---:|---:|---:|");
+    let _ = writeln!(out, "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|");
     for level in results {
         for row in rows(level) {
             let ratio = match (row.direct, row.proxy) {
@@ -102,14 +106,16 @@ pub fn table(results: &[Level]) -> String {
                 |v: Option<f64>| v.map_or("–".to_owned(), |v| format!("{v:.0} {}", row.unit));
             let _ = writeln!(
                 out,
-                "| {} | {} | {} | {} | {} | {ratio} | {} | {} |",
+                "| {} | {} | {} | {} | {} | {} | {ratio} | {} | {} | {} |",
                 level.direct.streams,
                 row.metric,
                 show(row.direct),
                 show(row.relay),
+                show(row.http_relay),
                 show(row.proxy),
                 added(row.proxy),
                 added(row.relay),
+                added(row.http_relay),
             );
         }
     }
@@ -127,7 +133,7 @@ fn others_cores(others: Option<std::time::Duration>, wall: std::time::Duration) 
     others.map(|cpu| cpu.as_secs_f64() / wall.as_secs_f64())
 }
 
-/// The proxy threads' CPU time per delta delivered (µs): the proxy's, or the relay's on the same threads.
+/// The proxy threads' CPU time per delta delivered (µs): the proxy's, or a relay's on the same threads.
 fn proxy_cpu_per_delta(r: &StepResult) -> Option<f64> {
     let cpu = r.cpu?;
     (r.events > 0).then(|| micros(cpu[crate::system::PROXY].as_nanos() as u64) / r.events as f64)
@@ -144,7 +150,7 @@ fn proxy_allocations_per_delta(r: &StepResult) -> Option<f64> {
 }
 
 /// Where the CPU went: cores busy per runtime, the proxy threads' CPU time, sleeps and allocations per
-/// delta (the relay's, in its rows).
+/// delta (the relays', in their rows).
 pub fn cpu_table(results: &[Level]) -> String {
     let mut out = String::new();
     let _ = writeln!(
@@ -184,11 +190,15 @@ pub fn memory_line(m: &MemoryResult) -> String {
     let per_stream =
         |growth: Option<i64>| growth.map_or("–".to_owned(), |b| kib(b as f64 / m.streams as f64));
     format!(
-        "Memory, {} streams held open mid-run: RSS growth per stream direct {}, through the proxy {}; \
-         the proxy's share {} RSS, {} live heap (other processes {} cores)",
+        "Memory, {} streams held open mid-run: RSS growth per stream direct {}, through the HTTP relay {}, \
+         through the proxy {}; the HTTP relay's share {} RSS, {} live heap; the proxy's share {} RSS, {} live \
+         heap (other processes {} cores)",
         m.streams,
         per_stream(m.direct_rss),
+        per_stream(m.http_relayed_rss),
         per_stream(m.proxied_rss),
+        m.http_relay_rss_per_stream().map_or("–".to_owned(), kib),
+        kib(m.http_relay_heap_per_stream()),
         m.proxy_rss_per_stream().map_or("–".to_owned(), kib),
         kib(m.proxy_heap_per_stream()),
         others_cores(m.others_cpu, m.wall).map_or("–".to_owned(), |n| format!("{n:.2}")),
@@ -248,13 +258,18 @@ pub fn summary_line(
         "p99_steady": largest.and_then(|l| added_latency(&l.direct, &l.proxy, steady_deltas, 99)),
         "relay_p50": largest.and_then(|l| added_latency(&l.direct, &l.relay, all_deltas, 50)),
         "relay_p99": largest.and_then(|l| added_latency(&l.direct, &l.relay, all_deltas, 99)),
+        "http_relay_p50": largest.and_then(|l| added_latency(&l.direct, &l.http_relay, all_deltas, 50)),
+        "http_relay_p99": largest.and_then(|l| added_latency(&l.direct, &l.http_relay, all_deltas, 99)),
         "throughput": largest.map(|l| rate(&l.proxy) / rate(&l.direct)),
         "cpu": largest.and_then(|l| proxy_cpu_per_delta(&l.proxy)),
         "relay_cpu": largest.and_then(|l| proxy_cpu_per_delta(&l.relay)),
+        "http_relay_cpu": largest.and_then(|l| proxy_cpu_per_delta(&l.http_relay)),
         "sleeps": largest.and_then(|l| proxy_sleeps_per_delta(&l.proxy)),
         "allocations": largest.and_then(|l| proxy_allocations_per_delta(&l.proxy)),
         "rss_kib": memory.and_then(MemoryResult::proxy_rss_per_stream).map(|b| b / 1024.0),
         "heap_kib": memory.map(|m| m.proxy_heap_per_stream() / 1024.0),
+        "http_relay_rss_kib": memory.and_then(MemoryResult::http_relay_rss_per_stream).map(|b| b / 1024.0),
+        "http_relay_heap_kib": memory.map(|m| m.http_relay_heap_per_stream() / 1024.0),
         "others": others,
         "failed": failed,
     });
@@ -271,13 +286,14 @@ pub fn summary_table(summaries: &[Value]) -> String {
     let _ = writeln!(
         out,
         "| Pair | Streams | Added latency p50 | p99 | p99, all streams open | Relay adds p50 | p99 | \
-         Throughput proxy / direct | Proxy RSS per open stream | Proxy heap per open stream | \
-         Proxy CPU per delta | Relay CPU per delta | Proxy thread sleeps per delta | \
+         HTTP relay adds p50 | p99 | Throughput proxy / direct | Proxy RSS per open stream | \
+         Proxy heap per open stream | HTTP relay RSS per open stream | HTTP relay heap per open stream | \
+         Proxy CPU per delta | Relay CPU per delta | HTTP relay CPU per delta | Proxy thread sleeps per delta | \
          Proxy allocations per delta | Others' cores (max) | Targets |"
     );
     let _ = writeln!(
         out,
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"
     );
     for s in summaries {
         let number = |key: &str| s[key].as_f64();
@@ -286,7 +302,7 @@ pub fn summary_table(summaries: &[Value]) -> String {
         };
         let _ = writeln!(
             out,
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             s["pair"].as_str().unwrap_or("?"),
             s["streams"],
             show("p50", " µs", 0),
@@ -294,11 +310,16 @@ pub fn summary_table(summaries: &[Value]) -> String {
             show("p99_steady", " µs", 0),
             show("relay_p50", " µs", 0),
             show("relay_p99", " µs", 0),
+            show("http_relay_p50", " µs", 0),
+            show("http_relay_p99", " µs", 0),
             show("throughput", "×", 2),
             show("rss_kib", " KiB", 1),
             show("heap_kib", " KiB", 1),
+            show("http_relay_rss_kib", " KiB", 1),
+            show("http_relay_heap_kib", " KiB", 1),
             show("cpu", " µs", 1),
             show("relay_cpu", " µs", 1),
+            show("http_relay_cpu", " µs", 1),
             show("sleeps", "", 2),
             show("allocations", "", 1),
             show("others", "", 2),
