@@ -9,14 +9,14 @@
 //! thread has more than it can run at once, and a proxied event makes work for two tasks in a row (the
 //! agent's connection, then the client's, which runs the translation). Measured on every pair with 2
 //! threads, it woke 2.0–2.7 threads per event of a lone stream (now 1.0–1.1), and the proxy's CPU per event
-//! is now a median 28 % lower at 1 and 100 streams, 6 % at 1,000 (benches/RESULTS.md §3).
+//! is now a median 28 % lower at 1 and 100 streams, 6 % at 1,000 (benches/RESULTS.md §4).
 //!
 //! Why each thread accepts for itself rather than one accept loop handing connections to the thread serving
 //! the fewest (actix-server's way): tried and measured in the load tool (A2A → A2A and AG-UI → AgentScope,
 //! 1,000 streams). The kernel's split left the threads 58/42 of the work at worst (50/50 by count), per-event
 //! latency moved only within the VM's spread, and A2A → A2A's first event took twice as long in the connect
 //! burst (p50 23–24 ms → 49–57 ms): one thread accepted every connection and moved each to another runtime
-//! (benches/RESULTS.md §2).
+//! (benches/RESULTS.md §3).
 
 use std::future::Future;
 use std::io;
