@@ -13,9 +13,9 @@
 //!   [`relay`]: what one more hop costs any proxy here), then through an HTTP RELAY on the same threads (a
 //!   Y client → hyper's server and hyper-util's client, set up as agent-bridge's, passing requests and
 //!   streams through untouched → the Y agent: what being a hyper proxy costs, translation aside), then
-//!   THROUGH the proxy (an X client → proxy → the Y agent). Each stream opens its own HTTP/1.1 connection(s) and makes one run. What each protocol's
-//!   client sends and agent answers is one table, [`protocols`]; the stamps are read from the raw bytes,
-//!   whatever the frames.
+//!   THROUGH the proxy (an X client → proxy → the Y agent). Each stream opens its own HTTP/1.1
+//!   connection(s) and makes one run. What each protocol's client sends and agent answers is one table,
+//!   [`protocols`]; the stamps are read from the raw bytes, whatever the frames.
 //!
 //! Measured per step: time to first event (request start → first bytes of the stream), per-delta latency
 //! (receive time − send stamp) p50/p99, the p99 of the deltas sent once every stream had its first one (the

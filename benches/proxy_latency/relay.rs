@@ -1,7 +1,8 @@
 //! The floors of any proxy, run on the proxy's threads so that what agent-bridge adds beyond forwarding reads
 //! apart from what forwarding itself costs on this machine:
 //! - [`serve`]: a relay that copies bytes both ways between each client connection and a connection of its
-//!   own to the agent, understanding nothing: the cost of one more loopback hop and the threads that carry it;
+//!   own to the agent, understanding nothing: the cost of one more loopback hop and the threads that carry
+//!   it;
 //! - [`serve_http`]: an HTTP relay built of the same hyper parts as agent-bridge (a hyper server connection
 //!   per client, the pooled hyper-util client to the agent with the same settings), passing each request and
 //!   its streamed answer through untouched: the cost of being a hyper proxy at all, translation aside.
