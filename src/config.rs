@@ -9,9 +9,9 @@
 //! Choices the design leaves open, made here:
 //! - `${VAR}` expands from the environment in `upstream`, `upstream_headers` values and `store.url`;
 //!   `$$` is an escaped `$` (so `$${X}` is the literal `${X}`); any other `$` is literal.
-//! - A route cannot be mounted at `/`: inbounds mount sub-paths under their path (`path/stream`,
-//!   `path/.well-known/agent.json`, `path/v1/sessions/...`), which a root mount would mix with every
-//!   other route's paths.
+//! - One route may be mounted at `/` (A2A 0.2.5 clients and the TCK find the card at the origin's
+//!   `/.well-known/agent.json`). It serves only its inbound's own mounts; `/healthz` and every longer
+//!   route path win over it.
 //! - Zero is rejected for every duration (`timeout`, `connect_timeout`, `store.idle_ttl`) and for
 //!   `max_body`: each would make the proxy refuse all work.
 //! - Keys that the chosen setting would ignore are errors, never dropped silently: `upstream` or
@@ -681,7 +681,8 @@ mod de {
             return Err("must start with \"/\"");
         }
         if path == "/" {
-            return Err("a route cannot be mounted at the root; use e.g. \"/agent\"");
+            // One route may serve the origin's root: A2A clients find the card at `/.well-known/...`.
+            return Ok(());
         }
         if path.contains(['?', '#']) {
             return Err("must not contain a query or fragment");
@@ -1649,7 +1650,6 @@ mod tests {
     fn route_paths_must_be_well_formed_and_unique() {
         let cases = [
             ("agents", "must start with"),
-            ("/", "root"),
             ("/agents/", "must not end with"),
             ("/a?x=1", "query"),
             ("/a#frag", "fragment"),
@@ -1667,6 +1667,8 @@ mod tests {
             route_with("").replace("\"r\"", "\"s\"")
         );
         assert_error(&twice, 9, "routes[1].path", "duplicate route path \"/r\"");
+        let root = route_with("").replace("\"/r\"", "\"/\"");
+        assert_eq!(Config::parse(&root, "t.toml").unwrap().routes[0].path, "/");
     }
 
     #[test]

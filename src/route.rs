@@ -56,8 +56,13 @@ impl Route {
     }
 
     /// The part of `path` below the mount point (`""` for the mount point itself), if the route serves it.
+    /// A route mounted at `/` serves every path (longer mount points are tried first).
     pub fn subpath<'a>(&self, path: &'a str) -> Option<&'a str> {
-        let rest = path.strip_prefix(self.path.as_str())?;
+        let mount = self.path.trim_end_matches('/');
+        let rest = path.strip_prefix(mount)?;
+        if mount.is_empty() && rest == "/" {
+            return Some("");
+        }
         (rest.is_empty() || rest.starts_with('/')).then_some(rest)
     }
 }

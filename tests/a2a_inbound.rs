@@ -196,6 +196,40 @@ async fn a2a_card_without_configuration_has_defaults_and_one_skill() {
     assert_eq!(card["skills"][0]["id"], "a2a-echo");
 }
 
+#[tokio::test]
+async fn a2a_route_at_the_root_serves_the_card_and_rpc_while_healthz_and_longer_routes_win() {
+    let proxy = Proxy::start(
+        "[[routes]]\nname = \"root\"\npath = \"/\"\ninbound = \"a2a\"\noutbound = \"echo\"\n\
+         [[routes]]\nname = \"agui\"\npath = \"/agui\"\ninbound = \"ag-ui\"\noutbound = \"echo\"\n",
+    )
+    .await;
+    let origin = proxy.url("");
+    for card in ["/.well-known/agent.json", "/.well-known/agent-card.json"] {
+        let response = get(&proxy.url(card), &[]).await;
+        assert_eq!(response.status, 200, "{card}");
+        assert_eq!(response.json().await["url"], format!("{origin}/"), "{card}");
+    }
+    for path in ["/", "/stream"] {
+        let answer = post_json(
+            &proxy.url(path),
+            &request("message/send", json!({"message": message("at the root")})),
+        )
+        .await
+        .json()
+        .await;
+        assert_eq!(artifact_text(&answer["result"]), "at the root", "{path}");
+    }
+    let health = get(&proxy.url("/healthz"), &[]).await;
+    assert_eq!(health.json().await["status"], "ok");
+    let agui = post_json(
+        &proxy.url("/agui"),
+        &json!({"threadId": "t", "runId": "r", "messages": [{"id": "u", "role": "user", "content": "hi"}]}),
+    )
+    .await;
+    assert_eq!(agui.header("content-type"), "text/event-stream");
+    assert_eq!(get(&proxy.url("/elsewhere"), &[]).await.status, 404);
+}
+
 // --- Text -------------------------------------------------------------------------------------------------
 
 #[tokio::test]
@@ -264,6 +298,41 @@ async fn a2a_client_context_id_is_kept_across_turns_and_a_minted_one_is_reusable
     assert_eq!(next["contextId"], context.as_str());
 }
 
+#[tokio::test]
+async fn a2a_task_id_chosen_by_the_client_names_the_new_task() {
+    let proxy = echo_proxy("").await;
+    let mut first = message("mine");
+    first["taskId"] = json!("client-task-1");
+    let task = rpc(&proxy, "message/send", json!({"message": first})).await;
+    assert_eq!(task["id"], "client-task-1");
+    assert_eq!(task["status"]["state"], "completed");
+    assert_eq!(artifact_text(&task), "mine");
+    let got = rpc(&proxy, "tasks/get", json!({"id": "client-task-1"})).await;
+    assert_eq!(got["contextId"], task["contextId"]);
+
+    let mut streamed = message("streamed");
+    streamed["taskId"] = json!("client-task-2");
+    streamed["contextId"] = json!("client-ctx");
+    let results = rpc_stream(&proxy, PATH, "message/stream", json!({"message": streamed})).await;
+    assert_eq!(results[0]["id"], "client-task-2");
+    assert_eq!(results[0]["contextId"], "client-ctx");
+    assert_eq!(streamed_text(&results), "streamed");
+
+    let mut again = message("again");
+    again["taskId"] = json!("client-task-1");
+    let refused = post_json(
+        &proxy.url(PATH),
+        &request("message/send", json!({"message": again})),
+    )
+    .await
+    .json()
+    .await;
+    assert_eq!(
+        refused["error"]["code"], -32602,
+        "a completed task takes no message"
+    );
+}
+
 // --- Human in the loop ------------------------------------------------------------------------------------
 
 #[tokio::test]
@@ -317,6 +386,31 @@ async fn a2a_echo_ask_resumes_from_the_context_id_alone_when_streaming() {
     assert_eq!(results[0]["id"], last["taskId"]);
     assert_eq!(streamed_text(&results), "You answered: yes");
     assert_eq!(results.last().unwrap()["status"]["state"], "completed");
+}
+
+#[tokio::test]
+async fn a2a_echo_ask_resumes_from_the_context_id_alone_on_message_send() {
+    let proxy = echo_proxy("").await;
+    let mut ask = message("/ask Which port?");
+    ask["contextId"] = json!("ctx-ask");
+    let paused = rpc(&proxy, "message/send", json!({"message": ask})).await;
+    assert_eq!(paused["status"]["state"], "input-required");
+    let mut answer = message("8080");
+    answer["contextId"] = json!("ctx-ask");
+    let resumed = rpc(&proxy, "message/send", json!({"message": answer})).await;
+    assert_eq!(
+        resumed["id"], paused["id"],
+        "the paused task of the context continues"
+    );
+    assert_eq!(artifact_text(&resumed), "You answered: 8080");
+    let mut next = message("a new turn");
+    next["contextId"] = json!("ctx-ask");
+    let fresh = rpc(&proxy, "message/send", json!({"message": next})).await;
+    assert_ne!(
+        fresh["id"], paused["id"],
+        "no paused task: a new task in the context"
+    );
+    assert_eq!(fresh["contextId"], "ctx-ask");
 }
 
 // --- Tasks while they run --------------------------------------------------------------------------------

@@ -764,7 +764,8 @@ async fn sdk_clients_get_the_spec_error_codes() {
                 &base,
                 json!({"steps": [
                     {"op": "get", "name": "get-unknown", "taskId": "task-that-never-was"},
-                    {"op": "send", "name": "send-unknown", "taskId": "task-that-never-was", "text": "hi"},
+                    {"op": "send", "name": "send-unsafe-id", "taskId": "task/that never was", "text": "hi"},
+                    {"op": "send", "name": "send-own-id", "taskId": "task-chosen-by-the-client", "text": "mine"},
                     {"op": "send", "name": "done", "text": "finish me"},
                     {"op": "send", "name": "send-terminal", "task": "done", "text": "once more"},
                 ]}),
@@ -772,7 +773,10 @@ async fn sdk_clients_get_the_spec_error_codes() {
             .await;
         let ctx = report.context();
         assert_eq!(report.error("get-unknown")["code"], -32001, "{ctx}");
-        assert_eq!(report.error("send-unknown")["code"], -32001, "{ctx}");
+        assert_eq!(report.error("send-unsafe-id")["code"], -32602, "{ctx}");
+        let own = report.task("send-own-id");
+        assert_eq!(own["id"], "task-chosen-by-the-client", "{ctx}");
+        assert_eq!(own["status"]["state"], "completed", "{ctx}");
         let terminal = report.error("send-terminal");
         assert_eq!(terminal["code"], -32602, "{ctx}");
         assert!(
@@ -783,15 +787,15 @@ async fn sdk_clients_get_the_spec_error_codes() {
         );
     }
 
-    // message/stream for an unknown task: 200 text/event-stream with one error event. a2a-sdk hands it over as
-    // an error response; @a2a-js/sdk 0.2.5 throws it.
+    // message/stream with invalid params (a task id that cannot name a new task): 200 text/event-stream
+    // with one error event. a2a-sdk hands it over as an error response; @a2a-js/sdk 0.2.5 throws it.
     let spec = json!({"steps": [
-        {"op": "stream", "name": "stream-unknown", "taskId": "task-that-never-was", "text": "hi"},
+        {"op": "stream", "name": "stream-unknown", "taskId": "task/that never was", "text": "hi"},
     ]});
     let python = A2aClient::Python.accepted(&base, spec.clone()).await;
     assert_eq!(
         python.error("stream-unknown")["code"],
-        -32001,
+        -32602,
         "{}",
         python.context()
     );
@@ -799,7 +803,7 @@ async fn sdk_clients_get_the_spec_error_codes() {
     assert_eq!(js.code, Some(1), "{}", js.context());
     let thrown = js.report["sdkError"]["message"].as_str().unwrap_or("");
     assert!(
-        thrown.contains("SSE event contained an error") && thrown.contains("-32001"),
+        thrown.contains("SSE event contained an error") && thrown.contains("-32602"),
         "{}",
         js.context()
     );

@@ -166,7 +166,7 @@ impl Inbound {
                 Ok(frames) => sse_reply(frames),
                 Err(error) => sse_error(&id, &error),
             },
-            method if method.starts_with("tasks/pushNotificationConfig/") => {
+            method if rpc::is_push_config(method) => {
                 json_error(&id, &RpcError::push_not_supported())
             }
             method => json_error(&id, &RpcError::method_not_found(method)),

@@ -108,12 +108,14 @@ pub fn envelope(bytes: &[u8]) -> Result<Envelope, (RequestId, RpcError)> {
         }
     };
     let id = match object.get("id") {
-        Some(Value::String(id)) => Ok(RequestId::String(id.clone())),
-        Some(Value::Number(n)) if n.is_i64() => Ok(RequestId::Number(n.as_i64().unwrap_or(0))),
-        None => Err("`id` is required (notifications are not supported)"),
+        Some(Value::String(id)) => Ok(Some(RequestId::String(id.clone()))),
+        Some(Value::Number(n)) if n.is_i64() => {
+            Ok(Some(RequestId::Number(n.as_i64().unwrap_or(0))))
+        }
+        None => Ok(None),
         Some(_) => Err("`id` must be a string or an integer"),
     };
-    let readable = id.clone().unwrap_or(RequestId::Null);
+    let readable = id.clone().ok().flatten().unwrap_or(RequestId::Null);
     if object.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
         return Err((
             readable,
@@ -134,7 +136,47 @@ pub fn envelope(bytes: &[u8]) -> Result<Envelope, (RequestId, RpcError)> {
     };
     let id = id.map_err(|detail| (RequestId::Null, RpcError::invalid_request(detail)))?;
     let params = object.remove("params").filter(|p| !p.is_null());
-    Ok(Envelope { id, method, params })
+    match id {
+        Some(id) => Ok(Envelope { id, method, params }),
+        None => Err((
+            RequestId::Null,
+            notification_error(&method, params.as_ref()),
+        )),
+    }
+}
+
+/// The methods of A2A 0.2.5 that agent-bridge serves.
+const METHODS: [&str; 5] = [
+    "message/send",
+    "message/stream",
+    "tasks/get",
+    "tasks/cancel",
+    "tasks/resubscribe",
+];
+
+/// The push-notification methods of A2A 0.2.5, which it refuses with -32003 (the card says
+/// `pushNotifications: false`).
+const PUSH_CONFIG_METHODS: [&str; 4] = [
+    "tasks/pushNotificationConfig/set",
+    "tasks/pushNotificationConfig/get",
+    "tasks/pushNotificationConfig/list",
+    "tasks/pushNotificationConfig/delete",
+];
+
+pub fn is_push_config(method: &str) -> bool {
+    PUSH_CONFIG_METHODS.contains(&method)
+}
+
+/// Why a request without `id` (a notification, which no A2A method is) is refused: what is wrong with its
+/// method or params first, as the A2A TCK expects, and only then that it has no `id`.
+fn notification_error(method: &str, params: Option<&Value>) -> RpcError {
+    if !METHODS.contains(&method) && !is_push_config(method) {
+        RpcError::method_not_found(method)
+    } else if params.is_some_and(|params| !params.is_object()) {
+        RpcError::invalid_params("`params` must be an object")
+    } else {
+        RpcError::invalid_request("`id` is required (notifications are not supported)")
+    }
 }
 
 /// The typed params of a method; -32602 naming the field when they do not fit.
@@ -215,8 +257,30 @@ mod tests {
         assert_eq!((id, error.code), (RequestId::Number(4), -32600));
         let (id, error) = reject(r#"{"jsonrpc":"2.0","id":1.5,"method":"tasks/get"}"#);
         assert_eq!((id, error.code), (RequestId::Null, -32600));
-        let (id, _) = reject(r#"{"jsonrpc":"2.0","method":"tasks/get"}"#);
-        assert_eq!(id, RequestId::Null);
+        let (id, error) = reject(r#"{"jsonrpc":"2.0","method":"tasks/get"}"#);
+        assert_eq!((id, error.code), (RequestId::Null, -32600));
+        let (_, error) = reject(r#"{"jsonrpc":"2.0","id":{"bad":"type"},"method":"x/y"}"#);
+        assert_eq!(
+            error.code, -32600,
+            "an unreadable id is refused before the method"
+        );
+    }
+
+    #[test]
+    fn a_request_without_id_is_refused_for_its_method_or_params_first() {
+        let (id, error) = reject(r#"{"jsonrpc":"2.0","method":"nonexistent/method","params":{}}"#);
+        assert_eq!((id, error.code), (RequestId::Null, code::METHOD_NOT_FOUND));
+        let (id, error) =
+            reject(r#"{"jsonrpc":"2.0","method":"message/send","params":"not_a_dict"}"#);
+        assert_eq!((id, error.code), (RequestId::Null, code::INVALID_PARAMS));
+        let (_, error) = reject(r#"{"jsonrpc":"2.0","method":"message/send","params":{}}"#);
+        assert_eq!(error.code, code::INVALID_REQUEST);
+        let (_, error) = reject(r#"{"jsonrpc":"2.0","params":{}}"#);
+        assert_eq!(
+            error.code,
+            code::INVALID_REQUEST,
+            "a missing method is an invalid request"
+        );
     }
 
     #[test]

@@ -145,7 +145,8 @@ impl Registry {
     }
 
     /// Accepts a message: a new task, or the continuation of a paused one (its `taskId`, or only its
-    /// `contextId` when that context's latest task is paused).
+    /// `contextId` when that context's latest task is paused). A `taskId` that names no task yet is the id
+    /// the client chose for a new task (what the A2A TCK and clients that pick their own ids expect).
     pub fn begin(&self, mut message: wire::Message) -> Result<Started, RpcError> {
         let mut tasks = self.lock();
         let now = Instant::now();
@@ -153,14 +154,16 @@ impl Registry {
         let message_task = message.task_id.take().filter(|id| !id.is_empty());
         let message_context = message.context_id.take().filter(|id| !id.is_empty());
         let continued = match (&message_task, &message_context) {
-            (Some(task_id), _) => {
-                let entry = tasks
-                    .tasks
-                    .get(task_id)
-                    .ok_or_else(|| RpcError::task_not_found(task_id))?;
-                entry.check_continuable(message_context.as_deref())?;
-                Some(task_id.clone())
-            }
+            (Some(task_id), _) => match tasks.tasks.get(task_id) {
+                Some(entry) => {
+                    entry.check_continuable(message_context.as_deref())?;
+                    Some(task_id.clone())
+                }
+                None => {
+                    check_client_task_id(task_id)?;
+                    None
+                }
+            },
             (None, Some(context_id)) => tasks.contexts.get(context_id).cloned().filter(|id| {
                 tasks
                     .tasks
@@ -173,7 +176,7 @@ impl Registry {
             Some(task_id) => task_id,
             None => {
                 tasks.make_room()?;
-                let task_id = new_id("task");
+                let task_id = message_task.unwrap_or_else(|| new_id("task"));
                 let context_id = message_context.unwrap_or_else(|| new_id("ctx"));
                 tasks
                     .tasks
@@ -344,6 +347,23 @@ impl Registry {
             .collect();
         results.push(StreamResult::StatusUpdate(entry.current_update()));
         Some((entry.seq, results))
+    }
+}
+
+/// The longest task id a client may choose.
+const MAX_CLIENT_TASK_ID: usize = 128;
+
+/// A task id a client chose for a new task: at most [`MAX_CLIENT_TASK_ID`] characters of
+/// `[A-Za-z0-9._:-]`, so that it is safe in logs, store keys and URLs.
+fn check_client_task_id(task_id: &str) -> Result<(), RpcError> {
+    let allowed = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | ':' | '-');
+    if task_id.len() <= MAX_CLIENT_TASK_ID && task_id.chars().all(allowed) {
+        Ok(())
+    } else {
+        Err(RpcError::invalid_params(format!(
+            "`message.taskId` names no task, and a new task's id must be at most \
+             {MAX_CLIENT_TASK_ID} characters of [A-Za-z0-9._:-]"
+        )))
     }
 }
 
@@ -643,13 +663,61 @@ mod tests {
     }
 
     #[test]
-    fn terminal_and_unknown_tasks_are_refused() {
+    fn a_task_id_the_client_chose_names_a_new_task_when_it_is_safe() {
         let registry = Registry::new();
+        let started = registry
+            .begin(with_ids(user("a"), Some("client-task:1"), Some("ctx-9")))
+            .unwrap();
+        assert_eq!(started.task_id, "client-task:1");
+        assert_eq!(started.context_id, "ctx-9");
+        assert_eq!(started.resume, None);
+        assert_eq!(
+            registry.get("client-task:1", None).unwrap().context_id,
+            "ctx-9"
+        );
+
+        for unsafe_id in ["a/b", "white space", "ü", &"x".repeat(129)] {
+            let err = registry
+                .begin(with_ids(user("a"), Some(unsafe_id), None))
+                .err()
+                .unwrap();
+            assert_eq!(err.code, wire::code::INVALID_PARAMS, "{unsafe_id}");
+            assert!(registry.get(unsafe_id, None).is_err());
+        }
+        assert!(registry
+            .begin(with_ids(user("a"), Some(&"x".repeat(128)), None))
+            .is_ok());
+    }
+
+    #[test]
+    fn a_task_of_another_context_is_refused() {
+        let registry = Registry::new();
+        let first = registry
+            .begin(with_ids(user("a"), None, Some("ctx-1")))
+            .unwrap();
+        let paused = status(&first.task_id, "ctx-1", TaskState::InputRequired, true);
+        registry.apply(&first.task_id, first.generation, &paused, Some("int-1"));
         let err = registry
-            .begin(with_ids(user("a"), Some("nope"), None))
+            .begin(with_ids(user("b"), Some(&first.task_id), Some("ctx-2")))
             .err()
             .unwrap();
-        assert_eq!(err, RpcError::task_not_found("nope"));
+        assert_eq!(err.code, wire::code::INVALID_PARAMS);
+        assert!(err.message.contains("not the context"), "{}", err.message);
+    }
+
+    #[test]
+    fn terminal_and_unknown_tasks_are_refused() {
+        let registry = Registry::new();
+        assert_eq!(
+            registry.get("nope", None).err(),
+            Some(RpcError::task_not_found("nope"))
+        );
+        assert!(
+            matches!(registry.cancel("nope"), Cancel::Done(Err(e)) if e == RpcError::task_not_found("nope"))
+        );
+        assert!(
+            matches!(registry.subscribe("nope"), Err(e) if e == RpcError::task_not_found("nope"))
+        );
         let started = registry.begin(user("a")).unwrap();
         let done = status(
             &started.task_id,
