@@ -246,6 +246,12 @@ pub struct Translate {
     /// calling the client's tools). Default: the address the proxy listens on (127.0.0.1 for an unspecified
     /// address).
     pub proxy_url: Option<String>,
+    /// Words that approve, added to the built-in English and Chinese lists (`src/answers.rs`).
+    #[serde(deserialize_with = "de::words")]
+    pub approval_words: Vec<String>,
+    /// Words that reject, added to the built-in lists.
+    #[serde(deserialize_with = "de::words")]
+    pub rejection_words: Vec<String>,
 }
 
 impl Default for Translate {
@@ -261,6 +267,8 @@ impl Default for Translate {
             a2a_status_message: false,
             agentscope_session_memory: false,
             proxy_url: None,
+            approval_words: Vec::new(),
+            rejection_words: Vec::new(),
         }
     }
 }
@@ -667,6 +675,20 @@ mod de {
                 r#"invalid socket address {value:?} (expected e.g. "127.0.0.1:8080" or "[::]:8080")"#
             ))
         })
+    }
+
+    /// Answer words: each one word (an answer is read word by word).
+    pub(super) fn words<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+        let words = Vec::<String>::deserialize(d)?;
+        match words
+            .iter()
+            .find(|w| w.trim().is_empty() || w.trim().contains(char::is_whitespace))
+        {
+            Some(word) => Err(D::Error::custom(format!(
+                "{word:?} is not one word; an answer is read word by word"
+            ))),
+            None => Ok(words),
+        }
     }
 
     pub(super) fn mount_path<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
@@ -1804,6 +1826,20 @@ mod tests {
             "routes[0].translate.approval_tool",
             "must not be empty",
         );
+    }
+
+    #[test]
+    fn answer_words_are_single_words() {
+        let text = route_with("[routes.translate]\napproval_words = [\"sure\", \"ship it\"]\n");
+        assert_error(
+            &text,
+            EXTRA + 1,
+            "routes[0].translate.approval_words",
+            "\"ship it\" is not one word",
+        );
+        let text = route_with("[routes.translate]\nrejection_words = [\"nope\", \"不干\"]\n");
+        let config = parse(&text).unwrap();
+        assert_eq!(config.routes[0].translate.rejection_words, ["nope", "不干"]);
     }
 
     #[test]

@@ -4,6 +4,7 @@
 //! event streams are translated through one canonical model ([`model`]): each protocol module under
 //! [`protocol`] decodes into it and encodes from it, and [`translate`] runs a turn between the two faces.
 
+pub mod answers;
 pub mod body;
 pub mod config;
 pub mod error;

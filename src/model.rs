@@ -6,6 +6,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+use crate::answers::{AnswerWords, Decision};
 use crate::error::Error;
 
 /// What one inbound request asks the agent to do.
@@ -213,9 +214,9 @@ impl Resume {
     /// - status `cancelled` → not approved;
     /// - no payload (or `null`) → approved: resolving an approval without saying more is taken as consent;
     /// - `true` / `false`; a number (non-zero approves);
-    /// - a string: `yes`, `y`, `true`, `ok`, `approve(d)`, `accept(ed)`, `allow(ed)`, `confirm(ed)` approve;
-    ///   `no`, `n`, `false`, `deny`, `denied`, `reject(ed)`, `decline(d)`, `cancel(led)` refuse; any other text
-    ///   refuses and is passed on as the `reason`;
+    /// - a string: read by the rule of [`crate::answers`] with the built-in words; a rejection or an unclear
+    ///   answer refuses, and unclear text is passed on as the `reason` (the hub reads free text with the
+    ///   route's words first, and asks again when it is unclear);
     /// - an object: the first boolean of `approved`, `approve`, `accepted`, `confirmed`, else the first string of
     ///   `status`, `decision`, `answer` read as above; `reason` (or `message`, `comment`) becomes the reason. An
     ///   object that says none of this refuses.
@@ -253,12 +254,10 @@ impl Resume {
 }
 
 fn word_answer(text: &str) -> Option<bool> {
-    match text.trim().to_ascii_lowercase().as_str() {
-        "yes" | "y" | "true" | "ok" | "okay" | "approve" | "approved" | "accept" | "accepted"
-        | "allow" | "allowed" | "confirm" | "confirmed" => Some(true),
-        "no" | "n" | "false" | "deny" | "denied" | "reject" | "rejected" | "decline"
-        | "declined" | "cancel" | "cancelled" | "canceled" => Some(false),
-        _ => None,
+    match AnswerWords::default().read(text) {
+        Decision::Approve => Some(true),
+        Decision::Reject => Some(false),
+        Decision::Unclear => None,
     }
 }
 
@@ -301,20 +300,41 @@ pub enum InterruptKind {
 }
 
 impl InterruptKind {
-    /// The text a person reads: the hint, the question, or a sentence about the tool.
+    /// The text a person reads, as a question: the hint, the question, the question a custom pause's payload
+    /// carries, or a sentence built from the tool and its arguments. Programs get the raw reason and payload
+    /// beside it (an A2A data part, AG-Kit's own `interrupt`).
     pub fn prompt(&self) -> String {
         match self {
             Self::Approval {
                 hint: Some(hint), ..
             } => hint.clone(),
-            Self::Approval { tool, .. } => format!("Approve the call of `{tool}`?"),
+            Self::Approval { tool, args, .. } => approval_question(tool, args),
             Self::Question { text, .. } | Self::InputRequired { text } => text.clone(),
-            Self::Custom { reason, payload } => match payload {
-                Value::Null => reason.clone(),
-                payload => format!("{reason}: {payload}"),
+            Self::Custom { reason, payload } => match payload_question(payload) {
+                Some(question) => question.to_owned(),
+                None if payload.is_null() => reason.clone(),
+                None => format!("{reason}: {payload}"),
             },
         }
     }
+}
+
+/// "Approve `delete_temp_files` with {"path":"/tmp"}? Answer yes or no."
+fn approval_question(tool: &str, args: &Value) -> String {
+    let empty = args.is_null() || args.as_object().is_some_and(Map::is_empty);
+    if empty {
+        format!("Approve `{tool}`? Answer yes or no.")
+    } else {
+        format!("Approve `{tool}` with {args}? Answer yes or no.")
+    }
+}
+
+/// The question a pause's payload spells out for a person, if any.
+fn payload_question(payload: &Value) -> Option<&str> {
+    ["question", "message", "prompt", "text"]
+        .iter()
+        .find_map(|key| payload.get(*key)?.as_str())
+        .filter(|text| !text.trim().is_empty())
 }
 
 /// How a run ended.

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use http::{Request, Response};
 use hyper::body::Incoming;
 
+use crate::answers::AnswerWords;
 use crate::body::Body;
 use crate::config::RouteConfig;
 use crate::error::Result;
@@ -36,12 +37,13 @@ impl Route {
             path: config.path.clone(),
             max_body: config.max_body,
             inbound: Inbound::from_config(config)?,
-            translator: Arc::new(Translator::new(
-                config.name.clone(),
-                outbound,
-                store,
-                config.timeout,
-            )),
+            translator: Arc::new(
+                Translator::new(config.name.clone(), outbound, store, config.timeout)
+                    .with_answer_words(AnswerWords::new(
+                        &config.translate.approval_words,
+                        &config.translate.rejection_words,
+                    )),
+            ),
         })
     }
 

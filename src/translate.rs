@@ -17,9 +17,12 @@ use futures_util::Stream;
 use serde_json::Value;
 use tokio::sync::mpsc;
 
+use crate::answers::{AnswerWords, Decision};
 use crate::error::{Error, Result};
 use crate::history::{self, ReplyLog};
-use crate::model::{Event, History, Interrupt, Resume, ResumeStatus, Role, Turn};
+use crate::model::{
+    Event, History, Interrupt, InterruptKind, Outcome, Resume, ResumeStatus, Role, Turn,
+};
 use crate::normalize::Normalizer;
 use crate::protocol::Outbound;
 use crate::store::{Key, Record, Store};
@@ -33,6 +36,8 @@ pub struct Translator {
     outbound: Outbound,
     store: Arc<dyn Store>,
     timeout: Duration,
+    /// How the route reads a person's free-text answer to an approval.
+    answer_words: AnswerWords,
 }
 
 impl Translator {
@@ -47,7 +52,14 @@ impl Translator {
             outbound,
             store,
             timeout,
+            answer_words: AnswerWords::default(),
         }
+    }
+
+    /// Reads free-text answers to approvals with `words` (the built-in lists and the route's own).
+    pub fn with_answer_words(mut self, words: AnswerWords) -> Self {
+        self.answer_words = words;
+        self
     }
 
     /// The turn's event stream: `RunStarted` first, exactly one terminal event last. The turn runs as the
@@ -99,9 +111,15 @@ impl Translator {
             // Refused before anything reached the upstream; the conversation stays as it was.
             return context.finish(Err(error)).await;
         }
+        let waiting = context.record.pending_interrupts.clone();
         // Calls the client did not answer this turn lapse, as unanswered interrupts do.
         context.record.pending_calls.clear();
         take_interrupt_answers(&mut turn, &mut context.record);
+        if let Some(unclear) = read_approvals(&mut turn.resume, &waiting, &self.answer_words) {
+            // Nothing reaches the upstream, and the stored conversation is left as it was: it waits on the
+            // same interrupt, asked again.
+            return context.ask_again(unclear).await;
+        }
         context.reply = history::prepare(&mut turn, &mut context.record, self.outbound.history());
         match self.run_outbound(&turn, &mut context).await {
             Some(result) => {
@@ -174,16 +192,21 @@ fn check_answers(turn: &Turn, record: &Record) -> Result<()> {
 fn take_interrupt_answers(turn: &mut Turn, record: &mut Record) {
     let pending = std::mem::take(&mut record.pending_interrupts);
     let is_pending = |id: &str| pending.iter().any(|interrupt| interrupt.id == id);
+    let explicit = turn.resume.len();
     for message in &turn.messages {
         match &message.tool_call_id {
             Some(call_id) if message.role == Role::Tool && is_pending(call_id) => {
-                let already = turn.resume.iter().any(|r| &r.interrupt_id == call_id);
-                if !already {
-                    turn.resume.push(Resume {
+                let payload = Some(answer_payload(&message.text()));
+                match turn.resume.iter().position(|r| &r.interrupt_id == call_id) {
+                    // The client's own resume entry wins over a tool message.
+                    Some(index) if index < explicit => {}
+                    // A call asked again was answered again: the later answer is the one meant.
+                    Some(index) => turn.resume[index].payload = payload,
+                    None => turn.resume.push(Resume {
                         interrupt_id: call_id.clone(),
                         status: ResumeStatus::Resolved,
-                        payload: Some(answer_payload(&message.text())),
-                    });
+                        payload,
+                    }),
                 }
             }
             _ => {}
@@ -210,6 +233,56 @@ fn take_interrupt_answers(turn: &mut Turn, record: &mut Record) {
     turn.messages.retain(|m| {
         !(m.role == Role::Assistant && m.content.is_empty() && m.tool_calls.is_empty())
     });
+}
+
+/// Turns each free-text answer to an approval into the decision it states (`{"approved": …}`, the text kept
+/// as the `reason` of a rejection), read by the route's words. The first approval whose answer is unclear is
+/// returned, worded to say what is expected: it is asked again instead of being guessed.
+fn read_approvals(
+    resume: &mut [Resume],
+    waiting: &[Interrupt],
+    words: &AnswerWords,
+) -> Option<Interrupt> {
+    for answer in resume {
+        let Some(Value::String(text)) = &answer.payload else {
+            continue;
+        };
+        let Some(asked) = waiting
+            .iter()
+            .find(|interrupt| interrupt.id == answer.interrupt_id)
+            .filter(|interrupt| matches!(interrupt.kind, InterruptKind::Approval { .. }))
+        else {
+            continue;
+        };
+        let decision = match words.read(text) {
+            Decision::Approve => serde_json::json!({"approved": true}),
+            Decision::Reject => serde_json::json!({"approved": false, "reason": text}),
+            Decision::Unclear => return Some(asked_again(asked, text)),
+        };
+        answer.payload = Some(decision);
+    }
+    None
+}
+
+/// The approval `asked`, its prompt saying that `answer` was not understood and what is expected.
+fn asked_again(asked: &Interrupt, answer: &str) -> Interrupt {
+    /// How much of the answer the question quotes back.
+    const QUOTED: usize = 80;
+    let mut quoted: String = answer.chars().take(QUOTED).collect();
+    if quoted.len() < answer.len() {
+        quoted.push('…');
+    }
+    let mut kind = asked.kind.clone();
+    if let InterruptKind::Approval { hint, .. } = &mut kind {
+        *hint = Some(format!(
+            "I could not tell whether \"{quoted}\" means yes or no. {} Answer yes or no.",
+            asked.kind.prompt().trim_end_matches(" Answer yes or no.")
+        ));
+    }
+    Interrupt {
+        id: asked.id.clone(),
+        kind,
+    }
 }
 
 /// A tool answer is JSON when it parses as JSON, otherwise the text itself.
@@ -246,6 +319,22 @@ impl RunContext {
     pub async fn emit(&mut self, event: Event) -> Result<()> {
         self.normalizer.push(event, &mut self.ready);
         self.send_ready().await
+    }
+
+    /// A run of the hub's own that asks `interrupt` again and pauses.
+    async fn ask_again(&mut self, interrupt: Interrupt) {
+        for event in [
+            Event::RunStarted,
+            Event::Interrupt(interrupt),
+            Event::RunFinished {
+                outcome: Outcome::Interrupted,
+                usage: None,
+            },
+        ] {
+            if self.emit(event).await.is_err() {
+                return;
+            }
+        }
     }
 
     async fn finish(&mut self, result: Result<()>) {
@@ -360,6 +449,58 @@ mod tests {
             "the answer is not also a tool result"
         );
         assert_eq!(record.closed_interrupts, ["int_1"]);
+    }
+
+    #[test]
+    fn an_approval_asked_again_takes_the_later_answer_of_a_full_history() {
+        let approval = Interrupt {
+            id: "int_1".into(),
+            kind: InterruptKind::Approval {
+                tool: "delete_temp_files".into(),
+                args: serde_json::json!({"path": "/tmp"}),
+                hint: None,
+            },
+        };
+        let mut record = Record {
+            pending_interrupts: vec![approval.clone()],
+            ..Record::default()
+        };
+        let mut turn = Turn {
+            messages: vec![
+                answer("int_1", "maybe later"),
+                answer("int_1", "yes, do it"),
+            ],
+            ..Turn::default()
+        };
+        take_interrupt_answers(&mut turn, &mut record);
+        assert_eq!(turn.resume.len(), 1);
+        assert_eq!(
+            turn.resume[0].payload,
+            Some(Value::String("yes, do it".into()))
+        );
+
+        let words = AnswerWords::default();
+        assert_eq!(
+            read_approvals(&mut turn.resume, std::slice::from_ref(&approval), &words),
+            None
+        );
+        assert_eq!(
+            turn.resume[0].payload,
+            Some(serde_json::json!({"approved": true}))
+        );
+
+        let mut unclear = vec![Resume {
+            interrupt_id: "int_1".into(),
+            status: ResumeStatus::Resolved,
+            payload: Some(Value::String("maybe later".into())),
+        }];
+        let again = read_approvals(&mut unclear, &[approval], &words).expect("asked again");
+        assert_eq!(again.id, "int_1");
+        assert_eq!(
+            again.kind.prompt(),
+            "I could not tell whether \"maybe later\" means yes or no. Approve `delete_temp_files` \
+             with {\"path\":\"/tmp\"}? Answer yes or no."
+        );
     }
 
     #[test]

@@ -786,11 +786,15 @@ async fn a2a_to_agkit_approval_refused_in_words_keeps_them_as_the_reason() {
     let url = proxy.url(PATH);
     let paused = a2a::stream_to_end(&url, a2a::message("Clean the logs")).await;
 
-    a2a::stream_to_end(&url, a2a::answer_to(paused.last().unwrap(), "not today")).await;
+    a2a::stream_to_end(
+        &url,
+        a2a::answer_to(paused.last().unwrap(), "no, not today"),
+    )
+    .await;
 
     assert_eq!(
         agent.received()[1].body["resume"]["payload"],
-        "{\"approved\":false,\"reason\":\"not today\"}"
+        "{\"approved\":false,\"reason\":\"no, not today\"}"
     );
 }
 

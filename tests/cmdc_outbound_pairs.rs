@@ -1436,3 +1436,66 @@ async fn scripted_gateway_answers_errors_in_the_gateways_shape() {
         "text/event-stream; charset=utf-8"
     );
 }
+
+/// An A2A client asked to approve a CMDC `approval_required` answers in its own words.
+async fn a2a_answers_the_cleaner(answer: &str) -> (Gateway, Vec<Value>, Proxy) {
+    let gateway = Gateway::start(cleaner).await;
+    let proxy = proxy("a2a", &gateway).await;
+    let url = proxy.url(PATH);
+    let paused = a2a::stream_to_end(&url, a2a::message("Clean the logs")).await;
+    let status = a2a::final_status(&paused);
+    assert_eq!(status["state"], "input-required");
+    let answered = a2a::stream_to_end(&url, a2a::answer_to(paused.last().unwrap(), answer)).await;
+    (gateway, answered, proxy)
+}
+
+#[tokio::test]
+async fn a2a_to_cmdc_free_text_yes_approves() {
+    for answer in ["yes, approve", "OK!", "好的，删除吧"] {
+        let (gateway, answered, _proxy) = a2a_answers_the_cleaner(answer).await;
+        assert_eq!(
+            a2a::streamed_text(&answered),
+            "Deleted the old logs.",
+            "{answer}"
+        );
+        assert_eq!(
+            gateway.wait_for_request("POST approve").await.body,
+            json!({"approvalId": "apr_1"}),
+            "{answer}"
+        );
+        assert!(gateway.requests("POST reject").is_empty(), "{answer}");
+    }
+}
+
+#[tokio::test]
+async fn a2a_to_cmdc_free_text_no_rejects() {
+    for answer in ["no, keep them", "不要"] {
+        let (gateway, answered, _proxy) = a2a_answers_the_cleaner(answer).await;
+        assert_eq!(
+            a2a::streamed_text(&answered),
+            "Left them alone.",
+            "{answer}"
+        );
+        gateway.wait_for_request("POST reject").await;
+        assert!(gateway.requests("POST approve").is_empty(), "{answer}");
+    }
+}
+
+#[tokio::test]
+async fn a2a_to_cmdc_an_unclear_answer_asks_again_and_the_next_answer_decides() {
+    let (gateway, again, proxy) = a2a_answers_the_cleaner("maybe later").await;
+    let status = a2a::final_status(&again);
+    assert_eq!(status["state"], "input-required", "the task still waits");
+    let question = a2a::status_text(status);
+    assert!(
+        question.contains("\"maybe later\"") && question.contains("Answer yes or no"),
+        "{question}"
+    );
+    assert!(gateway.requests("POST approve").is_empty());
+    assert!(gateway.requests("POST reject").is_empty());
+
+    let url = proxy.url(PATH);
+    let answered = a2a::stream_to_end(&url, a2a::answer_to(again.last().unwrap(), "yes")).await;
+    assert_eq!(a2a::streamed_text(&answered), "Deleted the old logs.");
+    gateway.wait_for_request("POST approve").await;
+}
