@@ -758,14 +758,15 @@ async fn sdk_clients_answer_an_input_required_task() {
 async fn sdk_clients_get_the_spec_error_codes() {
     let proxy = Proxy::start(&route("echo", "a2a", "echo", None, "")).await;
     let base = proxy.url("/echo");
-    for client in A2A_CLIENTS {
+    for (index, client) in A2A_CLIENTS.into_iter().enumerate() {
+        let own_id = format!("task-chosen-by-client-{index}");
         let report = client
             .accepted(
                 &base,
                 json!({"steps": [
                     {"op": "get", "name": "get-unknown", "taskId": "task-that-never-was"},
                     {"op": "send", "name": "send-unsafe-id", "taskId": "task/that never was", "text": "hi"},
-                    {"op": "send", "name": "send-own-id", "taskId": "task-chosen-by-the-client", "text": "mine"},
+                    {"op": "send", "name": "send-own-id", "taskId": own_id, "text": "mine"},
                     {"op": "send", "name": "done", "text": "finish me"},
                     {"op": "send", "name": "send-terminal", "task": "done", "text": "once more"},
                 ]}),
@@ -775,7 +776,7 @@ async fn sdk_clients_get_the_spec_error_codes() {
         assert_eq!(report.error("get-unknown")["code"], -32001, "{ctx}");
         assert_eq!(report.error("send-unsafe-id")["code"], -32602, "{ctx}");
         let own = report.task("send-own-id");
-        assert_eq!(own["id"], "task-chosen-by-the-client", "{ctx}");
+        assert_eq!(own["id"], own_id.as_str(), "{ctx}");
         assert_eq!(own["status"]["state"], "completed", "{ctx}");
         let terminal = report.error("send-terminal");
         assert_eq!(terminal["code"], -32602, "{ctx}");
