@@ -531,6 +531,17 @@ fn check_route(route: &RouteConfig, at: &KeyPath) -> Result<(), Issue> {
             ));
         }
     }
+    let needs_model = route.outbound == Outbound::Protocol(Protocol::Cmdc);
+    // Only a CMDC client names a model (when it creates its session).
+    if needs_model && route.inbound != Protocol::Cmdc && route.translate.model.is_none() {
+        return Err(Issue::new(
+            at.clone().key("translate").key("model"),
+            format!(
+                "required: a CMDC gateway creates each session with a model, and {} clients name none",
+                route.inbound
+            ),
+        ));
+    }
     if let Some(card) = &route.translate.a2a_card {
         let absolute = card.parse::<http::Uri>().is_ok_and(|uri| {
             matches!(uri.scheme_str(), Some("http" | "https")) && uri.host().is_some()
@@ -1826,6 +1837,28 @@ mod tests {
             "routes[0].translate.approval_tool",
             "must not be empty",
         );
+    }
+
+    #[test]
+    fn a_route_toward_a_cmdc_gateway_needs_a_model_unless_its_clients_name_one() {
+        let toward_cmdc = |inbound: &str| {
+            format!(
+                "[[routes]]\nname = \"r\"\npath = \"/r\"\ninbound = \"{inbound}\"\noutbound = \"cmdc\"\n\
+                 upstream = \"http://127.0.0.1:9001/\"\n"
+            )
+        };
+        assert_error(
+            &toward_cmdc("ag-ui"),
+            1,
+            "routes[0].translate.model",
+            "required: a CMDC gateway creates each session with a model, and ag-ui clients name none",
+        );
+        assert!(
+            parse(&toward_cmdc("cmdc")).is_ok(),
+            "a CMDC client names its model"
+        );
+        let with_model = format!("{}[routes.translate]\nmodel = \"m\"\n", toward_cmdc("a2a"));
+        assert!(parse(&with_model).is_ok());
     }
 
     #[test]

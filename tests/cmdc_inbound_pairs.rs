@@ -363,6 +363,26 @@ async fn cmdc_to_cmdc_streams_the_gateways_text() {
     );
 }
 
+#[tokio::test]
+async fn cmdc_to_cmdc_the_clients_model_creates_the_upstream_session_and_wins_over_the_routes() {
+    let gateway = Gateway::replying(&["Hi"]).await;
+    let without_model = format!("[routes.upstream_headers]\nX-API-Key = \"{GATEWAY_KEY}\"\n");
+    let open = Proxy::start(&route("cmdc", &gateway.url(), &without_model)).await;
+    let session = create(&open, json!({"model": "client:model-x"})).await;
+    assert_eq!(streamed_text(&turn(&open, &session, "Hello").await), "Hi");
+
+    let routed = cmdc_proxy(&gateway).await;
+    let session = create(&routed, json!({"model": "client:model-y"})).await;
+    assert_eq!(streamed_text(&turn(&routed, &session, "Hello").await), "Hi");
+
+    let models: Vec<Value> = gateway
+        .requests("POST sessions")
+        .iter()
+        .map(|created| created.body["model"].clone())
+        .collect();
+    assert_eq!(models, [json!("client:model-x"), json!("client:model-y")]);
+}
+
 /// "Clean the logs" asks to approve `rm -rf ./old-logs`; approved, it deletes them; other prompts: "OK.".
 fn cleaner(text: &str, _: &History) -> Vec<Step> {
     if !text.contains("Clean the logs") {

@@ -20,8 +20,8 @@ use tokio::sync::mpsc;
 use super::sessions::{self, Pending, Queued, Session, Sessions, Status, FINISHED_RUN_TTL};
 use super::wire::{self, CallbackAnswer, CallbackTool, Event as Cmdc, ToolCallback};
 use crate::model::{
-    new_id, Event, History, InterruptKind, Message, Outcome, Resume, ResumeStatus, Role, Tool,
-    Turn, Usage,
+    new_id, Event, GenerationOptions, History, InterruptKind, Message, Outcome, Resume,
+    ResumeStatus, Role, Tool, Turn, Usage,
 };
 use crate::translate::Translator;
 use crate::upstream::{self, Upstream};
@@ -275,6 +275,11 @@ impl Runner {
             history: History::Delta,
             tools: tools.iter().map(tool_from_callback).collect(),
             resume,
+            // The client chose it when it created the session; it wins over the route's.
+            options: GenerationOptions {
+                model: Some(session.model.clone()),
+                ..GenerationOptions::default()
+            },
             ..Turn::default()
         }
     }
