@@ -757,6 +757,37 @@ async fn agentscope_to_a2a_input_required_is_answered_by_mcp_approval_response_o
 }
 
 #[tokio::test]
+async fn agentscope_to_a2a_a_refused_question_reaches_the_task_as_no_and_cancels_nothing() {
+    let agent = a2a::asking_agent().await;
+    let proxy = proxy("agentscope", "a2a", Some(&agent.url())).await;
+    let url = process(&proxy);
+    let first = scope::request("s-a4", json!([scope::user("msg_u1", "Weather?")]));
+    let events = scope::run(&url, &first).await;
+    let request = scope::only(&events, "mcp_approval_request");
+    let id = scope::data(&request)["id"].as_str().unwrap().to_owned();
+
+    let second = scope::next_request(
+        &first,
+        &events,
+        [scope::approval_response(&id, false, None)],
+    );
+    scope::run(&url, &second).await;
+
+    let calls = a2a::calls(&agent, "message/stream");
+    assert_eq!(calls.len(), 2);
+    let answer = a2a::sent_message(&calls[1]);
+    assert_eq!(
+        answer["taskId"], "task-1",
+        "the paused task hears the answer"
+    );
+    assert_eq!(answer["parts"], json!([{"kind": "text", "text": "no"}]));
+    assert!(
+        a2a::calls(&agent, "tasks/cancel").is_empty(),
+        "a no is not a cancel"
+    );
+}
+
+#[tokio::test]
 async fn agentscope_to_a2a_client_tools_are_not_offered_to_the_agent() {
     let task = a2a::task("task-1", "ctx-up-1");
     let agent = Agent::new()
@@ -1406,7 +1437,7 @@ async fn agentscope_to_echo_ask_pauses_and_mcp_approval_response_answers_it() {
 }
 
 #[tokio::test]
-async fn agentscope_to_echo_ask_refused_cancels_the_question() {
+async fn agentscope_to_echo_ask_refused_answers_no() {
     let proxy = proxy("agentscope", "echo", None).await;
     let url = process(&proxy);
     let first = scope::request("s-e5", json!([scope::user("msg_u1", "/ask Which city?")]));
@@ -1423,5 +1454,9 @@ async fn agentscope_to_echo_ask_refused_cancels_the_question() {
     );
     let events = scope::run(&url, &second).await;
 
-    assert_eq!(scope::text(&events), "You cancelled the question.");
+    assert_eq!(
+        scope::text(&events),
+        "You answered: no",
+        "a no, not a cancel"
+    );
 }

@@ -392,7 +392,8 @@ fn add_outputs(messages: &mut Vec<Message>, id: &str, message: &wire::Message) {
 
 /// An `mcp_approval_response` as the answer to its interrupt. An approval's payload is
 /// `{"approved": bool}` (plus `"reason"` when given). The answer to a question the proxy asked (its request,
-/// resent in `input`, names the route's question tool) is the `reason` text; `approve:false` declines it.
+/// resent in `input`, names the route's question tool) is the `reason` text; `approve:false` answers it
+/// "no" (with the reason after it): a refusal is the agent's to act on, not a cancel of its work.
 fn answer_to(
     answer: wire::McpApprovalResponse,
     input: &[wire::Message],
@@ -400,14 +401,15 @@ fn answer_to(
 ) -> Resume {
     let reason = answer.reason.filter(|r| !r.is_empty());
     if is_question(&answer.approval_request_id, input, question_tool) {
+        let payload = match (answer.approve, reason) {
+            (true, reason) => reason,
+            (false, None) => Some("no".to_owned()),
+            (false, Some(reason)) => Some(format!("no, {reason}")),
+        };
         return Resume {
             interrupt_id: answer.approval_request_id,
-            status: if answer.approve {
-                ResumeStatus::Resolved
-            } else {
-                ResumeStatus::Cancelled
-            },
-            payload: reason.map(Value::String),
+            status: ResumeStatus::Resolved,
+            payload: payload.map(Value::String),
         };
     }
     let mut payload = json!({ "approved": answer.approve });
@@ -706,8 +708,19 @@ mod tests {
             approval_response("int_q", false, None),
         ]});
         let resume = decode_json(body).unwrap().turn.resume;
-        assert_eq!(resume[0].status, ResumeStatus::Cancelled);
-        assert_eq!(resume[0].payload, None);
+        assert_eq!(
+            resume[0].status,
+            ResumeStatus::Resolved,
+            "a no, not a cancel"
+        );
+        assert_eq!(resume[0].payload, Some(json!("no")));
+
+        let body = json!({"input": [
+            approval_request("int_q", "ask_user", Value::Null),
+            approval_response("int_q", false, Some("keep them")),
+        ]});
+        let resume = decode_json(body).unwrap().turn.resume;
+        assert_eq!(resume[0].payload, Some(json!("no, keep them")));
     }
 
     #[test]
