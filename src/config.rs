@@ -223,9 +223,8 @@ pub struct Translate {
     pub question_tool: String,
     /// For upstreams that need one (CMDC sessions, AgentScope).
     pub model: Option<String>,
-    /// true: pause AG-UI clients with `RUN_FINISHED.outcome.interrupt` (0.0.59+ clients) instead of a call of
-    /// the approval or question tool.
-    pub agui_interrupts: bool,
+    /// How an AG-UI client is paused: a call of the approval or question tool, or `RUN_FINISHED.outcome`.
+    pub agui_interrupts: AguiInterrupts,
     /// true: send reasoning as `REASONING_*` events (0.0.59+ clients; 0.0.36 rejects them) instead of
     /// `CUSTOM agent-bridge.reasoning` events.
     pub agui_reasoning: bool,
@@ -260,7 +259,7 @@ impl Default for Translate {
             approval_tool: "confirmAction".to_owned(),
             question_tool: "ask_user".to_owned(),
             model: None,
-            agui_interrupts: false,
+            agui_interrupts: AguiInterrupts::Auto,
             agui_reasoning: false,
             agui_protocol_version: None,
             a2a_card: None,
@@ -269,6 +268,50 @@ impl Default for Translate {
             proxy_url: None,
             approval_words: Vec::new(),
             rejection_words: Vec::new(),
+        }
+    }
+}
+
+/// `agui_interrupts`: how a pause reaches an AG-UI client.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum AguiInterrupts {
+    /// A call of the route's approval or question tool when the client declared that tool in the run's
+    /// `tools` (it has a handler for it), otherwise `outcome`.
+    #[default]
+    Auto,
+    /// Always a call of the approval or question tool.
+    Tool,
+    /// Always `RUN_FINISHED.outcome.interrupt` (clients 0.0.59 and 1.0), after a text message stating the
+    /// question (0.0.36 ignores `outcome`).
+    Outcome,
+}
+
+impl<'de> Deserialize<'de> for AguiInterrupts {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Written {
+            Flag(bool),
+            Name(String),
+        }
+        match Written::deserialize(d)? {
+            // Files written before the modes existed: `true` paused with the outcome, `false` with a tool.
+            Written::Flag(outcome) => {
+                let mode = if outcome { "outcome" } else { "tool" };
+                tracing::warn!(
+                    "`agui_interrupts = {outcome}` is deprecated: it reads as \"{mode}\"; \
+                     write \"auto\", \"tool\" or \"outcome\""
+                );
+                Ok(if outcome { Self::Outcome } else { Self::Tool })
+            }
+            Written::Name(name) => match name.as_str() {
+                "auto" => Ok(Self::Auto),
+                "tool" => Ok(Self::Tool),
+                "outcome" => Ok(Self::Outcome),
+                other => Err(serde::de::Error::custom(format!(
+                    "expected \"auto\", \"tool\" or \"outcome\", not {other:?}"
+                ))),
+            },
         }
     }
 }
@@ -1258,7 +1301,7 @@ mod tests {
         assert_eq!(echo.timeout, Duration::from_millis(2500));
         assert_eq!(echo.connect_timeout, Duration::from_secs(3));
         assert_eq!(echo.max_body, 512 * 1024);
-        assert!(echo.translate.agui_interrupts);
+        assert_eq!(echo.translate.agui_interrupts, AguiInterrupts::Outcome);
         assert_eq!(echo.translate.question_tool, "askHuman");
         assert_eq!(echo.translate.agui_protocol_version.as_deref(), Some("1.0"));
         let card = echo.card.as_ref().expect("echo route has a card");
@@ -1294,7 +1337,7 @@ mod tests {
         assert_eq!(route.translate, Translate::default());
         assert_eq!(route.translate.approval_tool, "confirmAction");
         assert_eq!(route.translate.question_tool, "ask_user");
-        assert!(!route.translate.agui_interrupts);
+        assert_eq!(route.translate.agui_interrupts, AguiInterrupts::Auto);
         assert_eq!(route.card, None);
     }
 
@@ -1574,8 +1617,16 @@ mod tests {
             &text,
             EXTRA,
             "routes[0].translate.agui_interrupts",
-            "invalid type",
+            "expected \"auto\", \"tool\" or \"outcome\", not \"yes\"",
         );
+        let mode = |value: &str| {
+            let text = route_with(&format!("translate.agui_interrupts = {value}\n"));
+            parse(&text).unwrap().routes[0].translate.agui_interrupts
+        };
+        assert_eq!(mode("\"tool\""), AguiInterrupts::Tool);
+        assert_eq!(mode("\"outcome\""), AguiInterrupts::Outcome);
+        assert_eq!(mode("true"), AguiInterrupts::Outcome, "the old boolean");
+        assert_eq!(mode("false"), AguiInterrupts::Tool, "the old boolean");
     }
 
     #[test]

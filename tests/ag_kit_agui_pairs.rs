@@ -33,6 +33,14 @@ async fn proxy(inbound: &str, outbound: &str, upstream: &Upstream) -> Proxy {
     .await
 }
 
+/// A run of a frontend that handles the route's pause tools (`confirmAction`, `ask_user`): pauses reach it as
+/// calls of them.
+fn pausable_input(thread_id: &str, run_id: &str, messages: Value) -> Value {
+    let mut input = ag_ui::input(thread_id, run_id, messages);
+    input["tools"] = json!([ag_ui::tool("confirmAction"), ag_ui::tool("ask_user")]);
+    input
+}
+
 /// The AG-Kit inbound's `send-message` URL.
 fn send_message(proxy: &Proxy) -> String {
     proxy.url(&format!("{PATH}/send-message"))
@@ -790,7 +798,7 @@ async fn agui_to_agkit_agent_interrupt_is_an_ask_user_call_answered_by_a_resume(
     let proxy = proxy("ag-ui", "ag-kit", &upstream).await;
     let ask = json!([ag_ui::user("u1", "Plan my garden")]);
 
-    let events = ag_ui::run(&agui(&proxy), &ag_ui::input("thread-1", "run-1", ask)).await;
+    let events = ag_ui::run(&agui(&proxy), &pausable_input("thread-1", "run-1", ask)).await;
 
     let calls = ag_ui::calls(&events);
     assert_eq!(calls.len(), 1, "{events:#?}");
@@ -807,7 +815,7 @@ async fn agui_to_agkit_agent_interrupt_is_an_ask_user_call_answered_by_a_resume(
         kept_call(&events, "int_1"),
         ag_ui::tool_result("t1", "int_1", "{\"selected\":[0]}"),
     ]);
-    let events = ag_ui::run(&agui(&proxy), &ag_ui::input("thread-1", "run-2", answer)).await;
+    let events = ag_ui::run(&agui(&proxy), &pausable_input("thread-1", "run-2", answer)).await;
 
     assert_eq!(ag_ui::text_of(&events), "Digging the hole.");
     let resumed = upstream.received()[1].body.clone();
@@ -836,7 +844,7 @@ async fn agui_to_agkit_turn_after_an_answered_interrupt_sends_only_the_new_messa
     let proxy = proxy("ag-ui", "ag-kit", &upstream).await;
     let mut history = vec![ag_ui::user("u1", "Plan my garden")];
     let input = |run_id: &str, history: &[Value]| {
-        ag_ui::input("thread-1", run_id, Value::Array(history.to_vec()))
+        pausable_input("thread-1", run_id, Value::Array(history.to_vec()))
     };
 
     let asked = ag_ui::run(&agui(&proxy), &input("run-1", &history)).await;
@@ -876,7 +884,7 @@ async fn agui_to_agkit_approval_interrupt_is_a_confirm_action_call_answered_by_a
     let proxy = proxy("ag-ui", "ag-kit", &upstream).await;
     let ask = json!([ag_ui::user("u1", "Clean up the logs")]);
 
-    let events = ag_ui::run(&agui(&proxy), &ag_ui::input("thread-1", "run-1", ask)).await;
+    let events = ag_ui::run(&agui(&proxy), &pausable_input("thread-1", "run-1", ask)).await;
 
     let calls = ag_ui::calls(&events);
     assert_eq!(calls.len(), 1, "{events:#?}");
@@ -891,7 +899,7 @@ async fn agui_to_agkit_approval_interrupt_is_a_confirm_action_call_answered_by_a
         kept_call(&events, "int_9"),
         ag_ui::tool_result("t1", "int_9", "{\"approved\":true}"),
     ]);
-    let events = ag_ui::run(&agui(&proxy), &ag_ui::input("thread-1", "run-2", answer)).await;
+    let events = ag_ui::run(&agui(&proxy), &pausable_input("thread-1", "run-2", answer)).await;
 
     assert_eq!(ag_ui::text_of(&events), "Deleted.");
     let resumed = upstream.received()[1].body.clone();

@@ -16,7 +16,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use agent_bridge::config::Translate;
+use agent_bridge::config::{AguiInterrupts, Translate};
 use agent_bridge::error::Error;
 use agent_bridge::model::{
     Artifact, Event, Interrupt, InterruptKind, Message, Outcome, Part, Role, Turn, Usage,
@@ -325,6 +325,23 @@ fn inbound_turn() -> Turn {
     }
 }
 
+/// The run of a client that declares the route's approval and question tools (it handles them), as the
+/// goldens' clients do: with `agui_interrupts = "auto"` its pauses are calls of those tools.
+fn inbound_turn_with_pause_tools(translate: &Translate) -> Turn {
+    let tool = |name: &str| agent_bridge::model::Tool {
+        name: name.to_owned(),
+        description: String::new(),
+        parameters: json!({"type": "object"}),
+    };
+    Turn {
+        tools: vec![
+            tool(&translate.approval_tool),
+            tool(&translate.question_tool),
+        ],
+        ..inbound_turn()
+    }
+}
+
 fn upstream_golden(case: &str) {
     upstream_case(case, None);
 }
@@ -341,7 +358,7 @@ fn translate_for(variant: &str) -> Translate {
     let mut translate = Translate::default();
     match variant {
         "agui_reasoning" => translate.agui_reasoning = true,
-        "agui_interrupts" => translate.agui_interrupts = true,
+        "agui_interrupts" => translate.agui_interrupts = AguiInterrupts::Outcome,
         "custom_tools" => {
             translate.approval_tool = "approve".to_owned();
             translate.question_tool = "askHuman".to_owned();
@@ -358,7 +375,8 @@ fn upstream_case(case: &str, variant: Option<&str>) {
     );
     let input = fs::read(fixture(&format!("upstream/{case}.sse"))).unwrap();
     let translate = variant.map_or_else(Translate::default, translate_for);
-    let sse = stable_ids(&encode(&inbound_turn(), &translate, pipeline(&input)));
+    let turn = inbound_turn_with_pause_tools(&translate);
+    let sse = stable_ids(&encode(&turn, &translate, pipeline(&input)));
     let profile = Profile::for_variant(variant);
     if let Err(problem) = profile.check(&sse) {
         panic!("{case}: output breaks the conservative profile: {problem}\n{sse}");
@@ -598,6 +616,43 @@ const ENCODER_CASES: &[&str] = &[
     "run_cancelled",
 ];
 
+#[test]
+fn auto_pauses_are_tool_calls_only_for_the_tools_the_client_declared() {
+    let translate = Translate::default();
+    assert_eq!(translate.agui_interrupts, AguiInterrupts::Auto);
+    let only_confirm = Turn {
+        tools: inbound_turn_with_pause_tools(&translate).tools[..1].to_vec(),
+        ..inbound_turn()
+    };
+    assert_eq!(only_confirm.tools[0].name, "confirmAction");
+
+    let approval = encode(&only_confirm, &translate, normalize(approval_run()));
+    assert!(
+        approval.contains(r#""toolCallName":"confirmAction""#),
+        "{approval}"
+    );
+    assert!(!approval.contains(r#""outcome""#), "{approval}");
+
+    let question = encode(&only_confirm, &translate, normalize(question_run()));
+    assert!(
+        !question.contains("TOOL_CALL_START"),
+        "no ask_user handler: {question}"
+    );
+    assert!(
+        question.contains(r#""delta":"Which city?""#),
+        "the question is stated as text for clients that ignore outcome: {question}"
+    );
+    assert!(
+        question.contains(r#""outcome":{"type":"interrupt""#)
+            && question.contains(r#""id":"int_2""#),
+        "{question}"
+    );
+
+    let bare = encode(&inbound_turn(), &translate, normalize(approval_run()));
+    assert!(!bare.contains("TOOL_CALL_START"), "{bare}");
+    assert!(bare.contains(r#""reason":"approval""#), "{bare}");
+}
+
 /// Text, then an approval pause: what an A2A or AgentScope upstream asking to approve a call turns into.
 fn approval_run() -> Vec<Event> {
     vec![
@@ -646,7 +701,8 @@ fn question_run() -> Vec<Event> {
 fn encoder_golden(case: &str, variant: Option<&str>, events: Vec<Event>) {
     assert!(ENCODER_CASES.contains(&case), "add {case} to ENCODER_CASES");
     let translate = variant.map_or_else(Translate::default, translate_for);
-    let sse = stable_ids(&encode(&inbound_turn(), &translate, normalize(events)));
+    let turn = inbound_turn_with_pause_tools(&translate);
+    let sse = stable_ids(&encode(&turn, &translate, normalize(events)));
     if let Err(problem) = Profile::for_variant(variant).check(&sse) {
         panic!("{case}: output breaks the conservative profile: {problem}\n{sse}");
     }

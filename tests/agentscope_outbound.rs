@@ -12,10 +12,13 @@ use support::{Proxy, Received, Reply, Upstream};
 
 const PATH: &str = "/agents/scope";
 
+/// Its AG-UI clients answer pauses as calls of `confirmAction` without declaring it: the route pins the tool
+/// mode.
 async fn agui_to_agentscope(upstream: &Upstream) -> Proxy {
     Proxy::start(&format!(
         "[[routes]]\nname = \"scope\"\npath = \"{PATH}\"\ninbound = \"ag-ui\"\noutbound = \"agentscope\"\n\
-         upstream = \"{}\"\n[routes.translate]\nmodel = \"route-model\"\n",
+         upstream = \"{}\"\n[routes.translate]\nmodel = \"route-model\"\n\
+         agui_interrupts = \"tool\"\n",
         upstream.url()
     ))
     .await

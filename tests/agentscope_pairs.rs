@@ -25,9 +25,20 @@ const PATH: &str = "/agents/pair";
 async fn proxy(inbound: &str, outbound: &str, upstream: Option<&str>) -> Proxy {
     let upstream = upstream.map_or(String::new(), |url| format!("upstream = \"{url}\""));
     Proxy::start(&format!(
-        "[[routes]]\nname = \"pair\"\npath = \"{PATH}\"\ninbound = \"{inbound}\"\noutbound = \"{outbound}\"\n{upstream}\n"
+        "[[routes]]\nname = \"pair\"\npath = \"{PATH}\"\ninbound = \"{inbound}\"\noutbound = \"{outbound}\"\n{upstream}\n{}",
+        pause_as_tool_calls(inbound)
     ))
     .await
+}
+
+/// The AG-UI clients here answer pauses as calls of `confirmAction` / `ask_user` without declaring those
+/// tools (as frontends before outcome interrupts did): their routes pin the tool mode.
+fn pause_as_tool_calls(inbound: &str) -> &'static str {
+    if inbound == "ag-ui" {
+        "[routes.translate]\nagui_interrupts = \"tool\"\n"
+    } else {
+        ""
+    }
 }
 
 /// The AgentScope inbound's `/process` URL.

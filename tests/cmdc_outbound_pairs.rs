@@ -33,9 +33,14 @@ fn route_with(
     model: Option<&str>,
     extra: &str,
 ) -> String {
-    let translate = model.map_or(String::new(), |model| {
+    let mut translate = model.map_or(String::new(), |model| {
         format!("[routes.translate]\nmodel = \"{model}\"\n")
     });
+    // The AG-UI clients here answer pauses as calls of `confirmAction` / `ask_user` without declaring those
+    // tools (as frontends before outcome interrupts did): the route pins the tool mode.
+    if inbound == "ag-ui" {
+        translate.push_str("agui_interrupts = \"tool\"\n");
+    }
     format!(
         "[[routes]]\nname = \"pair\"\npath = \"{PATH}\"\ninbound = \"{inbound}\"\noutbound = \"cmdc\"\n\
          upstream = \"{upstream}\"\n{extra}\n[routes.upstream_headers]\nX-API-Key = \"{key}\"\n{translate}"

@@ -188,7 +188,7 @@ mod scenario {
     /// agent gets the decision. Where either side asks approvals in words (A2A), the client sees a
     /// question and answers "yes" or "no".
     pub async fn approval(pair: Pair, approve: bool) {
-        let (agent, proxy) = pair.serve(Script::Approval).await;
+        let (_agent, proxy) = pair.serve(Script::Approval).await;
         let mut client = pair.client(&proxy);
         let paused = client.exchange(say("clean up /tmp/x")).await;
         assert!(paused.errors.is_empty(), "{pair:?}: {paused:#?}");
@@ -207,15 +207,8 @@ mod scenario {
             other => panic!("{pair:?}: an approval shown as {other:?}"),
         };
         let done = client.exchange(answer).await;
-        if !approve && !asked_in_words(pair) && !pair.agent().is_some_and(Protocol::has_approvals) {
-            // An approval request that stood for a question in words: refusing it declines the question,
-            // which cancels the agent's task (docs/translation.md, "AgentScope → A2A").
-            assert_said(pair, &done, "");
-            return assert!(
-                agent.cancelled().await,
-                "{pair:?}: the task was not cancelled"
-            );
-        }
+        // An approval request that stood for a question in words (AgentScope → A2A) is refused as the answer
+        // "no": the agent hears it and decides, and nothing is cancelled.
         let expected = if approve {
             APPROVED_TEXT
         } else {

@@ -15,7 +15,7 @@ use serde_json::json;
 use super::wire::{self, TextRole};
 use super::{message_from_wire, message_to_wire, part_to_wire};
 use crate::body::{self, Body};
-use crate::config::Translate;
+use crate::config::{AguiInterrupts, Translate};
 use crate::error::{Error, Result};
 use crate::model::{
     ContextItem, Event, History, Interrupt, InterruptKind, Outcome, Resume, ResumeStatus, Role,
@@ -31,22 +31,32 @@ pub struct Inbound {
     translate: Translate,
 }
 
-/// What a route's options change in the output.
+/// What a route's options, and the run's client, change in the output.
 struct EncodeOptions {
     approval_tool: String,
     question_tool: String,
-    /// Pause with `RUN_FINISHED.outcome.interrupt` (0.0.59+) instead of a frontend tool call.
-    interrupt_outcome: bool,
+    /// Pause with a call of the approval tool (else `RUN_FINISHED.outcome.interrupt`, 0.0.59+).
+    approval_as_tool: bool,
+    /// Pause with a call of the question tool (else `RUN_FINISHED.outcome.interrupt`).
+    question_as_tool: bool,
     /// Emit `REASONING_*` events (0.0.59+) instead of `agent-bridge.reasoning` custom events.
     reasoning: bool,
 }
 
 impl EncodeOptions {
-    fn new(translate: &Translate) -> Self {
+    /// The options for the run of `turn`: with `agui_interrupts = "auto"`, a pause is a tool call only when
+    /// the client declared that tool in this run (it has a handler for it).
+    fn new(translate: &Translate, turn: &Turn) -> Self {
+        let as_tool = |tool: &str| match translate.agui_interrupts {
+            AguiInterrupts::Tool => true,
+            AguiInterrupts::Outcome => false,
+            AguiInterrupts::Auto => turn.tools.iter().any(|declared| declared.name == tool),
+        };
         Self {
             approval_tool: translate.approval_tool.clone(),
             question_tool: translate.question_tool.clone(),
-            interrupt_outcome: translate.agui_interrupts,
+            approval_as_tool: as_tool(&translate.approval_tool),
+            question_as_tool: as_tool(&translate.question_tool),
             reasoning: translate.agui_reasoning,
         }
     }
@@ -177,7 +187,7 @@ impl Encoder {
         Self {
             thread_id: turn.conversation.clone(),
             run_id: turn.run_id.clone(),
-            options: EncodeOptions::new(translate),
+            options: EncodeOptions::new(translate, turn),
             interrupts: Vec::new(),
             last_assistant_message: None,
             buf: BytesMut::new(),
@@ -215,11 +225,16 @@ impl Encoder {
         self.buf.split().freeze()
     }
 
-    /// A pause becomes a call of the route's approval or question tool, answered in the next run — or,
-    /// when the route opts in, an interrupt in `RUN_FINISHED.outcome`, preceded by the question as text
-    /// so that clients that ignore `outcome` still show it.
+    /// A pause becomes a call of the route's approval or question tool, answered in the next run, when the
+    /// client handles that tool (see [`EncodeOptions::new`]); otherwise an interrupt in
+    /// `RUN_FINISHED.outcome`, preceded by the question as text so that clients that ignore `outcome` still
+    /// show it.
     fn encode_interrupt(&mut self, interrupt: Interrupt) {
-        if self.options.interrupt_outcome {
+        let as_tool = match interrupt.kind {
+            InterruptKind::Approval { .. } => self.options.approval_as_tool,
+            _ => self.options.question_as_tool,
+        };
+        if !as_tool {
             let message_id = crate::model::new_id("msg");
             let prompt = interrupt.kind.prompt();
             write(
