@@ -6,6 +6,8 @@
 
 pub mod body;
 pub mod config;
+pub mod cors;
+pub mod egress;
 pub mod error;
 pub mod history;
 pub mod model;
