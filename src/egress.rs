@@ -141,12 +141,12 @@ impl fmt::Display for Pattern {
 
 /// The client a URL came from: the peer of its connection, and the proxy's address on that connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Origin {
+pub struct Requester {
     pub peer: IpAddr,
     pub local: SocketAddr,
 }
 
-impl Origin {
+impl Requester {
     /// The client of a request, from the addresses the server put in its extensions.
     pub fn of<B>(request: &Request<B>) -> Option<Self> {
         let PeerAddr(peer) = request.extensions().get::<PeerAddr>()?;
@@ -172,10 +172,10 @@ impl Policy {
 
     /// Refuses a URL whose literal host and port can already be seen to be refused (an IP literal); a name
     /// passes here and is checked when it is resolved, at each use.
-    pub fn check_literal(&self, uri: &Uri, origin: &Origin) -> Result<()> {
+    pub fn check_literal(&self, uri: &Uri, requester: &Requester) -> Result<()> {
         let (host, port) = host_and_port(uri)?;
         match host.parse::<IpAddr>() {
-            Ok(ip) => self.check(None, SocketAddr::new(ip, port), origin),
+            Ok(ip) => self.check(None, SocketAddr::new(ip, port), requester),
             Err(_) => Ok(()),
         }
     }
@@ -185,13 +185,13 @@ impl Policy {
     pub async fn addresses(
         &self,
         uri: &Uri,
-        origin: &Origin,
+        requester: &Requester,
         resolver: &dyn Resolve,
     ) -> Result<Vec<SocketAddr>> {
         let (host, port) = host_and_port(uri)?;
         if let Ok(ip) = host.parse::<IpAddr>() {
             let address = SocketAddr::new(ip, port);
-            self.check(None, address, origin)?;
+            self.check(None, address, requester)?;
             return Ok(vec![address]);
         }
         let addresses = resolver.resolve(host, port).await.map_err(|e| {
@@ -203,17 +203,17 @@ impl Policy {
             )));
         }
         for address in &addresses {
-            self.check(Some(host), *address, origin)?;
+            self.check(Some(host), *address, requester)?;
         }
         Ok(addresses)
     }
 
     /// Whether a URL naming `host` (`None` for an IP literal) may lead to `address`.
-    fn check(&self, host: Option<&str>, address: SocketAddr, origin: &Origin) -> Result<()> {
+    fn check(&self, host: Option<&str>, address: SocketAddr, requester: &Requester) -> Result<()> {
         let address = SocketAddr::new(address.ip().to_canonical(), address.port());
-        let allowed = !self.is_own(address, origin)
+        let allowed = !self.is_own(address, requester)
             && (self.allow.iter().any(|p| p.allows(host, address))
-                || self.is_the_clients_own(address, origin));
+                || self.is_the_clients_own(address, requester));
         if allowed {
             return Ok(());
         }
@@ -225,11 +225,11 @@ impl Policy {
     }
 
     /// Whether `address` is where the proxy itself serves.
-    fn is_own(&self, address: SocketAddr, origin: &Origin) -> bool {
+    fn is_own(&self, address: SocketAddr, requester: &Requester) -> bool {
         let listen_ip = self.listen.ip().to_canonical();
-        let local_ip = origin.local.ip().to_canonical();
+        let local_ip = requester.local.ip().to_canonical();
         let on_listen_port =
-            address.port() == self.listen.port() || address.port() == origin.local.port();
+            address.port() == self.listen.port() || address.port() == requester.local.port();
         let ours = address.ip() == listen_ip
             || address.ip() == local_ip
             || (listen_ip.is_unspecified() && is_special(address.ip()));
@@ -238,12 +238,12 @@ impl Policy {
 
     /// The default: the registering client's own IP, when that is a public-facing address of another host,
     /// on an unprivileged port.
-    fn is_the_clients_own(&self, address: SocketAddr, origin: &Origin) -> bool {
+    fn is_the_clients_own(&self, address: SocketAddr, requester: &Requester) -> bool {
         let ip = address.ip();
-        ip == origin.peer.to_canonical()
+        ip == requester.peer.to_canonical()
             && address.port() >= LOWEST_OPEN_PORT
             && !is_special(ip)
-            && ip != origin.local.ip().to_canonical()
+            && ip != requester.local.ip().to_canonical()
             && ip != self.listen.ip().to_canonical()
     }
 }
@@ -333,15 +333,18 @@ impl Egress {
         &self.policy
     }
 
-    /// POSTs a JSON body to `uri`, handed over by the client `origin`, and returns the response whatever its
+    /// POSTs a JSON body to `uri`, handed over by the client `requester`, and returns the response whatever its
     /// status. A refused URL is an error before any socket opens.
     pub async fn post_json(
         &self,
         uri: Uri,
         body: Bytes,
-        origin: &Origin,
+        requester: &Requester,
     ) -> Result<Response<Incoming>> {
-        let addresses = self.policy.addresses(&uri, origin, &*self.resolver).await?;
+        let addresses = self
+            .policy
+            .addresses(&uri, requester, &*self.resolver)
+            .await?;
         let target = format!("{}:{}", addresses[0].ip(), addresses[0].port());
         let request = Request::builder()
             .method(Method::POST)
@@ -452,16 +455,21 @@ mod tests {
     }
 
     /// A client connected from `peer` to the proxy's listen address.
-    fn from(peer: &str) -> Origin {
-        Origin {
+    fn from(peer: &str) -> Requester {
+        Requester {
             peer: peer.parse().unwrap(),
             local: LISTEN.parse().unwrap(),
         }
     }
 
-    async fn verdict(policy: &Policy, url: &str, origin: &Origin, resolver: &Table) -> Result<()> {
+    async fn verdict(
+        policy: &Policy,
+        url: &str,
+        requester: &Requester,
+        resolver: &Table,
+    ) -> Result<()> {
         policy
-            .addresses(&url.parse().unwrap(), origin, resolver)
+            .addresses(&url.parse().unwrap(), requester, resolver)
             .await
             .map(drop)
     }
@@ -579,7 +587,7 @@ mod tests {
                 "{url}"
             );
         }
-        let on_this_host = Origin {
+        let on_this_host = Requester {
             peer: "192.0.2.10".parse().unwrap(),
             local: "192.0.2.10:8080".parse().unwrap(),
         };

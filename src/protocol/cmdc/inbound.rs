@@ -38,7 +38,7 @@ use super::sessions::{CreateError, RegisteredTool, Session, Sessions};
 use super::wire;
 use crate::body::{self, Body};
 use crate::config::RouteConfig;
-use crate::egress::{Egress, Origin, Policy};
+use crate::egress::{Egress, Policy, Requester};
 use crate::error::Error;
 use crate::route::Route;
 use crate::sse::{self, SseBody};
@@ -510,7 +510,7 @@ async fn register_tool(
             message,
         )
     };
-    let origin = Origin::of(&request)
+    let requester = Requester::of(&request)
         .ok_or_else(|| registration_failed("the client's address is unknown".to_owned()))?;
     let tool: wire::CallbackTool = serde_json::from_slice(&read_json_bytes(request, limit).await?)
         .map_err(|e| registration_failed(format!("invalid tool: {e}")))?;
@@ -525,13 +525,13 @@ async fn register_tool(
         ));
     };
     policy
-        .check_literal(&uri, &origin)
+        .check_literal(&uri, &requester)
         .map_err(|e| registration_failed(e.message().to_owned()))?;
     let name = tool.name.clone();
     {
         let mut state = session.state();
         state.tools.retain(|t| t.tool.name != name);
-        state.tools.push(RegisteredTool { tool, origin });
+        state.tools.push(RegisteredTool { tool, requester });
     }
     Ok(json(
         StatusCode::CREATED,

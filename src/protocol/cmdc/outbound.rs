@@ -1206,6 +1206,35 @@ mod tests {
     }
 
     #[test]
+    fn a_callback_is_taken_only_with_the_sessions_token_and_for_its_tools() {
+        let token = new_token().unwrap();
+        assert_eq!(token.len(), 32);
+        assert_ne!(token, new_token().unwrap());
+        let (sender, _) = mpsc::channel(1);
+        let listener = Listener {
+            token: Some(token.clone()),
+            tools: HashSet::from(["paint".to_owned()]),
+            sender,
+        };
+        let call = |tool: &str| wire::ToolCallback {
+            call_id: "tc_1".into(),
+            tool_name: tool.into(),
+            args: json!({}),
+            session_id: "s1".into(),
+        };
+        let query = format!("a=1&token={token}");
+        assert!(listener.takes(query_token(&query), &call("paint")));
+        assert!(!listener.takes(query_token(&query), &call("rm")));
+        assert!(!listener.takes(query_token("a=1"), &call("paint")));
+        assert!(!listener.takes(&token[1..], &call("paint")));
+        let without_tools = Listener {
+            token: None,
+            ..listener
+        };
+        assert!(!without_tools.takes("", &call("paint")));
+    }
+
+    #[test]
     fn a_callback_tool_call_is_shown_once_whichever_comes_first() {
         let mut decoder = Decoder::default();
         let mut out = Vec::new();

@@ -384,7 +384,7 @@ impl Runner {
         let exchange = async {
             let response = self
                 .callbacks
-                .post_json(uri, body, &registered.origin)
+                .post_json(uri, body, &registered.requester)
                 .await
                 .map_err(|e| e.message().to_owned())?;
             let status = response.status();

@@ -18,7 +18,7 @@ use tokio::runtime::Handle;
 use tokio::sync::{mpsc, watch};
 
 use super::wire::{self, CallbackTool, Event};
-use crate::egress::Origin;
+use crate::egress::Requester;
 use crate::model::Resume;
 
 /// How long a finished run's buffer waits for a subscriber to read it.
@@ -177,7 +177,7 @@ pub struct Session {
 #[derive(Debug, Clone)]
 pub struct RegisteredTool {
     pub tool: CallbackTool,
-    pub origin: Origin,
+    pub requester: Requester,
 }
 
 /// What a session's handlers and its run read and change, under one lock.
