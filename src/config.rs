@@ -197,6 +197,15 @@ pub struct RouteConfig {
     /// no limit.
     #[serde(default, deserialize_with = "de::rate_limit")]
     pub rate_limit: Option<std::num::NonZeroU32>,
+    /// The origins (`https://app.example`) whose web pages may call the route from a browser (CORS). Absent:
+    /// no CORS headers at all, so browsers keep other origins' pages from reading the answers.
+    #[serde(default, deserialize_with = "de::cors_origins")]
+    pub cors_origins: Vec<String>,
+    /// cmdc inbound only: where the URLs clients hand over (callback tools) may lead besides the
+    /// registering client's own address (src/egress.rs): IPs, CIDR blocks or host names, each with an
+    /// optional `:port`.
+    #[serde(default, deserialize_with = "de::callback_allow")]
+    pub callback_allow: Vec<crate::egress::Pattern>,
 }
 
 fn default_timeout() -> Duration {
@@ -562,6 +571,15 @@ fn check_route(route: &RouteConfig, at: &KeyPath) -> Result<(), Issue> {
                 ),
             ));
         }
+        if !route.callback_allow.is_empty() {
+            return Err(Issue::new(
+                at.clone().key("callback_allow"),
+                format!(
+                    "only cmdc inbound routes take callback URLs from clients, not {}",
+                    route.inbound
+                ),
+            ));
+        }
     }
     for (index, (key, _)) in route.api_keys.iter().enumerate() {
         if route.api_keys[..index]
@@ -868,6 +886,39 @@ mod de {
                     "expected a positive number of requests per minute, not {n}"
                 ))
             })
+    }
+
+    /// Serialized origins: `http(s)://host[:port]`, nothing after.
+    pub(super) fn cors_origins<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+        let origins = Vec::<String>::deserialize(d)?;
+        for origin in &origins {
+            let uri = origin.parse::<Uri>().ok();
+            let valid = uri.as_ref().is_some_and(|uri| {
+                matches!(uri.scheme_str(), Some("http" | "https"))
+                    && uri.host().is_some()
+                    && format!(
+                        "{}://{}",
+                        uri.scheme_str().unwrap_or(""),
+                        uri.authority().map_or("", |a| a.as_str())
+                    ) == *origin
+                    && !origin.contains('@')
+            });
+            if !valid {
+                return Err(D::Error::custom(format!(
+                    "invalid origin {origin:?} (expected scheme://host[:port] as browsers send it, e.g. \"https://app.example\")"
+                )));
+            }
+        }
+        Ok(origins)
+    }
+
+    pub(super) fn callback_allow<'de, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<Vec<crate::egress::Pattern>, D::Error> {
+        Vec::<String>::deserialize(d)?
+            .iter()
+            .map(|entry| entry.parse().map_err(D::Error::custom))
+            .collect()
     }
 
     pub(super) fn redis_url<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
@@ -1289,6 +1340,8 @@ mod tests {
             }),
             api_keys: vec![],
             rate_limit: None,
+            cors_origins: vec![],
+            callback_allow: vec![],
         };
         assert_eq!(*weather, expected);
 
@@ -1830,6 +1883,51 @@ mod tests {
         let plain = parse(&route_with("").replace("ag-ui", "cmdc")).unwrap();
         assert!(plain.routes[0].api_keys.is_empty());
         assert_eq!(plain.routes[0].rate_limit, None);
+    }
+
+    #[test]
+    fn cors_origins_and_callback_allow_are_read_and_checked() {
+        let text = route_with(
+            "cors_origins = [\"https://app.example\", \"http://localhost:3000\"]\n\
+             callback_allow = [\"127.0.0.1\", \"10.0.0.0/8\", \"tools.internal:443\"]\n",
+        )
+        .replace("ag-ui", "cmdc");
+        let route = &parse(&text).unwrap_or_else(|e| panic!("{e}")).routes[0];
+        assert_eq!(
+            route.cors_origins,
+            ["https://app.example", "http://localhost:3000"]
+        );
+        let allowed: Vec<String> = route.callback_allow.iter().map(|p| p.to_string()).collect();
+        assert_eq!(
+            allowed,
+            ["127.0.0.1/32", "10.0.0.0/8", "tools.internal:443"]
+        );
+        for bad in [
+            "*",
+            "https://app.example/",
+            "app.example",
+            "https://u@app.example",
+        ] {
+            assert_error(
+                &route_with(&format!("cors_origins = [{bad:?}]\n")),
+                EXTRA,
+                "routes[0].cors_origins",
+                "invalid origin",
+            );
+        }
+        let cmdc = |extra: &str| route_with(extra).replace("ag-ui", "cmdc");
+        assert_error(
+            &cmdc("callback_allow = [\"10.0.0.0/33\"]\n"),
+            EXTRA,
+            "routes[0].callback_allow",
+            "invalid callback_allow entry \"10.0.0.0/33\"",
+        );
+        assert_error(
+            &route_with("callback_allow = [\"127.0.0.1\"]\n"),
+            EXTRA,
+            "routes[0].callback_allow",
+            "only cmdc inbound routes",
+        );
     }
 
     #[test]

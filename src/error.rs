@@ -22,6 +22,8 @@ enum Kind {
     BadRequest,
     NotFound,
     MethodNotAllowed,
+    /// A URL the client handed over leads where the route's policy does not let the proxy go.
+    Forbidden,
     UnsupportedMediaType,
     PayloadTooLarge,
     Unreachable,
@@ -68,6 +70,10 @@ impl Error {
     }
     pub fn method_not_allowed(message: impl Into<String>) -> Self {
         Self::new(Kind::MethodNotAllowed, message)
+    }
+    /// The client asked the proxy to reach somewhere the route's policy does not allow.
+    pub fn forbidden(message: impl Into<String>) -> Self {
+        Self::new(Kind::Forbidden, message)
     }
     pub fn unsupported_media_type(message: impl Into<String>) -> Self {
         Self::new(Kind::UnsupportedMediaType, message)
@@ -124,6 +130,7 @@ impl Error {
             Kind::BadRequest
             | Kind::NotFound
             | Kind::MethodNotAllowed
+            | Kind::Forbidden
             | Kind::UnsupportedMediaType
             | Kind::PayloadTooLarge => Source::Client,
             Kind::Unreachable
@@ -143,6 +150,9 @@ impl Error {
     }
     pub fn is_upstream(&self) -> bool {
         self.source() == Source::Upstream
+    }
+    pub fn is_forbidden(&self) -> bool {
+        self.inner.kind == Kind::Forbidden
     }
     pub fn is_timeout(&self) -> bool {
         self.inner.kind == Kind::Timeout
@@ -170,6 +180,7 @@ impl Error {
             Kind::BadRequest => "INVALID_REQUEST",
             Kind::NotFound => "NOT_FOUND",
             Kind::MethodNotAllowed => "METHOD_NOT_ALLOWED",
+            Kind::Forbidden => "FORBIDDEN",
             Kind::UnsupportedMediaType => "UNSUPPORTED_MEDIA_TYPE",
             Kind::PayloadTooLarge => "PAYLOAD_TOO_LARGE",
             Kind::Unreachable => "UPSTREAM_UNREACHABLE",
@@ -191,6 +202,7 @@ impl Error {
             Kind::BadRequest => S::BAD_REQUEST,
             Kind::NotFound => S::NOT_FOUND,
             Kind::MethodNotAllowed => S::METHOD_NOT_ALLOWED,
+            Kind::Forbidden => S::FORBIDDEN,
             Kind::UnsupportedMediaType => S::UNSUPPORTED_MEDIA_TYPE,
             Kind::PayloadTooLarge => S::PAYLOAD_TOO_LARGE,
             Kind::Timeout => S::GATEWAY_TIMEOUT,

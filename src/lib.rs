@@ -7,6 +7,8 @@
 pub mod answers;
 pub mod body;
 pub mod config;
+pub mod cors;
+pub mod egress;
 pub mod error;
 pub mod history;
 pub mod model;

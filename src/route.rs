@@ -9,6 +9,7 @@ use hyper::body::Incoming;
 use crate::answers::AnswerWords;
 use crate::body::Body;
 use crate::config::RouteConfig;
+use crate::cors::Cors;
 use crate::error::Result;
 use crate::protocol::{Inbound, Outbound};
 use crate::store::Store;
@@ -22,6 +23,7 @@ pub struct Route {
     pub max_body: usize,
     pub inbound: Inbound,
     pub translator: Arc<Translator>,
+    cors: Cors,
 }
 
 impl Route {
@@ -36,7 +38,7 @@ impl Route {
             name: config.name.clone(),
             path: config.path.clone(),
             max_body: config.max_body,
-            inbound: Inbound::from_config(config)?,
+            inbound: Inbound::from_config(config, local)?,
             translator: Arc::new(
                 Translator::new(config.name.clone(), outbound, store, config.timeout)
                     .with_answer_words(AnswerWords::new(
@@ -44,17 +46,24 @@ impl Route {
                         &config.translate.rejection_words,
                     )),
             ),
+            cors: Cors::new(&config.cors_origins),
         })
     }
 
-    /// Serves one request addressed to the route: a call from its upstream back into the proxy (a CMDC
-    /// callback tool), or else a request of its inbound clients.
+    /// Serves one request addressed to the route: a browser's preflight, a call from its upstream back into
+    /// the proxy (a CMDC callback tool), or else a request of its inbound clients.
     pub async fn handle(&self, request: Request<Incoming>) -> Response<Body> {
-        let outbound = self.translator.outbound();
-        if outbound.serves_callback(request.uri().path()) {
-            return outbound.serve_callback(request).await;
+        let origin = self.cors.allowed_origin(request.headers());
+        if let Some(preflight) = self.cors.preflight(&request, origin.as_ref()) {
+            return preflight;
         }
-        self.inbound.handle(request, self).await
+        let outbound = self.translator.outbound();
+        let response = if outbound.serves_callback(request.uri().path()) {
+            outbound.serve_callback(request).await
+        } else {
+            self.inbound.handle(request, self).await
+        };
+        self.cors.finish(response, origin.as_ref())
     }
 
     /// The part of `path` below the mount point (`""` for the mount point itself), if the route serves it.

@@ -27,6 +27,12 @@ use crate::workers::Workers;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LocalAddr(pub SocketAddr);
 
+/// The remote address of the connection a request came in on (the socket's peer; `X-Forwarded-*` is not
+/// consulted), in the request's extensions: where a URL the client hands over may lead by default
+/// (src/egress.rs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PeerAddr(pub SocketAddr);
+
 /// How long running streams may go on after a shutdown signal.
 pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
 
@@ -198,10 +204,14 @@ impl Connections {
     ) -> std::result::Result<(), Box<dyn std::error::Error + Send + Sync>> {
         let _ = stream.set_nodelay(true);
         let local = stream.local_addr().ok().map(LocalAddr);
+        let peer = stream.peer_addr().ok().map(PeerAddr);
         let routes = Arc::clone(&self.routes);
         let service = service_fn(move |mut request: Request<Incoming>| {
             if let Some(local) = local {
                 request.extensions_mut().insert(local);
+            }
+            if let Some(peer) = peer {
+                request.extensions_mut().insert(peer);
             }
             let routes = Arc::clone(&routes);
             // Boxed: hyper keeps room for the service's future for as long as the connection lives,

@@ -102,8 +102,12 @@ impl Upstream {
     pub fn join(&self, path: &str) -> Result<Uri> {
         let base = self.uri.to_string();
         let uri = format!("{}{path}", base.trim_end_matches('/'));
-        uri.parse()
-            .map_err(|e| Error::config(format!("upstream URL {uri} is not valid: {e}")))
+        uri.parse().map_err(|e| {
+            Error::config(format!(
+                "upstream URL {} is not valid: {e}",
+                redacted(&self.uri)
+            ))
+        })
     }
 
     /// POSTs a JSON body to the upstream URL and returns the response once its head arrived with a 2xx
@@ -171,11 +175,25 @@ impl Upstream {
                 headers.insert(name.clone(), value.clone());
             }
         }
-        let uri = request.uri().clone();
+        let uri = redacted(request.uri());
         self.client().request(request).await.map_err(|e| {
             Error::upstream_unreachable(format!("upstream {uri} unreachable: {}", error_chain(&e)))
         })
     }
+}
+
+/// A URL as errors and logs show it: without its query (which may carry a key expanded from `${VAR}`) and
+/// without user info.
+pub fn redacted(uri: &Uri) -> String {
+    let scheme = uri
+        .scheme_str()
+        .map(|s| format!("{s}://"))
+        .unwrap_or_default();
+    let authority = uri.authority().map_or("", |a| a.as_str());
+    let host = authority
+        .rsplit_once('@')
+        .map_or(authority, |(_, host)| host);
+    format!("{scheme}{host}{}", uri.path())
 }
 
 /// The response if its status is 2xx, else an error that carries the status and (the start of) the body.
@@ -253,6 +271,32 @@ mod tests {
         response.into_body().collect().await.unwrap();
         // hyper returns the connection to the pool on a task of its own.
         tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    #[test]
+    fn shown_urls_keep_no_query_and_no_user_info() {
+        let uri: Uri = "https://user:pw@agent.example:8443/v1/run?api_key=secret&x=1"
+            .parse()
+            .unwrap();
+        assert_eq!(redacted(&uri), "https://agent.example:8443/v1/run");
+    }
+
+    #[tokio::test]
+    async fn an_unreachable_upstreams_error_names_it_without_its_query() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        drop(listener);
+        let uri: Uri = format!("http://{addr}/run?api_key=secret").parse().unwrap();
+        let upstream = Upstream::new(uri, Vec::new(), Duration::from_secs(5));
+        let error = upstream
+            .post_json(Bytes::from_static(b"{}"), "*/*")
+            .await
+            .unwrap_err();
+        assert!(
+            error.message().contains(&format!("http://{addr}/run")),
+            "{error:?}"
+        );
+        assert!(!error.message().contains("secret"), "{error:?}");
     }
 
     #[tokio::test]

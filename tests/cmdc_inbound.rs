@@ -26,6 +26,11 @@ async fn echo_gateway() -> Proxy {
     Proxy::start(&echo_route("")).await
 }
 
+/// The echo gateway letting callback tools reach this machine, where the tests serve them.
+async fn echo_gateway_with_local_callbacks() -> Proxy {
+    Proxy::start(&echo_route("callback_allow = [\"127.0.0.1\"]\n")).await
+}
+
 async fn call(
     proxy: &Proxy,
     method: Method,
@@ -530,7 +535,7 @@ async fn callback_tools_are_called_and_their_result_continues_the_run() {
         .header("content-type", "application/json")
         .body(r#"{"result":"42 rows"}"#)])
     .await;
-    let proxy = echo_gateway().await;
+    let proxy = echo_gateway_with_local_callbacks().await;
     let session = create(&proxy, "sk-a", json!({"model": "m"})).await;
     let registered = call(
         &proxy,
@@ -617,7 +622,7 @@ async fn callback_tools_are_called_and_their_result_continues_the_run() {
 #[tokio::test]
 async fn a_failing_callback_is_a_failed_tool_execution() {
     let callback = Upstream::serve([Reply::status(500).body("boom")]).await;
-    let proxy = echo_gateway().await;
+    let proxy = echo_gateway_with_local_callbacks().await;
     let session = create(&proxy, "sk-a", json!({"model": "m"})).await;
     call(
         &proxy,

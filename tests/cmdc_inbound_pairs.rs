@@ -31,11 +31,12 @@ const MODEL: &str = "deepseek:deepseek-chat";
 
 // --- Routes ----------------------------------------------------------------------------------------------
 
-/// A CMDC inbound route toward `outbound` at `upstream`; `extra` is more TOML (keys, then tables).
+/// A CMDC inbound route toward `outbound` at `upstream`; `extra` is more TOML (keys, then tables). Its
+/// clients serve their callback tools on this machine.
 fn route(outbound: &str, upstream: &str, extra: &str) -> String {
     format!(
         "[[routes]]\nname = \"pair\"\npath = \"{PATH}\"\ninbound = \"cmdc\"\noutbound = \"{outbound}\"\n\
-         upstream = \"{upstream}\"\n[routes.api_keys]\n\"{CLIENT_KEY}\" = \"acme\"\n{extra}"
+         upstream = \"{upstream}\"\ncallback_allow = [\"127.0.0.1\"]\n[routes.api_keys]\n\"{CLIENT_KEY}\" = \"acme\"\n{extra}"
     )
 }
 

@@ -56,8 +56,13 @@ impl Pair {
     /// The pair's route toward `upstream` (none for echo).
     fn routes(self, upstream: Option<&str>) -> String {
         let inbound = self.inbound;
+        // The matrix's CMDC client serves its callback tools on this machine.
+        let callbacks = match inbound.name() {
+            "cmdc" => "callback_allow = [\"127.0.0.1\"]\n",
+            _ => "",
+        };
         let head = format!(
-            "[[routes]]\nname = \"pair\"\npath = \"{PATH}\"\ninbound = \"{}\"\n",
+            "[[routes]]\nname = \"pair\"\npath = \"{PATH}\"\ninbound = \"{}\"\n{callbacks}",
             inbound.name()
         );
         let Outbound::Agent(outbound) = self.outbound else {

@@ -37,13 +37,14 @@ pub enum Inbound {
 }
 
 impl Inbound {
-    pub fn from_config(route: &RouteConfig) -> Result<Self> {
+    /// Builds the route's inbound; `local` is the address the proxy listens on.
+    pub fn from_config(route: &RouteConfig, local: SocketAddr) -> Result<Self> {
         match route.inbound {
             Protocol::AgUi => Ok(Self::AgUi(ag_ui::Inbound::new(&route.translate))),
             Protocol::A2a => Ok(Self::A2a(a2a::Inbound::new(route))),
             Protocol::Agentscope => Ok(Self::Agentscope(agentscope::Inbound::new(route))),
             Protocol::AgKit => Ok(Self::AgKit(ag_kit::Inbound::new())),
-            Protocol::Cmdc => Ok(Self::Cmdc(cmdc::Inbound::new(route))),
+            Protocol::Cmdc => Ok(Self::Cmdc(cmdc::Inbound::new(route, local))),
         }
     }
 

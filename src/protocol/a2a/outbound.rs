@@ -33,7 +33,7 @@ use crate::protocol::null_as_default;
 use crate::sse::{self, SseReadError, SseReader};
 use crate::store::Record;
 use crate::translate::RunContext;
-use crate::upstream::{self, Upstream};
+use crate::upstream::{self, redacted, Upstream};
 
 /// Record key: the upstream `contextId` of the conversation.
 const CONTEXT_ID: &str = "a2a.context_id";
@@ -195,7 +195,7 @@ impl Outbound {
                         {
                             return Err(error)
                         }
-                        Err(error) => failures.push(format!("{uri}: {error}")),
+                        Err(error) => failures.push(format!("{}: {error}", redacted(&uri))),
                     }
                 }
                 Err(Error::config(format!(
@@ -210,14 +210,15 @@ impl Outbound {
     async fn read_card(&self, uri: Uri) -> Result<Dialect> {
         let response = self.upstream.get(uri.clone(), "application/json").await?;
         let body = read_body(response.into_body(), MAX_CARD_BYTES).await?;
+        let shown = redacted(&uri);
         let card: DiscoveredCard = serde_json::from_slice(&body).map_err(|e| {
-            Error::upstream_malformed(format!("the A2A agent card at {uri} is not a card: {e}"))
+            Error::upstream_malformed(format!("the A2A agent card at {shown} is not a card: {e}"))
         })?;
         let dialect = card.dialect(&uri)?;
-        info!(card = %uri, streaming = dialect.streaming, "read the A2A agent card");
+        info!(card = %shown, streaming = dialect.streaming, "read the A2A agent card");
         if let Some(url) = card.url.as_deref() {
             if url.trim_end_matches('/') != self.upstream.uri().to_string().trim_end_matches('/') {
-                debug!(card_url = url, upstream = %self.upstream.uri(),
+                debug!(card_url = url, upstream = %redacted(self.upstream.uri()),
                     "the card names another endpoint; the route's upstream URL is used");
             }
         }
@@ -636,8 +637,9 @@ impl DiscoveredCard {
                 })
                 .unwrap_or("1.0");
             return Err(Error::config(format!(
-                "the A2A agent card at {uri} describes an A2A {version} agent with no 0.2/0.3 JSON-RPC \
-                 interface; agent-bridge speaks A2A 0.2.5 (the 1.0 dialect is not supported)"
+                "the A2A agent card at {} describes an A2A {version} agent with no 0.2/0.3 JSON-RPC \
+                 interface; agent-bridge speaks A2A 0.2.5 (the 1.0 dialect is not supported)",
+                redacted(uri)
             )));
         }
         Ok(Dialect {

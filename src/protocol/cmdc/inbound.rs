@@ -12,6 +12,7 @@
 //!   it reads another event; keep-alive is WS pings only.
 
 use std::collections::HashMap;
+use std::net::SocketAddr;
 use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -33,14 +34,14 @@ use tokio_tungstenite::tungstenite::Message as WsMessage;
 use tokio_tungstenite::WebSocketStream;
 
 use super::run::{self, Runner};
-use super::sessions::{CreateError, Session, Sessions};
+use super::sessions::{CreateError, RegisteredTool, Session, Sessions};
 use super::wire;
 use crate::body::{self, Body};
 use crate::config::RouteConfig;
+use crate::egress::{Egress, Policy, Requester};
 use crate::error::Error;
 use crate::route::Route;
 use crate::sse::{self, SseBody};
-use crate::upstream::Upstream;
 
 /// SSE comment on idle streams (§1.3: every 30 s; 15 s is fine).
 const HEARTBEAT: Duration = Duration::from_secs(15);
@@ -57,7 +58,8 @@ pub struct Inbound {
     keys: HashMap<String, String>,
     limiter: Option<DefaultKeyedRateLimiter<String>>,
     runner: std::sync::OnceLock<Arc<Runner>>,
-    connect_timeout: Duration,
+    /// Where the session's callback tools are called: checked against the route's `callback_allow`.
+    callbacks: Egress,
 }
 
 /// A request's caller: its API key (for the meter and the rate limit) and tenant.
@@ -139,7 +141,8 @@ impl From<Error> for ApiError {
 type Answer = Result<Response<Body>, ApiError>;
 
 impl Inbound {
-    pub fn new(route: &RouteConfig) -> Self {
+    /// `listen` is the address the proxy listens on: callback tools never lead there.
+    pub fn new(route: &RouteConfig, listen: SocketAddr) -> Self {
         if route.api_keys.is_empty() {
             tracing::warn!(route = %route.name, "cmdc route without [routes.api_keys]: every client is let in");
         }
@@ -149,7 +152,10 @@ impl Inbound {
                 .rate_limit
                 .map(|per_minute: NonZeroU32| RateLimiter::keyed(Quota::per_minute(per_minute))),
             runner: std::sync::OnceLock::new(),
-            connect_timeout: route.connect_timeout,
+            callbacks: Egress::new(
+                Policy::new(route.callback_allow.clone(), listen),
+                route.connect_timeout,
+            ),
         }
     }
 
@@ -159,24 +165,16 @@ impl Inbound {
             Arc::new(Runner {
                 sessions: Sessions::default(),
                 translator: Arc::clone(&route.translator),
-                callbacks: Upstream::new(
-                    http::Uri::from_static("http://127.0.0.1/"),
-                    Vec::new(),
-                    self.connect_timeout,
-                ),
+                callbacks: self.callbacks.clone(),
             })
         }))
     }
 
     pub async fn handle(&self, request: Request<Incoming>, route: &Route) -> Response<Body> {
-        let mut response = match self.serve(request, route).await {
+        match self.serve(request, route).await {
             Ok(response) => response,
             Err(error) => error.into_response(),
-        };
-        response
-            .headers_mut()
-            .insert("access-control-allow-origin", HeaderValue::from_static("*"));
-        response
+        }
     }
 
     async fn serve(&self, request: Request<Incoming>, route: &Route) -> Answer {
@@ -189,9 +187,6 @@ impl Inbound {
                 if path.is_empty() { "/" } else { &path }
             ))
         };
-        if method == Method::OPTIONS {
-            return Ok(preflight());
-        }
         if segments == ["healthz"] && method == Method::GET {
             return Ok(self.health());
         }
@@ -260,6 +255,7 @@ impl Inbound {
                 // Gateway 0.2+: ends the running run (`agent_abort {reason:"user_cancelled"}`) and keeps the
                 // session; the body (`reason`, `kill_tools`) changes nothing here.
                 let session = find(&runner, &caller, id)?;
+                let _: Value = read_json(request, route.max_body).await?;
                 if let Some(run) = session.current_run() {
                     run.abort();
                 }
@@ -268,7 +264,7 @@ impl Inbound {
             }
             (&Method::POST, [id, "tools"]) => {
                 let session = find(&runner, &caller, id)?;
-                register_tool(&session, request, route.max_body).await
+                register_tool(&session, request, route.max_body, self.callbacks.policy()).await
             }
             (&Method::GET, [id, "events"]) => {
                 let session = find(&runner, &caller, id)?;
@@ -499,31 +495,43 @@ fn answer(session: &Session, resume: crate::model::Resume) -> Result<(), ApiErro
         .map_err(|_| ApiError::not_found("The run waiting for this answer has ended"))
 }
 
-async fn register_tool(session: &Session, request: Request<Incoming>, limit: usize) -> Answer {
-    let bytes = read_body(request, limit).await?;
-    let tool: wire::CallbackTool = serde_json::from_slice(&bytes).map_err(|e| {
+/// `POST …/tools`: a callback URL its literal host already shows to be refused by the route's policy is
+/// refused now (422); the authoritative check is at each call, when names are resolved.
+async fn register_tool(
+    session: &Session,
+    request: Request<Incoming>,
+    limit: usize,
+    policy: &Policy,
+) -> Answer {
+    let registration_failed = |message: String| {
         ApiError::new(
             StatusCode::UNPROCESSABLE_ENTITY,
             "registration_failed",
-            format!("invalid tool: {e}"),
+            message,
         )
-    })?;
-    let valid_url = tool
+    };
+    let requester = Requester::of(&request)
+        .ok_or_else(|| registration_failed("the client's address is unknown".to_owned()))?;
+    let tool: wire::CallbackTool = serde_json::from_slice(&read_json_bytes(request, limit).await?)
+        .map_err(|e| registration_failed(format!("invalid tool: {e}")))?;
+    let uri = tool
         .callback_url
         .parse::<http::Uri>()
-        .is_ok_and(|u| matches!(u.scheme_str(), Some("http" | "https")) && u.host().is_some());
-    if tool.name.is_empty() || !valid_url {
-        return Err(ApiError::new(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            "registration_failed",
-            "a tool needs a name and an absolute http(s) callbackUrl",
+        .ok()
+        .filter(|u| matches!(u.scheme_str(), Some("http" | "https")) && u.host().is_some());
+    let (false, Some(uri)) = (tool.name.is_empty(), uri) else {
+        return Err(registration_failed(
+            "a tool needs a name and an absolute http(s) callbackUrl".to_owned(),
         ));
-    }
+    };
+    policy
+        .check_literal(&uri, &requester)
+        .map_err(|e| registration_failed(e.message().to_owned()))?;
     let name = tool.name.clone();
     {
         let mut state = session.state();
-        state.tools.retain(|t| t.name != name);
-        state.tools.push(tool);
+        state.tools.retain(|t| t.tool.name != name);
+        state.tools.push(RegisteredTool { tool, requester });
     }
     Ok(json(
         StatusCode::CREATED,
@@ -691,8 +699,33 @@ fn ws_action(
     }
 }
 
-async fn read_body(request: Request<Incoming>, limit: usize) -> Result<Bytes, ApiError> {
-    Ok(body::read_limited(request.into_body(), limit).await?)
+/// A JSON body: declared `application/json` (with any parameters, or a `+json` type), or empty with no
+/// type at all. Anything else (`text/plain`, a form) is refused before it is read: a browser sends those
+/// cross-origin without asking.
+async fn read_json_bytes(request: Request<Incoming>, limit: usize) -> Result<Bytes, ApiError> {
+    let declared = request.headers().contains_key(CONTENT_TYPE);
+    if declared {
+        body::expect_json(request.headers()).map_err(|e| {
+            ApiError::new(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "unsupported_media_type",
+                e.message(),
+            )
+        })?;
+    }
+    let bytes = body::read_limited(request.into_body(), limit).await?;
+    if !declared && !is_blank(&bytes) {
+        return Err(ApiError::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "unsupported_media_type",
+            "missing Content-Type; send application/json",
+        ));
+    }
+    Ok(bytes)
+}
+
+fn is_blank(bytes: &[u8]) -> bool {
+    bytes.iter().all(u8::is_ascii_whitespace)
 }
 
 /// The JSON body; an empty body reads as `{}`.
@@ -700,12 +733,8 @@ async fn read_json<T: DeserializeOwned>(
     request: Request<Incoming>,
     limit: usize,
 ) -> Result<T, ApiError> {
-    let bytes = read_body(request, limit).await?;
-    let bytes: &[u8] = if bytes.iter().all(u8::is_ascii_whitespace) {
-        b"{}"
-    } else {
-        &bytes
-    };
+    let bytes = read_json_bytes(request, limit).await?;
+    let bytes: &[u8] = if is_blank(&bytes) { b"{}" } else { &bytes };
     serde_json::from_slice(bytes)
         .map_err(|e| ApiError::bad_request(format!("invalid JSON body: {e}")))
 }
@@ -724,21 +753,6 @@ fn json(status: StatusCode, body: Vec<u8>) -> Response<Body> {
 
 fn ok(body: Value) -> Response<Body> {
     json(StatusCode::OK, to_vec(&body))
-}
-
-fn preflight() -> Response<Body> {
-    let mut response = Response::new(body::full(Bytes::new()));
-    *response.status_mut() = StatusCode::NO_CONTENT;
-    let headers = response.headers_mut();
-    headers.insert(
-        "access-control-allow-methods",
-        HeaderValue::from_static("GET, POST, DELETE, OPTIONS"),
-    );
-    headers.insert(
-        "access-control-allow-headers",
-        HeaderValue::from_static("content-type, x-api-key, authorization"),
-    );
-    response
 }
 
 #[cfg(test)]

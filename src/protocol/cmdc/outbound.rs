@@ -14,6 +14,10 @@
 //! the route's own path on the proxy. When the gateway calls one, the proxy holds the callback open, shows
 //! the client the tool call (the turn ends, as any client tool call ends it), and answers the held
 //! callback with the result the client's next turn carries; then it reads on.
+//!
+//! Anyone who reaches the proxy can POST to the callback endpoint, so each session's callback URLs carry a
+//! random 128-bit token (`?token=`), and the endpoint takes only a call of a tool registered on that session,
+//! while a step reads the session's run. Anything else is refused (403) and never shown to the client.
 
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
@@ -25,6 +29,7 @@ use http::{Method, Request, Response, StatusCode, Uri};
 use hyper::body::Incoming;
 use serde::Serialize;
 use serde_json::Value;
+use subtle::ConstantTimeEq;
 use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, info};
 
@@ -52,6 +57,8 @@ const RUNNING: &str = "cmdc.running";
 const SYSTEM_PROMPT: &str = "cmdc.system_prompt";
 /// Record key: the client tools registered on the session as callback tools, one name a line.
 const REGISTERED: &str = "cmdc.tools";
+/// Record key: the token of the session's callback URLs (32 hex digits).
+const CALLBACK_TOKEN: &str = "cmdc.callback_token";
 /// Where under the route the gateway calls the client's tools.
 const CALLBACK_PATH: &str = "/agent-bridge/cmdc-callback";
 /// The largest callback body accepted.
@@ -74,28 +81,55 @@ pub struct Outbound {
 #[derive(Default)]
 struct Callbacks {
     /// The step reading each session's run, by session id: where that session's callbacks go.
-    listening: Mutex<HashMap<String, mpsc::Sender<wire::ToolCallback>>>,
+    listening: Mutex<HashMap<String, Listener>>,
     /// Callbacks held open until the client answers, by call id.
     held: Mutex<HashMap<String, oneshot::Sender<wire::CallbackAnswer>>>,
 }
 
+/// A step reading a session's run, and which callbacks it takes.
+#[derive(Clone)]
+struct Listener {
+    /// The token of the session's callback URLs; `None` while it has no callback tools.
+    token: Option<String>,
+    /// The session's callback tools.
+    tools: HashSet<String>,
+    sender: mpsc::Sender<wire::ToolCallback>,
+}
+
+impl Listener {
+    /// Whether `call`, made with `token`, is one this step waits for. The token is compared in constant
+    /// time: a guess learns nothing from how long the refusal took.
+    fn takes(&self, token: &str, call: &wire::ToolCallback) -> bool {
+        let token_matches = self
+            .token
+            .as_ref()
+            .is_some_and(|expected| bool::from(expected.as_bytes().ct_eq(token.as_bytes())));
+        token_matches && self.tools.contains(&call.tool_name)
+    }
+}
+
 impl Callbacks {
-    fn listen(&self, session: &str, sender: mpsc::Sender<wire::ToolCallback>) {
-        lock(&self.listening).insert(session.to_owned(), sender);
+    fn listen(&self, session: &str, listener: Listener) {
+        lock(&self.listening).insert(session.to_owned(), listener);
     }
 
     fn stop_listening(&self, session: &str) {
         lock(&self.listening).remove(session);
     }
 
-    fn listener(&self, session: &str) -> Option<mpsc::Sender<wire::ToolCallback>> {
+    fn listener(&self, session: &str) -> Option<Listener> {
         lock(&self.listening).get(session).cloned()
     }
 
-    fn hold(&self, call_id: &str) -> oneshot::Receiver<wire::CallbackAnswer> {
+    /// Holds a call until the client answers it; `None` when a call of that id is held already.
+    fn hold(&self, call_id: &str) -> Option<oneshot::Receiver<wire::CallbackAnswer>> {
+        let mut held = lock(&self.held);
+        if held.contains_key(call_id) {
+            return None;
+        }
         let (sender, receiver) = oneshot::channel();
-        lock(&self.held).insert(call_id.to_owned(), sender);
-        receiver
+        held.insert(call_id.to_owned(), sender);
+        Some(receiver)
     }
 
     fn release(&self, call_id: &str) -> Option<oneshot::Sender<wire::CallbackAnswer>> {
@@ -176,31 +210,47 @@ impl Outbound {
     }
 
     /// A call of a client tool by the gateway: handed to the step reading that session's run, and held
-    /// open until the client answers (within the route's timeout). The answer is always 200: a failure is
-    /// `{"error"}`, which the agent sees as the tool's failure.
+    /// open until the client answers (within the route's timeout). Always `{"error"}` on failure, which the
+    /// agent sees as the tool's failure: 200 when the client did not answer, the error's status (403, 400)
+    /// for a call that is refused.
     pub async fn serve_callback(&self, request: Request<Incoming>) -> Response<Body> {
-        let answer = self.callback(request).await.unwrap_or_else(|error| {
-            info!("a CMDC tool callback was not answered by the client: {error}");
-            wire::CallbackAnswer::Error(error.message().to_owned())
-        });
+        let (status, answer) = match self.callback(request).await {
+            Ok(answer) => (StatusCode::OK, answer),
+            Err(error) if error.is_client() => {
+                info!("a CMDC tool callback was refused: {error}");
+                let status = error.http_status();
+                (
+                    status,
+                    wire::CallbackAnswer::Error(error.message().to_owned()),
+                )
+            }
+            Err(error) => {
+                info!("a CMDC tool callback was not answered by the client: {error}");
+                let answer = wire::CallbackAnswer::Error(error.message().to_owned());
+                (StatusCode::OK, answer)
+            }
+        };
         let json = serde_json::to_vec(&answer).unwrap_or_default();
-        body::json_response(StatusCode::OK, json)
+        body::json_response(status, json)
     }
 
     async fn callback(&self, request: Request<Incoming>) -> Result<wire::CallbackAnswer> {
         body::expect_method(&request, Method::POST)?;
+        let token = query_token(request.uri().query().unwrap_or("")).to_owned();
         let bytes = body::read_limited(request.into_body(), MAX_CALLBACK_BYTES).await?;
         let call: wire::ToolCallback = serde_json::from_slice(&bytes)
             .map_err(|e| Error::bad_request(format!("not a CMDC tool callback: {e}")))?;
-        let listener = self.callbacks.listener(&call.session_id).ok_or_else(|| {
-            Error::bad_request(format!(
-                "no client is waiting on session {}",
-                call.session_id
-            ))
-        })?;
+        let listener = self
+            .callbacks
+            .listener(&call.session_id)
+            .filter(|listener| listener.takes(&token, &call))
+            .ok_or_else(|| Error::forbidden("no call of this tool is awaited with this token"))?;
         let call_id = call.call_id.clone();
-        let answer = self.callbacks.hold(&call_id);
-        if listener.send(call).await.is_err() {
+        let answer = self
+            .callbacks
+            .hold(&call_id)
+            .ok_or_else(|| Error::forbidden("this call is held already"))?;
+        if listener.sender.send(call).await.is_err() {
             self.callbacks.release(&call_id);
             return Err(Error::cancelled("the client went away"));
         }
@@ -302,8 +352,9 @@ impl Outbound {
                 .upstream
                 .insert(SYSTEM_PROMPT.to_owned(), prompt.clone());
         }
-        // A new session has none of the client's tools yet.
+        // A new session has none of the client's tools yet, and gets a token of its own for them.
         record.upstream.remove(REGISTERED);
+        record.upstream.remove(CALLBACK_TOKEN);
         let request = wire::CreateSession {
             model: Some(model),
             system_prompt,
@@ -334,16 +385,27 @@ impl Outbound {
 
     /// Registers the turn's client tools not registered on the session yet as callback tools.
     async fn register_tools(&self, session: &str, turn: &Turn, record: &mut Record) -> Result<()> {
-        let registered: HashSet<String> = record
+        let registered = registered_tools(record);
+        let new: Vec<_> = turn
+            .tools
+            .iter()
+            .filter(|t| !registered.contains(&t.name))
+            .collect();
+        if new.is_empty() {
+            return Ok(());
+        }
+        let token = match record.upstream.get(CALLBACK_TOKEN) {
+            Some(token) => token.clone(),
+            None => new_token()?,
+        };
+        record
             .upstream
-            .get(REGISTERED)
-            .map(|names| names.lines().map(str::to_owned).collect())
-            .unwrap_or_default();
-        for tool in turn.tools.iter().filter(|t| !registered.contains(&t.name)) {
+            .insert(CALLBACK_TOKEN.to_owned(), token.clone());
+        for tool in new {
             let request = wire::CallbackTool {
                 name: tool.name.clone(),
                 description: Some(tool.description.clone()).filter(|d| !d.is_empty()),
-                callback_url: self.callback_url.clone(),
+                callback_url: format!("{}?token={token}", self.callback_url),
                 parameters: Some(tool.parameters.clone()),
                 timeout_ms: Some(
                     u64::try_from(self.callback_timeout.as_millis()).unwrap_or(u64::MAX),
@@ -387,7 +449,12 @@ impl Outbound {
     ) -> Result<StepEnd, StepError> {
         let mut reader = self.subscribe(session).await?;
         let (callback_sender, mut callbacks) = mpsc::channel(4);
-        self.callbacks.listen(session, callback_sender);
+        let listener = Listener {
+            token: context.record.upstream.get(CALLBACK_TOKEN).cloned(),
+            tools: registered_tools(&context.record),
+            sender: callback_sender,
+        };
+        self.callbacks.listen(session, listener);
         let _listening = StopListening {
             callbacks: &self.callbacks,
             session,
@@ -606,6 +673,31 @@ fn decision(approval_id: &str) -> Result<Bytes> {
     json_body(&wire::Decision {
         approval_id: Some(approval_id.to_owned()),
     })
+}
+
+/// A fresh callback token: 128 random bits, as 32 hex digits.
+fn new_token() -> Result<String> {
+    let mut bytes = [0u8; 16];
+    getrandom::fill(&mut bytes)
+        .map_err(|e| Error::internal(format!("no randomness for a callback token: {e}")))?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// The `token` parameter of a callback's query ("" when absent).
+fn query_token(query: &str) -> &str {
+    query
+        .split('&')
+        .find_map(|pair| pair.strip_prefix("token="))
+        .unwrap_or("")
+}
+
+/// The names of the callback tools registered on the conversation's session.
+fn registered_tools(record: &Record) -> HashSet<String> {
+    record
+        .upstream
+        .get(REGISTERED)
+        .map(|names| names.lines().map(str::to_owned).collect())
+        .unwrap_or_default()
 }
 
 fn json_body<T: Serialize>(value: &T) -> Result<Bytes> {
@@ -1111,6 +1203,35 @@ mod tests {
                 ..
             }
         ));
+    }
+
+    #[test]
+    fn a_callback_is_taken_only_with_the_sessions_token_and_for_its_tools() {
+        let token = new_token().unwrap();
+        assert_eq!(token.len(), 32);
+        assert_ne!(token, new_token().unwrap());
+        let (sender, _) = mpsc::channel(1);
+        let listener = Listener {
+            token: Some(token.clone()),
+            tools: HashSet::from(["paint".to_owned()]),
+            sender,
+        };
+        let call = |tool: &str| wire::ToolCallback {
+            call_id: "tc_1".into(),
+            tool_name: tool.into(),
+            args: json!({}),
+            session_id: "s1".into(),
+        };
+        let query = format!("a=1&token={token}");
+        assert!(listener.takes(query_token(&query), &call("paint")));
+        assert!(!listener.takes(query_token(&query), &call("rm")));
+        assert!(!listener.takes(query_token("a=1"), &call("paint")));
+        assert!(!listener.takes(&token[1..], &call("paint")));
+        let without_tools = Listener {
+            token: None,
+            ..listener
+        };
+        assert!(!without_tools.takes("", &call("paint")));
     }
 
     #[test]

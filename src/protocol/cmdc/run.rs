@@ -17,14 +17,16 @@ use http_body_util::{BodyExt, Limited};
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
-use super::sessions::{self, Pending, Queued, Session, Sessions, Status, FINISHED_RUN_TTL};
+use super::sessions::{
+    self, Pending, Queued, RegisteredTool, Session, Sessions, Status, FINISHED_RUN_TTL,
+};
 use super::wire::{self, CallbackAnswer, CallbackTool, Event as Cmdc, ToolCallback};
+use crate::egress::Egress;
 use crate::model::{
     new_id, Event, GenerationOptions, History, InterruptKind, Message, Outcome, Resume,
     ResumeStatus, Role, Tool, Turn, Usage,
 };
 use crate::translate::Translator;
-use crate::upstream::{self, Upstream};
 
 /// A callback tool's default time to answer.
 const CALLBACK_TIMEOUT: Duration = Duration::from_secs(30);
@@ -37,8 +39,8 @@ const RESULT_LIMIT: usize = 4096;
 pub struct Runner {
     pub sessions: Sessions,
     pub translator: Arc<Translator>,
-    /// The client for callback tools (the URL is each tool's own).
-    pub callbacks: Upstream,
+    /// The client for callback tools (the URL is each tool's own, checked against the route's policy).
+    pub callbacks: Egress,
 }
 
 impl Runner {
@@ -263,7 +265,7 @@ impl Runner {
     fn turn(
         &self,
         session: &Session,
-        tools: &[CallbackTool],
+        tools: &[RegisteredTool],
         messages: Vec<Message>,
         resume: Vec<Resume>,
     ) -> Turn {
@@ -273,7 +275,7 @@ impl Runner {
             run_id: new_id("run"),
             messages,
             history: History::Delta,
-            tools: tools.iter().map(tool_from_callback).collect(),
+            tools: tools.iter().map(|t| tool_from_callback(&t.tool)).collect(),
             resume,
             // The client chose it when it created the session; it wins over the route's.
             options: GenerationOptions {
@@ -324,7 +326,7 @@ impl Runner {
         let mut messages = Vec::new();
         for call in calls {
             let args = parse_args(&call.args);
-            let tool = tools.iter().find(|t| t.name == call.name);
+            let tool = tools.iter().find(|t| t.tool.name == call.name);
             let outcome = tokio::select! {
                 outcome = self.callback(session, tool, &call, &args) => outcome,
                 why = stopped(session, run) => return Err(why),
@@ -357,18 +359,23 @@ impl Runner {
         Ok(messages)
     }
 
+    /// Calls a callback tool. Only its declared answer reaches the client: a refused URL, a failure, a
+    /// non-2xx status or an answer that is no `{"result"}`/`{"error"}` become a short error text, never the
+    /// body of whatever answered.
     async fn callback(
         &self,
         session: &Session,
-        tool: Option<&CallbackTool>,
+        registered: Option<&RegisteredTool>,
         call: &Call,
         args: &Value,
     ) -> Result<CallbackAnswer, String> {
-        let tool = tool.ok_or_else(|| format!("tool `{}` is not registered", call.name))?;
+        let registered =
+            registered.ok_or_else(|| format!("tool `{}` is not registered", call.name))?;
+        let tool = &registered.tool;
         let uri: Uri = tool
             .callback_url
             .parse()
-            .map_err(|e| format!("callbackUrl {} is not valid: {e}", tool.callback_url))?;
+            .map_err(|_| format!("the callbackUrl of `{}` is not valid", call.name))?;
         let body = ToolCallback {
             call_id: call.id.clone(),
             tool_name: call.name.clone(),
@@ -382,22 +389,20 @@ impl Runner {
         let exchange = async {
             let response = self
                 .callbacks
-                .post_json_to(uri, body, "application/json")
+                .post_json(uri, body, &registered.requester)
                 .await
                 .map_err(|e| e.message().to_owned())?;
-            let response = upstream::check_status(response)
-                .await
-                .map_err(|e| e.message().to_owned())?;
+            let status = response.status();
+            if !status.is_success() {
+                return Err(format!("the callback answered HTTP {}", status.as_u16()));
+            }
             let bytes = Limited::new(response.into_body(), CALLBACK_BODY_LIMIT)
                 .collect()
                 .await
-                .map_err(|e| format!("reading the callback answer failed: {e}"))?
+                .map_err(|_| "reading the callback answer failed".to_owned())?
                 .to_bytes();
             serde_json::from_slice::<CallbackAnswer>(&bytes).map_err(|_| {
-                format!(
-                    "the callback answered neither {{\"result\"}} nor {{\"error\"}}: {}",
-                    String::from_utf8_lossy(&bytes[..bytes.len().min(256)])
-                )
+                "the callback answered neither {\"result\"} nor {\"error\"}".to_owned()
             })
         };
         match tokio::time::timeout(timeout, exchange).await {

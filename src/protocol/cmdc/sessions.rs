@@ -18,6 +18,7 @@ use tokio::runtime::Handle;
 use tokio::sync::{mpsc, watch};
 
 use super::wire::{self, CallbackTool, Event};
+use crate::egress::Requester;
 use crate::model::Resume;
 
 /// How long a finished run's buffer waits for a subscriber to read it.
@@ -172,6 +173,13 @@ pub struct Session {
     cancel: watch::Sender<bool>,
 }
 
+/// A callback tool of the session and the client that registered it: where its calls may go by default.
+#[derive(Debug, Clone)]
+pub struct RegisteredTool {
+    pub tool: CallbackTool,
+    pub requester: Requester,
+}
+
 /// What a session's handlers and its run read and change, under one lock.
 #[derive(Default)]
 pub struct State {
@@ -185,7 +193,7 @@ pub struct State {
     /// What the paused run waits on, and where the answers go.
     pub pending: Vec<Pending>,
     pub answers: Option<mpsc::UnboundedSender<Resume>>,
-    pub tools: Vec<CallbackTool>,
+    pub tools: Vec<RegisteredTool>,
     /// The conversation as CMDC messages (`GET …/messages`).
     pub messages: Vec<Value>,
     /// Whether a run is going on (running or paused).
