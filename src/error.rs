@@ -24,6 +24,7 @@ enum Kind {
     MethodNotAllowed,
     UnsupportedMediaType,
     PayloadTooLarge,
+    RequestTimeout,
     Unreachable,
     Timeout,
     Status(u16),
@@ -78,6 +79,13 @@ impl Error {
             format!("request body is larger than the limit of {limit} bytes"),
         )
     }
+    /// The client did not send its whole request body within `limit`.
+    pub fn request_timeout(limit: std::time::Duration) -> Self {
+        Self::new(
+            Kind::RequestTimeout,
+            format!("the request body did not arrive within {limit:?}"),
+        )
+    }
     /// The upstream could not be reached (refused, DNS, TLS, connect timeout).
     pub fn upstream_unreachable(message: impl Into<String>) -> Self {
         Self::new(Kind::Unreachable, message)
@@ -125,7 +133,8 @@ impl Error {
             | Kind::NotFound
             | Kind::MethodNotAllowed
             | Kind::UnsupportedMediaType
-            | Kind::PayloadTooLarge => Source::Client,
+            | Kind::PayloadTooLarge
+            | Kind::RequestTimeout => Source::Client,
             Kind::Unreachable
             | Kind::Timeout
             | Kind::Status(_)
@@ -172,6 +181,7 @@ impl Error {
             Kind::MethodNotAllowed => "METHOD_NOT_ALLOWED",
             Kind::UnsupportedMediaType => "UNSUPPORTED_MEDIA_TYPE",
             Kind::PayloadTooLarge => "PAYLOAD_TOO_LARGE",
+            Kind::RequestTimeout => "REQUEST_TIMEOUT",
             Kind::Unreachable => "UPSTREAM_UNREACHABLE",
             Kind::Timeout => "UPSTREAM_TIMEOUT",
             Kind::Status(_) => "UPSTREAM_HTTP_ERROR",
@@ -193,6 +203,7 @@ impl Error {
             Kind::MethodNotAllowed => S::METHOD_NOT_ALLOWED,
             Kind::UnsupportedMediaType => S::UNSUPPORTED_MEDIA_TYPE,
             Kind::PayloadTooLarge => S::PAYLOAD_TOO_LARGE,
+            Kind::RequestTimeout => S::REQUEST_TIMEOUT,
             Kind::Timeout => S::GATEWAY_TIMEOUT,
             Kind::Unreachable | Kind::Status(_) | Kind::Malformed | Kind::Eof | Kind::Agent(_) => {
                 S::BAD_GATEWAY

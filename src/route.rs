@@ -6,7 +6,7 @@ use std::sync::Arc;
 use http::{Request, Response};
 use hyper::body::Incoming;
 
-use crate::body::Body;
+use crate::body::{Body, BodyLimit};
 use crate::config::RouteConfig;
 use crate::error::Result;
 use crate::protocol::{Inbound, Outbound};
@@ -17,8 +17,8 @@ pub struct Route {
     pub name: String,
     /// The mount point; the route serves this path and the paths below it.
     pub path: String,
-    /// The largest request body accepted, in bytes.
-    pub max_body: usize,
+    /// The largest request body accepted, and how long it may take to arrive.
+    pub body_limit: BodyLimit,
     pub inbound: Inbound,
     pub translator: Arc<Translator>,
 }
@@ -34,7 +34,10 @@ impl Route {
         Ok(Self {
             name: config.name.clone(),
             path: config.path.clone(),
-            max_body: config.max_body,
+            body_limit: BodyLimit {
+                max_bytes: config.max_body,
+                timeout: config.body_timeout,
+            },
             inbound: Inbound::from_config(config)?,
             translator: Arc::new(Translator::new(
                 config.name.clone(),

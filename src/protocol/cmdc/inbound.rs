@@ -35,7 +35,7 @@ use tokio_tungstenite::WebSocketStream;
 use super::run::{self, Runner};
 use super::sessions::{CreateError, Session, Sessions};
 use super::wire;
-use crate::body::{self, Body};
+use crate::body::{self, Body, BodyLimit};
 use crate::config::RouteConfig;
 use crate::error::Error;
 use crate::route::Route;
@@ -203,7 +203,7 @@ impl Inbound {
         self.check_rate(&caller)?;
         let runner = self.runner(route);
         match (&method, &segments[2..]) {
-            (&Method::POST, []) => create(&runner, &caller, request, route.max_body).await,
+            (&Method::POST, []) => create(&runner, &caller, request, route.body_limit).await,
             (&Method::GET, [id]) => {
                 let session = find(&runner, &caller, id)?;
                 Ok(ok(info(&session)))
@@ -217,7 +217,7 @@ impl Inbound {
             }
             (&Method::POST, [id, "prompt"]) => {
                 let session = find(&runner, &caller, id)?;
-                let prompt: wire::Prompt = read_json(request, route.max_body).await?;
+                let prompt: wire::Prompt = read_json(request, route.body_limit).await?;
                 let text = prompt
                     .text
                     .filter(|t| !t.is_empty())
@@ -232,7 +232,7 @@ impl Inbound {
             }
             (&Method::POST, [id, action @ ("approve" | "reject")]) => {
                 let session = find(&runner, &caller, id)?;
-                let decision: wire::Decision = read_json(request, route.max_body).await?;
+                let decision: wire::Decision = read_json(request, route.body_limit).await?;
                 let approval_id = decision
                     .approval_id
                     .filter(|a| !a.is_empty())
@@ -245,7 +245,7 @@ impl Inbound {
             }
             (&Method::POST, [id, "respond"]) => {
                 let session = find(&runner, &caller, id)?;
-                let reply: wire::Answer = read_json(request, route.max_body).await?;
+                let reply: wire::Answer = read_json(request, route.body_limit).await?;
                 let (Some(reference), Some(response)) =
                     (reply.reference.filter(|r| !r.is_empty()), reply.response)
                 else {
@@ -268,7 +268,7 @@ impl Inbound {
             }
             (&Method::POST, [id, "tools"]) => {
                 let session = find(&runner, &caller, id)?;
-                register_tool(&session, request, route.max_body).await
+                register_tool(&session, request, route.body_limit).await
             }
             (&Method::GET, [id, "events"]) => {
                 let session = find(&runner, &caller, id)?;
@@ -406,7 +406,7 @@ async fn create(
     runner: &Runner,
     caller: &Caller,
     request: Request<Incoming>,
-    limit: usize,
+    limit: BodyLimit,
 ) -> Answer {
     let create: wire::CreateSession = read_json(request, limit).await?;
     let model = create
@@ -499,7 +499,7 @@ fn answer(session: &Session, resume: crate::model::Resume) -> Result<(), ApiErro
         .map_err(|_| ApiError::not_found("The run waiting for this answer has ended"))
 }
 
-async fn register_tool(session: &Session, request: Request<Incoming>, limit: usize) -> Answer {
+async fn register_tool(session: &Session, request: Request<Incoming>, limit: BodyLimit) -> Answer {
     let bytes = read_body(request, limit).await?;
     let tool: wire::CallbackTool = serde_json::from_slice(&bytes).map_err(|e| {
         ApiError::new(
@@ -691,14 +691,14 @@ fn ws_action(
     }
 }
 
-async fn read_body(request: Request<Incoming>, limit: usize) -> Result<Bytes, ApiError> {
-    Ok(body::read_limited(request.into_body(), limit).await?)
+async fn read_body(request: Request<Incoming>, limit: BodyLimit) -> Result<Bytes, ApiError> {
+    Ok(body::read_request(request.into_body(), limit).await?)
 }
 
 /// The JSON body; an empty body reads as `{}`.
 async fn read_json<T: DeserializeOwned>(
     request: Request<Incoming>,
-    limit: usize,
+    limit: BodyLimit,
 ) -> Result<T, ApiError> {
     let bytes = read_body(request, limit).await?;
     let bytes: &[u8] = if bytes.iter().all(u8::is_ascii_whitespace) {
