@@ -9,7 +9,9 @@
 //! - `POST …/abort` (gateway 0.2; cmdc-sdk 0.1.0 only has `DELETE`) ends the running run with
 //!   `agent_abort {reason:"user_cancelled"}`, cancelling its upstream work, and keeps the session;
 //! - WebSocket actions are acknowledged by the very next frame: the socket's one task writes the ack before
-//!   it reads another event; keep-alive is WS pings only.
+//!   it reads another event; keep-alive is WS pings only;
+//! - a WebSocket is closed after `ws_idle` without a frame from the client (a pong counts, as in the
+//!   gateway), and with code 1009 on a message or frame larger than the route's `max_body`.
 
 use std::collections::HashMap;
 use std::num::NonZeroU32;
@@ -28,7 +30,9 @@ use hyper_util::rt::TokioIo;
 use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
 use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
-use tokio_tungstenite::tungstenite::protocol::Role as WsRole;
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+use tokio_tungstenite::tungstenite::protocol::{CloseFrame, Role as WsRole, WebSocketConfig};
+use tokio_tungstenite::tungstenite::Error as WsError;
 use tokio_tungstenite::tungstenite::Message as WsMessage;
 use tokio_tungstenite::WebSocketStream;
 
@@ -36,7 +40,7 @@ use super::run::{self, Runner};
 use super::sessions::{CreateError, Session, Sessions};
 use super::wire;
 use crate::body::{self, Body, BodyLimit};
-use crate::config::RouteConfig;
+use crate::config::{RouteConfig, DEFAULT_WS_IDLE};
 use crate::error::Error;
 use crate::route::Route;
 use crate::sse::{self, SseBody};
@@ -58,6 +62,14 @@ pub struct Inbound {
     limiter: Option<DefaultKeyedRateLimiter<String>>,
     runner: std::sync::OnceLock<Arc<Runner>>,
     connect_timeout: Duration,
+    socket: SocketLimits,
+}
+
+/// What bounds a WebSocket: the client's silence (`ws_idle`), and its messages' size (`max_body`).
+#[derive(Clone, Copy)]
+struct SocketLimits {
+    idle: Duration,
+    max_message: usize,
 }
 
 /// A request's caller: its API key (for the meter and the rate limit) and tenant.
@@ -150,6 +162,10 @@ impl Inbound {
                 .map(|per_minute: NonZeroU32| RateLimiter::keyed(Quota::per_minute(per_minute))),
             runner: std::sync::OnceLock::new(),
             connect_timeout: route.connect_timeout,
+            socket: SocketLimits {
+                idle: route.ws_idle.unwrap_or(DEFAULT_WS_IDLE),
+                max_message: route.max_body,
+            },
         }
     }
 
@@ -291,7 +307,7 @@ impl Inbound {
                         format!("Session {id} not found"),
                     )
                 })?;
-                upgrade(runner, session, caller, request)
+                upgrade(runner, session, caller, request, self.socket)
             }
             _ => Err(no_route()),
         }
@@ -555,6 +571,7 @@ fn upgrade(
     session: Arc<Session>,
     caller: Caller,
     mut request: Request<Incoming>,
+    limits: SocketLimits,
 ) -> Answer {
     let headers = request.headers();
     let is_upgrade = headers
@@ -572,10 +589,13 @@ fn upgrade(
     tokio::spawn(async move {
         match upgrade.await {
             Ok(upgraded) => {
+                let config = WebSocketConfig::default()
+                    .max_message_size(Some(limits.max_message))
+                    .max_frame_size(Some(limits.max_message));
+                let io = TokioIo::new(upgraded);
                 let socket =
-                    WebSocketStream::from_raw_socket(TokioIo::new(upgraded), WsRole::Server, None)
-                        .await;
-                serve_socket(runner, session, caller, socket).await;
+                    WebSocketStream::from_raw_socket(io, WsRole::Server, Some(config)).await;
+                serve_socket(runner, session, caller, socket, limits.idle).await;
             }
             Err(error) => tracing::debug!("WebSocket upgrade failed: {error}"),
         }
@@ -598,33 +618,50 @@ async fn serve_socket<S>(
     session: Arc<Session>,
     caller: Caller,
     mut socket: WebSocketStream<S>,
+    idle: Duration,
 ) where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
 {
     let mut follower = session.subscribe_all();
     let mut ping = tokio::time::interval_at(tokio::time::Instant::now() + WS_PING, WS_PING);
-    loop {
+    let silence = tokio::time::sleep(idle);
+    tokio::pin!(silence);
+    let close = loop {
         let outgoing = tokio::select! {
             biased;
-            incoming = socket.next() => match incoming {
-                Some(Ok(WsMessage::Text(text))) => action(&runner, &session, &caller, text.as_str()),
-                Some(Ok(WsMessage::Binary(bytes))) => {
-                    action(&runner, &session, &caller, &String::from_utf8_lossy(&bytes))
+            incoming = socket.next() => {
+                silence.as_mut().reset(tokio::time::Instant::now() + idle);
+                match incoming {
+                    Some(Ok(WsMessage::Text(text))) => action(&runner, &session, &caller, text.as_str()),
+                    Some(Ok(WsMessage::Binary(bytes))) => {
+                        action(&runner, &session, &caller, &String::from_utf8_lossy(&bytes))
+                    }
+                    Some(Err(WsError::Capacity(error))) => {
+                        break Some(close_frame(CloseCode::Size, &error.to_string()))
+                    }
+                    Some(Ok(WsMessage::Close(_))) | None | Some(Err(_)) => break None,
+                    Some(Ok(_)) => continue,
                 }
-                Some(Ok(WsMessage::Close(_))) | None | Some(Err(_)) => break,
-                Some(Ok(_)) => continue,
             },
             event = follower.next() => match event {
                 Some(event) => WsMessage::text(event.to_frame()),
-                None => break,
+                None => break None,
             },
             _ = ping.tick() => WsMessage::Ping(Bytes::new()),
+            () = &mut silence => break Some(close_frame(CloseCode::Normal, "idle")),
         };
         if socket.send(outgoing).await.is_err() {
             return;
         }
+    };
+    let _ = socket.close(close).await;
+}
+
+fn close_frame(code: CloseCode, reason: &str) -> CloseFrame {
+    CloseFrame {
+        code,
+        reason: reason.into(),
     }
-    let _ = socket.close(None).await;
 }
 
 /// One WebSocket action, and its ack or error frame.
