@@ -2,6 +2,7 @@
 //! route's limit. Protocol-free.
 
 use std::convert::Infallible;
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::header::{ALLOW, CONTENT_TYPE};
@@ -102,7 +103,25 @@ pub fn expect_json(headers: &HeaderMap) -> Result<()> {
     }
 }
 
-/// Reads a whole request body, refusing one larger than `limit` bytes.
+/// How much of a request body a route reads, and how long it waits for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BodyLimit {
+    pub max_bytes: usize,
+    pub timeout: Duration,
+}
+
+/// Reads a whole request body within `limit`: a larger one is refused with 413, a slower one with 408.
+pub async fn read_request<B>(body: B, limit: BodyLimit) -> Result<Bytes>
+where
+    B: http_body::Body<Data = Bytes>,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    tokio::time::timeout(limit.timeout, read_limited(body, limit.max_bytes))
+        .await
+        .unwrap_or_else(|_| Err(Error::request_timeout(limit.timeout)))
+}
+
+/// Reads a whole body, refusing one larger than `limit` bytes.
 pub async fn read_limited<B>(body: B, limit: usize) -> Result<Bytes>
 where
     B: http_body::Body<Data = Bytes>,

@@ -118,8 +118,31 @@ impl<'de> Deserialize<'de> for Outbound {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
     pub listen: SocketAddr,
+    pub connections: ConnectionLimits,
     pub store: StoreConfig,
     pub routes: Vec<RouteConfig>,
+}
+
+/// The server-wide keys at the top level that bound connections: no route is known before a request's
+/// headers have arrived.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConnectionLimits {
+    /// `header_read_timeout`: how long a connection may take to send a request's headers (default 10s).
+    pub header_read_timeout: Duration,
+    /// `keepalive_idle`: a connection with no bytes either way for this long is closed (default 60s).
+    pub keepalive_idle: Duration,
+    /// `max_connections`: open connections beyond this many are answered 503 and closed (default 10000).
+    pub max_connections: usize,
+}
+
+impl Default for ConnectionLimits {
+    fn default() -> Self {
+        ConnectionLimits {
+            header_read_timeout: Duration::from_secs(10),
+            keepalive_idle: Duration::from_secs(60),
+            max_connections: 10_000,
+        }
+    }
 }
 
 /// `[store]`: where conversation state lives.
@@ -206,7 +229,17 @@ pub struct RouteConfig {
     /// optional `:port`.
     #[serde(default, deserialize_with = "de::callback_allow")]
     pub callback_allow: Vec<crate::egress::Pattern>,
+    /// Reading a whole request body; a slower client is refused with 408.
+    #[serde(default = "default_body_timeout", deserialize_with = "de::duration")]
+    pub body_timeout: Duration,
+    /// cmdc inbound only: a WebSocket with no frame from the client for this long is closed; absent:
+    /// [`DEFAULT_WS_IDLE`].
+    #[serde(default, deserialize_with = "de::some_duration")]
+    pub ws_idle: Option<Duration>,
 }
+
+/// `ws_idle` when absent: the CMDC gateway's own WebSocket `idle_timeout`.
+pub const DEFAULT_WS_IDLE: Duration = Duration::from_secs(300);
 
 fn default_timeout() -> Duration {
     Duration::from_secs(120)
@@ -218,6 +251,10 @@ fn default_connect_timeout() -> Duration {
 
 fn default_max_body() -> usize {
     1024 * 1024
+}
+
+fn default_body_timeout() -> Duration {
+    Duration::from_secs(30)
 }
 
 /// `[routes.translate]`: the pair's options.
@@ -357,6 +394,18 @@ pub struct Skill {
 struct Document {
     #[serde(default = "default_listen", deserialize_with = "de::socket_addr")]
     listen: SocketAddr,
+    #[serde(
+        default = "default_header_read_timeout",
+        deserialize_with = "de::duration"
+    )]
+    header_read_timeout: Duration,
+    #[serde(default = "default_keepalive_idle", deserialize_with = "de::duration")]
+    keepalive_idle: Duration,
+    #[serde(
+        default = "default_max_connections",
+        deserialize_with = "de::max_connections"
+    )]
+    max_connections: usize,
     #[serde(default)]
     store: StoreConfig,
     #[serde(default)]
@@ -366,6 +415,18 @@ struct Document {
 /// [`DEFAULT_LISTEN`] as an address (a test keeps the two equal).
 fn default_listen() -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], 8080))
+}
+
+fn default_header_read_timeout() -> Duration {
+    ConnectionLimits::default().header_read_timeout
+}
+
+fn default_keepalive_idle() -> Duration {
+    ConnectionLimits::default().keepalive_idle
+}
+
+fn default_max_connections() -> usize {
+    ConnectionLimits::default().max_connections
 }
 
 impl Config {
@@ -504,6 +565,11 @@ fn validate(document: Document) -> Result<Config, Issue> {
     check_unique(&document.routes, "path", |route| &route.path)?;
     Ok(Config {
         listen: document.listen,
+        connections: ConnectionLimits {
+            header_read_timeout: document.header_read_timeout,
+            keepalive_idle: document.keepalive_idle,
+            max_connections: document.max_connections,
+        },
         store: document.store,
         routes: document.routes,
     })
@@ -576,6 +642,15 @@ fn check_route(route: &RouteConfig, at: &KeyPath) -> Result<(), Issue> {
                 at.clone().key("callback_allow"),
                 format!(
                     "only cmdc inbound routes take callback URLs from clients, not {}",
+                    route.inbound
+                ),
+            ));
+        }
+        if route.ws_idle.is_some() {
+            return Err(Issue::new(
+                at.clone().key("ws_idle"),
+                format!(
+                    "only cmdc inbound routes serve a WebSocket, not {}",
                     route.inbound
                 ),
             ));
@@ -921,6 +996,16 @@ mod de {
             .collect()
     }
 
+    /// A positive number of connections.
+    pub(super) fn max_connections<'de, D: Deserializer<'de>>(d: D) -> Result<usize, D::Error> {
+        let n = i64::deserialize(d)?;
+        usize::try_from(n).ok().filter(|&n| n > 0).ok_or_else(|| {
+            D::Error::custom(format!(
+                "expected a positive number of connections, not {n}"
+            ))
+        })
+    }
+
     pub(super) fn redis_url<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
         let raw = String::deserialize(d)?;
         let url = expand_env(&raw).map_err(D::Error::custom)?;
@@ -1050,6 +1135,12 @@ mod de {
             ))),
             Some(duration) => Ok(duration),
         }
+    }
+
+    pub(super) fn some_duration<'de, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<Option<Duration>, D::Error> {
+        duration(d).map(Some)
     }
 
     pub(super) fn parse_duration(s: &str) -> Option<Duration> {
@@ -1342,6 +1433,8 @@ mod tests {
             rate_limit: None,
             cors_origins: vec![],
             callback_allow: vec![],
+            body_timeout: Duration::from_secs(30),
+            ws_idle: None,
         };
         assert_eq!(*weather, expected);
 
@@ -1376,6 +1469,64 @@ mod tests {
         assert_eq!(config.store.backend, StoreBackend::Memory);
         assert_eq!(config.store.idle_ttl, Duration::from_secs(86_400));
         assert!(config.routes.is_empty());
+        let connections = config.connections;
+        assert_eq!(connections.header_read_timeout, Duration::from_secs(10));
+        assert_eq!(connections.keepalive_idle, Duration::from_secs(60));
+        assert_eq!(connections.max_connections, 10_000);
+    }
+
+    #[test]
+    fn connection_limits_are_read_from_the_top_level() {
+        let text = "header_read_timeout = \"2s\"\nkeepalive_idle = \"90s\"\nmax_connections = 3\n";
+        let connections = parse(text).unwrap().connections;
+        assert_eq!(
+            connections,
+            ConnectionLimits {
+                header_read_timeout: Duration::from_secs(2),
+                keepalive_idle: Duration::from_secs(90),
+                max_connections: 3,
+            }
+        );
+    }
+
+    #[test]
+    fn bad_connection_limits_name_file_line_and_key() {
+        let text = "listen = \"127.0.0.1:1\"\nheader_read_timeout = \"soon\"\n";
+        assert_error(text, 2, "header_read_timeout", "invalid duration \"soon\"");
+        assert_error(
+            "\nkeepalive_idle = \"0s\"\n",
+            2,
+            "keepalive_idle",
+            "greater than zero",
+        );
+        assert_error(
+            "max_connections = 0\n",
+            1,
+            "max_connections",
+            "positive number of connections",
+        );
+    }
+
+    #[test]
+    fn route_body_timeout_and_ws_idle_are_read_and_checked() {
+        let cmdc = |extra: &str| route_with(extra).replace("ag-ui", "cmdc");
+        let route = &parse(&cmdc("body_timeout = \"5s\"\nws_idle = \"2m\"\n"))
+            .unwrap()
+            .routes[0];
+        assert_eq!(route.body_timeout, Duration::from_secs(5));
+        assert_eq!(route.ws_idle, Some(Duration::from_secs(120)));
+        assert_error(
+            &route_with("body_timeout = \"-1s\"\n"),
+            EXTRA,
+            "routes[0].body_timeout",
+            "invalid duration",
+        );
+        assert_error(
+            &route_with("ws_idle = \"10s\"\n"),
+            EXTRA,
+            "routes[0].ws_idle",
+            "only cmdc inbound routes serve a WebSocket",
+        );
     }
 
     #[test]
@@ -1386,6 +1537,8 @@ mod tests {
         assert_eq!(route.timeout, Duration::from_secs(120));
         assert_eq!(route.connect_timeout, Duration::from_secs(10));
         assert_eq!(route.max_body, 1024 * 1024);
+        assert_eq!(route.body_timeout, Duration::from_secs(30));
+        assert_eq!(route.ws_idle, None);
         assert!(route.upstream_headers.is_empty());
         assert_eq!(route.translate, Translate::default());
         assert_eq!(route.translate.approval_tool, "confirmAction");

@@ -26,6 +26,7 @@ enum Kind {
     Forbidden,
     UnsupportedMediaType,
     PayloadTooLarge,
+    RequestTimeout,
     Unreachable,
     Timeout,
     Status(u16),
@@ -84,6 +85,13 @@ impl Error {
             format!("request body is larger than the limit of {limit} bytes"),
         )
     }
+    /// The client did not send its whole request body within `limit`.
+    pub fn request_timeout(limit: std::time::Duration) -> Self {
+        Self::new(
+            Kind::RequestTimeout,
+            format!("the request body did not arrive within {limit:?}"),
+        )
+    }
     /// The upstream could not be reached (refused, DNS, TLS, connect timeout).
     pub fn upstream_unreachable(message: impl Into<String>) -> Self {
         Self::new(Kind::Unreachable, message)
@@ -132,7 +140,8 @@ impl Error {
             | Kind::MethodNotAllowed
             | Kind::Forbidden
             | Kind::UnsupportedMediaType
-            | Kind::PayloadTooLarge => Source::Client,
+            | Kind::PayloadTooLarge
+            | Kind::RequestTimeout => Source::Client,
             Kind::Unreachable
             | Kind::Timeout
             | Kind::Status(_)
@@ -183,6 +192,7 @@ impl Error {
             Kind::Forbidden => "FORBIDDEN",
             Kind::UnsupportedMediaType => "UNSUPPORTED_MEDIA_TYPE",
             Kind::PayloadTooLarge => "PAYLOAD_TOO_LARGE",
+            Kind::RequestTimeout => "REQUEST_TIMEOUT",
             Kind::Unreachable => "UPSTREAM_UNREACHABLE",
             Kind::Timeout => "UPSTREAM_TIMEOUT",
             Kind::Status(_) => "UPSTREAM_HTTP_ERROR",
@@ -205,6 +215,7 @@ impl Error {
             Kind::Forbidden => S::FORBIDDEN,
             Kind::UnsupportedMediaType => S::UNSUPPORTED_MEDIA_TYPE,
             Kind::PayloadTooLarge => S::PAYLOAD_TOO_LARGE,
+            Kind::RequestTimeout => S::REQUEST_TIMEOUT,
             Kind::Timeout => S::GATEWAY_TIMEOUT,
             Kind::Unreachable | Kind::Status(_) | Kind::Malformed | Kind::Eof | Kind::Agent(_) => {
                 S::BAD_GATEWAY

@@ -106,12 +106,14 @@ async fn serve(config: Config, threads: NonZeroUsize) -> agent_bridge::error::Re
     let workers = Workers::start(threads, "agent-bridge")
         .map_err(|e| Error::internal(format!("cannot start the serving threads: {e}")))?;
     let server = Server::bind(&config).await?;
+    // Installed before the address is logged: whoever reads it may signal at once.
+    let shutdown = agent_bridge::server::shutdown_signal();
     tracing::info!(
         "agent-bridge listening on http://{} ({threads} threads)",
         server.local_addr()
     );
     let serving = server.start_on(&workers)?;
-    agent_bridge::server::shutdown_signal().await;
+    shutdown.await;
     serving.stop().await;
     Ok(())
 }

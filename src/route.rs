@@ -7,7 +7,7 @@ use http::{Request, Response};
 use hyper::body::Incoming;
 
 use crate::answers::AnswerWords;
-use crate::body::Body;
+use crate::body::{Body, BodyLimit};
 use crate::config::RouteConfig;
 use crate::cors::Cors;
 use crate::error::Result;
@@ -19,8 +19,8 @@ pub struct Route {
     pub name: String,
     /// The mount point; the route serves this path and the paths below it.
     pub path: String,
-    /// The largest request body accepted, in bytes.
-    pub max_body: usize,
+    /// The largest request body accepted, and how long it may take to arrive.
+    pub body_limit: BodyLimit,
     pub inbound: Inbound,
     pub translator: Arc<Translator>,
     cors: Cors,
@@ -37,7 +37,10 @@ impl Route {
         Ok(Self {
             name: config.name.clone(),
             path: config.path.clone(),
-            max_body: config.max_body,
+            body_limit: BodyLimit {
+                max_bytes: config.max_body,
+                timeout: config.body_timeout,
+            },
             inbound: Inbound::from_config(config, local)?,
             translator: Arc::new(
                 Translator::new(config.name.clone(), outbound, store, config.timeout)

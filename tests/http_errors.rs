@@ -5,7 +5,6 @@
 mod support;
 
 use std::path::PathBuf;
-use std::process::Command;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -16,6 +15,7 @@ use serde_json::json;
 use tokio::net::TcpStream;
 
 use support::ag_ui::{self, finished, input, started, text, user, Profile};
+use support::binary::{agent_bridge, AgentBridge, TempConfig};
 use support::{send, send_over_http2, within, Proxy, Reply, Response, Upstream};
 
 const PATH: &str = "/agents/pair";
@@ -457,7 +457,7 @@ async fn on_serving_threads_concurrent_streams_each_get_their_whole_reply() {
 // --- agent-bridge check ----------------------------------------------------------------------------------
 
 fn check_command(config: &std::path::Path) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_agent-bridge"))
+    agent_bridge()
         .args(["check", "--config"])
         .arg(config)
         .env("RUST_LOG", "warn")
@@ -465,35 +465,12 @@ fn check_command(config: &std::path::Path) -> std::process::Output {
         .expect("run agent-bridge check")
 }
 
-/// A file under the temp directory with a name no other test uses; removed on drop.
-struct TempConfig(PathBuf);
-
-impl TempConfig {
-    fn new(name: &str, text: &str) -> TempConfig {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.subsec_nanos());
-        let path = std::env::temp_dir().join(format!(
-            "agent-bridge-{name}-{}-{nanos}.toml",
-            std::process::id()
-        ));
-        std::fs::write(&path, text).expect("write the temp config");
-        TempConfig(path)
-    }
-}
-
-impl Drop for TempConfig {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
-}
-
 #[test]
 fn without_a_routes_file_the_built_in_echo_routes_are_used() {
     let empty = std::env::temp_dir().join(format!("agent-bridge-empty-dir-{}", std::process::id()));
     std::fs::create_dir_all(&empty).expect("create an empty directory");
 
-    let output = Command::new(env!("CARGO_BIN_EXE_agent-bridge"))
+    let output = agent_bridge()
         .arg("check")
         .current_dir(&empty)
         .env("RUST_LOG", "warn")
@@ -592,61 +569,27 @@ async fn healthz_with_another_method_is_refused_with_405_and_allow() {
 
 // --- agent-bridge serve ----------------------------------------------------------------------------------
 
-/// The `agent-bridge` process; killed on drop, so a failing test leaves none behind.
-struct Running(std::process::Child);
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// The address `agent-bridge` logs once it listens, read from its standard error.
-fn listening_address(stderr: impl std::io::Read + Send + 'static) -> String {
-    let (found, address) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        use std::io::BufRead;
-        for line in std::io::BufReader::new(stderr).lines() {
-            let Ok(line) = line else { return };
-            if let Some((_, rest)) = line.split_once("listening on http://") {
-                let address = rest.split_whitespace().next().unwrap_or_default();
-                let _ = found.send(address.to_owned());
-            }
-        }
-    });
-    address
-        .recv_timeout(Duration::from_secs(10))
-        .expect("agent-bridge logs its address within 10 s")
-}
-
 #[cfg(unix)]
 #[tokio::test]
 async fn agent_bridge_serves_the_echo_routes_on_its_threads_and_stops_on_sigterm() {
     let empty = std::env::temp_dir().join(format!("agent-bridge-serve-dir-{}", std::process::id()));
     std::fs::create_dir_all(&empty).expect("create an empty directory");
-    let mut process = Running(
-        Command::new(env!("CARGO_BIN_EXE_agent-bridge"))
-            .args(["--listen", "127.0.0.1:0", "--threads", "2"])
-            .current_dir(&empty)
-            .env("RUST_LOG", "info")
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .expect("start agent-bridge"),
-    );
-    let address = listening_address(process.0.stderr.take().expect("its standard error"));
+    let mut command = agent_bridge();
+    command
+        .args(["--listen", "127.0.0.1:0", "--threads", "2"])
+        .current_dir(&empty);
+    let mut process = AgentBridge::start(command);
+    let address = process.address.clone();
     let _ = std::fs::remove_dir(&empty);
 
     let run = input("t1", "r1", json!([user("u1", "hello from a client")]));
     let events = ag_ui::run(&format!("http://{address}/echo/ag-ui"), &run).await;
     assert_eq!(ag_ui::text_of(&events), "hello from a client");
 
-    // SAFETY: kill(2) on the pid of a child this test started and has not reaped.
-    let signalled = unsafe { libc::kill(process.0.id() as libc::pid_t, libc::SIGTERM) };
-    assert_eq!(signalled, 0, "SIGTERM sent");
+    process.signal(libc::SIGTERM);
     let status = within("agent-bridge to exit after SIGTERM", async {
         loop {
-            if let Some(status) = process.0.try_wait().expect("its status") {
+            if let Some(status) = process.process.try_wait().expect("its status") {
                 return status;
             }
             tokio::time::sleep(Duration::from_millis(20)).await;

@@ -11,6 +11,7 @@ pub mod a2a;
 pub mod ag_kit;
 pub mod ag_ui;
 pub mod agentscope;
+pub mod binary;
 mod client;
 pub mod cmdc;
 pub mod interop;

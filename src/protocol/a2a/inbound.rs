@@ -121,7 +121,7 @@ impl Inbound {
         {
             return http_rpc_error(&error);
         }
-        let bytes = match body::read_limited(request.into_body(), route.max_body).await {
+        let bytes = match body::read_request(request.into_body(), route.body_limit).await {
             Ok(bytes) => bytes,
             Err(error) => return http_rpc_error(&error),
         };

@@ -70,7 +70,7 @@ impl Inbound {
         }
         body::expect_method(&request, Method::POST)?;
         body::expect_json(request.headers())?;
-        let bytes = body::read_limited(request.into_body(), route.max_body).await?;
+        let bytes = body::read_request(request.into_body(), route.body_limit).await?;
         let mut turn = decode(&bytes)?;
         let translator = Arc::clone(&route.translator);
         for resume in &mut turn.resume {

@@ -85,7 +85,7 @@ impl Inbound {
         }
         body::expect_method(&request, Method::POST)?;
         body::expect_json(request.headers())?;
-        let bytes = body::read_limited(request.into_body(), route.max_body).await?;
+        let bytes = body::read_request(request.into_body(), route.body_limit).await?;
         let turn = decode(&bytes)?;
         let mut encoder = Encoder::new(&turn, &self.translate);
         let events = route.translator.start(turn);

@@ -74,7 +74,7 @@ impl Inbound {
             );
         }
         let json = is_json(request.headers().get(CONTENT_TYPE));
-        let bytes = match body::read_limited(request.into_body(), route.max_body).await {
+        let bytes = match body::read_request(request.into_body(), route.body_limit).await {
             Ok(bytes) => bytes,
             Err(error) => return detail(error.http_status(), error.message()),
         };

@@ -9,7 +9,9 @@
 //! - `POST …/abort` (gateway 0.2; cmdc-sdk 0.1.0 only has `DELETE`) ends the running run with
 //!   `agent_abort {reason:"user_cancelled"}`, cancelling its upstream work, and keeps the session;
 //! - WebSocket actions are acknowledged by the very next frame: the socket's one task writes the ack before
-//!   it reads another event; keep-alive is WS pings only.
+//!   it reads another event; keep-alive is WS pings only;
+//! - a WebSocket is closed after `ws_idle` without a frame from the client (a pong counts, as in the
+//!   gateway), and with code 1009 on a message or frame larger than the route's `max_body`.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -29,15 +31,17 @@ use hyper_util::rt::TokioIo;
 use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
 use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
-use tokio_tungstenite::tungstenite::protocol::Role as WsRole;
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+use tokio_tungstenite::tungstenite::protocol::{CloseFrame, Role as WsRole, WebSocketConfig};
+use tokio_tungstenite::tungstenite::Error as WsError;
 use tokio_tungstenite::tungstenite::Message as WsMessage;
 use tokio_tungstenite::WebSocketStream;
 
 use super::run::{self, Runner};
 use super::sessions::{CreateError, RegisteredTool, Session, Sessions};
 use super::wire;
-use crate::body::{self, Body};
-use crate::config::RouteConfig;
+use crate::body::{self, Body, BodyLimit};
+use crate::config::{RouteConfig, DEFAULT_WS_IDLE};
 use crate::egress::{Egress, Policy, Requester};
 use crate::error::Error;
 use crate::route::Route;
@@ -60,6 +64,14 @@ pub struct Inbound {
     runner: std::sync::OnceLock<Arc<Runner>>,
     /// Where the session's callback tools are called: checked against the route's `callback_allow`.
     callbacks: Egress,
+    socket: SocketLimits,
+}
+
+/// What bounds a WebSocket: the client's silence (`ws_idle`), and its messages' size (`max_body`).
+#[derive(Clone, Copy)]
+struct SocketLimits {
+    idle: Duration,
+    max_message: usize,
 }
 
 /// A request's caller: its API key (for the meter and the rate limit) and tenant.
@@ -156,6 +168,10 @@ impl Inbound {
                 Policy::new(route.callback_allow.clone(), listen),
                 route.connect_timeout,
             ),
+            socket: SocketLimits {
+                idle: route.ws_idle.unwrap_or(DEFAULT_WS_IDLE),
+                max_message: route.max_body,
+            },
         }
     }
 
@@ -198,7 +214,7 @@ impl Inbound {
         self.check_rate(&caller)?;
         let runner = self.runner(route);
         match (&method, &segments[2..]) {
-            (&Method::POST, []) => create(&runner, &caller, request, route.max_body).await,
+            (&Method::POST, []) => create(&runner, &caller, request, route.body_limit).await,
             (&Method::GET, [id]) => {
                 let session = find(&runner, &caller, id)?;
                 Ok(ok(info(&session)))
@@ -212,7 +228,7 @@ impl Inbound {
             }
             (&Method::POST, [id, "prompt"]) => {
                 let session = find(&runner, &caller, id)?;
-                let prompt: wire::Prompt = read_json(request, route.max_body).await?;
+                let prompt: wire::Prompt = read_json(request, route.body_limit).await?;
                 let text = prompt
                     .text
                     .filter(|t| !t.is_empty())
@@ -227,7 +243,7 @@ impl Inbound {
             }
             (&Method::POST, [id, action @ ("approve" | "reject")]) => {
                 let session = find(&runner, &caller, id)?;
-                let decision: wire::Decision = read_json(request, route.max_body).await?;
+                let decision: wire::Decision = read_json(request, route.body_limit).await?;
                 let approval_id = decision
                     .approval_id
                     .filter(|a| !a.is_empty())
@@ -240,7 +256,7 @@ impl Inbound {
             }
             (&Method::POST, [id, "respond"]) => {
                 let session = find(&runner, &caller, id)?;
-                let reply: wire::Answer = read_json(request, route.max_body).await?;
+                let reply: wire::Answer = read_json(request, route.body_limit).await?;
                 let (Some(reference), Some(response)) =
                     (reply.reference.filter(|r| !r.is_empty()), reply.response)
                 else {
@@ -255,7 +271,7 @@ impl Inbound {
                 // Gateway 0.2+: ends the running run (`agent_abort {reason:"user_cancelled"}`) and keeps the
                 // session; the body (`reason`, `kill_tools`) changes nothing here.
                 let session = find(&runner, &caller, id)?;
-                let _: Value = read_json(request, route.max_body).await?;
+                let _: Value = read_json(request, route.body_limit).await?;
                 if let Some(run) = session.current_run() {
                     run.abort();
                 }
@@ -264,7 +280,7 @@ impl Inbound {
             }
             (&Method::POST, [id, "tools"]) => {
                 let session = find(&runner, &caller, id)?;
-                register_tool(&session, request, route.max_body, self.callbacks.policy()).await
+                register_tool(&session, request, route.body_limit, self.callbacks.policy()).await
             }
             (&Method::GET, [id, "events"]) => {
                 let session = find(&runner, &caller, id)?;
@@ -287,7 +303,7 @@ impl Inbound {
                         format!("Session {id} not found"),
                     )
                 })?;
-                upgrade(runner, session, caller, request)
+                upgrade(runner, session, caller, request, self.socket)
             }
             _ => Err(no_route()),
         }
@@ -402,7 +418,7 @@ async fn create(
     runner: &Runner,
     caller: &Caller,
     request: Request<Incoming>,
-    limit: usize,
+    limit: BodyLimit,
 ) -> Answer {
     let create: wire::CreateSession = read_json(request, limit).await?;
     let model = create
@@ -500,7 +516,7 @@ fn answer(session: &Session, resume: crate::model::Resume) -> Result<(), ApiErro
 async fn register_tool(
     session: &Session,
     request: Request<Incoming>,
-    limit: usize,
+    limit: BodyLimit,
     policy: &Policy,
 ) -> Answer {
     let registration_failed = |message: String| {
@@ -563,6 +579,7 @@ fn upgrade(
     session: Arc<Session>,
     caller: Caller,
     mut request: Request<Incoming>,
+    limits: SocketLimits,
 ) -> Answer {
     let headers = request.headers();
     let is_upgrade = headers
@@ -580,10 +597,13 @@ fn upgrade(
     tokio::spawn(async move {
         match upgrade.await {
             Ok(upgraded) => {
+                let config = WebSocketConfig::default()
+                    .max_message_size(Some(limits.max_message))
+                    .max_frame_size(Some(limits.max_message));
+                let io = TokioIo::new(upgraded);
                 let socket =
-                    WebSocketStream::from_raw_socket(TokioIo::new(upgraded), WsRole::Server, None)
-                        .await;
-                serve_socket(runner, session, caller, socket).await;
+                    WebSocketStream::from_raw_socket(io, WsRole::Server, Some(config)).await;
+                serve_socket(runner, session, caller, socket, limits.idle).await;
             }
             Err(error) => tracing::debug!("WebSocket upgrade failed: {error}"),
         }
@@ -606,33 +626,50 @@ async fn serve_socket<S>(
     session: Arc<Session>,
     caller: Caller,
     mut socket: WebSocketStream<S>,
+    idle: Duration,
 ) where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
 {
     let mut follower = session.subscribe_all();
     let mut ping = tokio::time::interval_at(tokio::time::Instant::now() + WS_PING, WS_PING);
-    loop {
+    let silence = tokio::time::sleep(idle);
+    tokio::pin!(silence);
+    let close = loop {
         let outgoing = tokio::select! {
             biased;
-            incoming = socket.next() => match incoming {
-                Some(Ok(WsMessage::Text(text))) => action(&runner, &session, &caller, text.as_str()),
-                Some(Ok(WsMessage::Binary(bytes))) => {
-                    action(&runner, &session, &caller, &String::from_utf8_lossy(&bytes))
+            incoming = socket.next() => {
+                silence.as_mut().reset(tokio::time::Instant::now() + idle);
+                match incoming {
+                    Some(Ok(WsMessage::Text(text))) => action(&runner, &session, &caller, text.as_str()),
+                    Some(Ok(WsMessage::Binary(bytes))) => {
+                        action(&runner, &session, &caller, &String::from_utf8_lossy(&bytes))
+                    }
+                    Some(Err(WsError::Capacity(error))) => {
+                        break Some(close_frame(CloseCode::Size, &error.to_string()))
+                    }
+                    Some(Ok(WsMessage::Close(_))) | None | Some(Err(_)) => break None,
+                    Some(Ok(_)) => continue,
                 }
-                Some(Ok(WsMessage::Close(_))) | None | Some(Err(_)) => break,
-                Some(Ok(_)) => continue,
             },
             event = follower.next() => match event {
                 Some(event) => WsMessage::text(event.to_frame()),
-                None => break,
+                None => break None,
             },
             _ = ping.tick() => WsMessage::Ping(Bytes::new()),
+            () = &mut silence => break Some(close_frame(CloseCode::Normal, "idle")),
         };
         if socket.send(outgoing).await.is_err() {
             return;
         }
+    };
+    let _ = socket.close(close).await;
+}
+
+fn close_frame(code: CloseCode, reason: &str) -> CloseFrame {
+    CloseFrame {
+        code,
+        reason: reason.into(),
     }
-    let _ = socket.close(None).await;
 }
 
 /// One WebSocket action, and its ack or error frame.
@@ -702,7 +739,7 @@ fn ws_action(
 /// A JSON body: declared `application/json` (with any parameters, or a `+json` type), or empty with no
 /// type at all. Anything else (`text/plain`, a form) is refused before it is read: a browser sends those
 /// cross-origin without asking.
-async fn read_json_bytes(request: Request<Incoming>, limit: usize) -> Result<Bytes, ApiError> {
+async fn read_json_bytes(request: Request<Incoming>, limit: BodyLimit) -> Result<Bytes, ApiError> {
     let declared = request.headers().contains_key(CONTENT_TYPE);
     if declared {
         body::expect_json(request.headers()).map_err(|e| {
@@ -713,7 +750,7 @@ async fn read_json_bytes(request: Request<Incoming>, limit: usize) -> Result<Byt
             )
         })?;
     }
-    let bytes = body::read_limited(request.into_body(), limit).await?;
+    let bytes = body::read_request(request.into_body(), limit).await?;
     if !declared && !is_blank(&bytes) {
         return Err(ApiError::new(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
@@ -731,7 +768,7 @@ fn is_blank(bytes: &[u8]) -> bool {
 /// The JSON body; an empty body reads as `{}`.
 async fn read_json<T: DeserializeOwned>(
     request: Request<Incoming>,
-    limit: usize,
+    limit: BodyLimit,
 ) -> Result<T, ApiError> {
     let bytes = read_json_bytes(request, limit).await?;
     let bytes: &[u8] = if is_blank(&bytes) { b"{}" } else { &bytes };

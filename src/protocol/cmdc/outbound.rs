@@ -34,7 +34,7 @@ use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, info};
 
 use super::wire;
-use crate::body::{self, Body};
+use crate::body::{self, Body, BodyLimit};
 use crate::config::RouteConfig;
 use crate::error::{Error, Result};
 use crate::model::{
@@ -74,6 +74,8 @@ pub struct Outbound {
     callback_url: String,
     /// How long a held callback may wait for the client (the route's whole-run timeout).
     callback_timeout: Duration,
+    /// The callback body: [`MAX_CALLBACK_BYTES`], within the route's `body_timeout`.
+    callback_body: BodyLimit,
     callbacks: Arc<Callbacks>,
 }
 
@@ -201,6 +203,10 @@ impl Outbound {
             callback_url: format!("{base}{callback_path}"),
             callback_path,
             callback_timeout: route.timeout,
+            callback_body: BodyLimit {
+                max_bytes: MAX_CALLBACK_BYTES,
+                timeout: route.body_timeout,
+            },
             callbacks: Arc::default(),
         })
     }
@@ -237,7 +243,7 @@ impl Outbound {
     async fn callback(&self, request: Request<Incoming>) -> Result<wire::CallbackAnswer> {
         body::expect_method(&request, Method::POST)?;
         let token = query_token(request.uri().query().unwrap_or("")).to_owned();
-        let bytes = body::read_limited(request.into_body(), MAX_CALLBACK_BYTES).await?;
+        let bytes = body::read_request(request.into_body(), self.callback_body).await?;
         let call: wire::ToolCallback = serde_json::from_slice(&bytes)
             .map_err(|e| Error::bad_request(format!("not a CMDC tool callback: {e}")))?;
         let listener = self

@@ -1,9 +1,16 @@
 //! The hyper server: accept loop, HTTP/1.1 and HTTP/2 connections, route dispatch by path, `GET /healthz`,
 //! graceful shutdown. It knows no protocol: a route's inbound serves everything under its path.
+//!
+//! Every connection is bounded before any route is known: `max_connections` open at once, the request's
+//! headers within `header_read_timeout`, and closed once quiet for `keepalive_idle`.
+
+mod idle;
+mod limits;
 
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::{pin, Pin};
+use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -11,16 +18,18 @@ use http::{Method, Request, Response, StatusCode};
 use hyper::body::Incoming;
 use hyper::server::conn::{http1, http2};
 use hyper::service::service_fn;
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio::sync::watch;
 
 use crate::body::{error_response, json_response, Body};
-use crate::config::Config;
+use crate::config::{Config, ConnectionLimits};
 use crate::error::{Error, Result};
 use crate::route::Route;
 use crate::store;
 use crate::workers::Workers;
+use idle::{Activity, Tracked};
+use limits::{AcceptFailures, Slot};
 
 /// The local address of the connection a request came in on, in the request's extensions (an inbound that
 /// must name the proxy, such as an A2A agent card, falls back to it when the request has no `Host`).
@@ -39,6 +48,7 @@ pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
 pub struct Server {
     listener: TcpListener,
     routes: Arc<Routes>,
+    limits: ConnectionLimits,
     shutdown_grace: Duration,
 }
 
@@ -53,6 +63,7 @@ impl Server {
         Ok(Self {
             listener,
             routes,
+            limits: config.connections,
             shutdown_grace: DEFAULT_SHUTDOWN_GRACE,
         })
     }
@@ -80,7 +91,7 @@ impl Server {
 
     /// Starts accepting on the current runtime.
     pub fn start(self) -> Serving {
-        let (serving, connections) = Serving::new(self.routes, self.shutdown_grace);
+        let (serving, connections) = Serving::new(self.routes, self.limits, self.shutdown_grace);
         tokio::spawn(accept(self.listener, connections));
         serving
     }
@@ -88,7 +99,7 @@ impl Server {
     /// Starts accepting on every thread of `workers`: a connection is served on the thread that accepted it.
     pub fn start_on(self, workers: &Workers) -> Result<Serving> {
         let listener = self.listener.into_std().map_err(cannot_share)?;
-        let (serving, connections) = Serving::new(self.routes, self.shutdown_grace);
+        let (serving, connections) = Serving::new(self.routes, self.limits, self.shutdown_grace);
         workers
             .serve_each(listener, |listener| accept(listener, connections.clone()))
             .map_err(cannot_share)?;
@@ -110,11 +121,13 @@ pub struct Serving {
 }
 
 impl Serving {
-    fn new(routes: Arc<Routes>, grace: Duration) -> (Self, Connections) {
+    fn new(routes: Arc<Routes>, limits: ConnectionLimits, grace: Duration) -> (Self, Connections) {
         let (stop, stopping) = watch::channel(());
         let connections = Connections {
             routes,
-            http: Arc::new(Http::default()),
+            http: Arc::new(Http::new(limits)),
+            limits,
+            open: Arc::new(AtomicUsize::new(0)),
             stopping,
         };
         (Self { stop, grace }, connections)
@@ -144,6 +157,9 @@ impl Serving {
 struct Connections {
     routes: Arc<Routes>,
     http: Arc<Http>,
+    limits: ConnectionLimits,
+    /// How many connections are open, across every serving thread.
+    open: Arc<AtomicUsize>,
     /// Changes when the server stops.
     stopping: watch::Receiver<()>,
 }
@@ -151,20 +167,31 @@ struct Connections {
 /// Accepts connections and serves each on a task of its own, until the server stops.
 async fn accept(listener: TcpListener, connections: Connections) {
     let mut stopping = connections.stopping.clone();
+    let mut failures = AcceptFailures::new();
     loop {
-        let (stream, peer) = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok(accepted) => accepted,
-                Err(error) => {
-                    tracing::warn!("accept failed: {error}");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-            },
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
             _ = stopping.changed() => return,
+        };
+        let (stream, peer) = match accepted {
+            Ok(accepted) => accepted,
+            Err(error) => {
+                let pause = failures.failed(&error);
+                tokio::select! {
+                    () = tokio::time::sleep(pause) => continue,
+                    _ = stopping.changed() => return,
+                }
+            }
+        };
+        failures.accepted();
+        let Some(slot) = Slot::take(&connections.open, connections.limits.max_connections) else {
+            tracing::debug!(%peer, "refused: max_connections are open");
+            tokio::spawn(limits::refuse(stream));
+            continue;
         };
         let connections = connections.clone();
         tokio::spawn(async move {
+            let _slot = slot;
             if let Err(error) = connections.serve(stream).await {
                 tracing::debug!(%peer, "connection ended with an error: {error}");
             }
@@ -175,9 +202,6 @@ async fn accept(listener: TcpListener, connections: Connections) {
 /// HTTP/2's connection preface: a client with prior knowledge opens with it.
 const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
-/// How long a new connection may take to send the first bytes of its first request.
-const FIRST_BYTES_TIMEOUT: Duration = Duration::from_secs(30);
-
 /// The connection builders. hyper-util's `auto` builder is not used: it reads the first bytes to tell the
 /// versions apart and hands them back in front of the socket, after which hyper's read buffer grows to
 /// 16 KiB for every connection. Peeking leaves them in the socket, and the buffer stays at 8 KiB.
@@ -186,12 +210,20 @@ struct Http {
     http2: http2::Builder<TokioExecutor>,
 }
 
-impl Default for Http {
-    fn default() -> Self {
-        Self {
-            http1: http1::Builder::new(),
-            http2: http2::Builder::new(TokioExecutor::new()),
-        }
+impl Http {
+    fn new(limits: ConnectionLimits) -> Self {
+        let mut http1 = http1::Builder::new();
+        // hyper also times the wait for a keep-alive connection's next request with this.
+        http1
+            .timer(TokioTimer::new())
+            .header_read_timeout(limits.header_read_timeout);
+        let mut http2 = http2::Builder::new(TokioExecutor::new());
+        // A peer that stopped answering (gone without a FIN) is found by its unanswered ping.
+        http2
+            .timer(TokioTimer::new())
+            .keep_alive_interval(limits.keepalive_idle)
+            .keep_alive_timeout(limits.keepalive_idle);
+        Self { http1, http2 }
     }
 }
 
@@ -220,28 +252,30 @@ impl Connections {
                 async move { Ok::<_, std::convert::Infallible>(routes.dispatch(request).await) },
             )
         });
-        let http2 = tokio::time::timeout(FIRST_BYTES_TIMEOUT, opens_with_h2_preface(&stream))
+        let header_read_timeout = self.limits.header_read_timeout;
+        let http2 = tokio::time::timeout(header_read_timeout, opens_with_h2_preface(&stream))
             .await
-            .map_err(|_| "no request within the time for one")??;
-        let io = TokioIo::new(stream);
-        let stopping = self.stopping.clone();
+            .map_err(|_| "no request within header_read_timeout")??;
+        let activity = Activity::new();
+        let io = TokioIo::new(Tracked::new(stream, Arc::clone(&activity)));
+        let end = Ending {
+            stopping: self.stopping.clone(),
+            activity: &activity,
+            idle: self.limits.keepalive_idle,
+        };
         if http2 {
             // Boxed: hyper's HTTP/2 connection is the larger, and unboxed every HTTP/1.1 connection's
             // task would keep room for it (1.6 KiB per connection, measured in the load tool).
             let connection = Box::pin(self.http.http2.serve_connection(io, service));
-            until_stopped(
-                connection,
-                |c| c.get_mut().as_mut().graceful_shutdown(),
-                stopping,
-            )
-            .await?;
+            end.drive(connection, |c| c.get_mut().as_mut().graceful_shutdown())
+                .await?;
         } else {
             let connection = self
                 .http
                 .http1
                 .serve_connection(io, service)
                 .with_upgrades();
-            until_stopped(connection, |c| c.graceful_shutdown(), stopping).await?;
+            end.drive(connection, |c| c.graceful_shutdown()).await?;
         }
         Ok(())
     }
@@ -264,22 +298,35 @@ async fn opens_with_h2_preface(stream: &TcpStream) -> std::io::Result<bool> {
     }
 }
 
-/// Drives `connection` to its end; once `stopping` changes (or its sender is gone), asks it to close
-/// gracefully first.
-async fn until_stopped<C, E>(
-    connection: C,
-    graceful_shutdown: impl FnOnce(Pin<&mut C>),
-    mut stopping: watch::Receiver<()>,
-) -> std::result::Result<(), E>
-where
-    C: Future<Output = std::result::Result<(), E>>,
-{
-    let mut connection = pin!(connection);
-    tokio::select! {
-        result = connection.as_mut() => return result,
-        _ = stopping.changed() => graceful_shutdown(connection.as_mut()),
+/// What asks a connection to close before its client does.
+struct Ending<'a> {
+    /// Changes when the server stops (or its sender is gone).
+    stopping: watch::Receiver<()>,
+    activity: &'a Activity,
+    /// `keepalive_idle`.
+    idle: Duration,
+}
+
+impl Ending<'_> {
+    /// Drives `connection` to its end; once the server stops or the connection has been quiet for
+    /// `keepalive_idle`, asks it to close gracefully first (a response in flight still finishes).
+    async fn drive<C, E>(
+        mut self,
+        connection: C,
+        graceful_shutdown: impl FnOnce(Pin<&mut C>),
+    ) -> std::result::Result<(), E>
+    where
+        C: Future<Output = std::result::Result<(), E>>,
+    {
+        let mut connection = pin!(connection);
+        tokio::select! {
+            result = connection.as_mut() => return result,
+            _ = self.stopping.changed() => {}
+            () = self.activity.quiet_for(self.idle) => {}
+        }
+        graceful_shutdown(connection.as_mut());
+        connection.await
     }
-    connection.await
 }
 
 /// How many connections may wait to be accepted. tokio's default (128) drops connections when a thousand
@@ -302,28 +349,49 @@ pub async fn check(config: &Config) -> Result<()> {
     Routes::from_config(config, config.listen).map(drop)
 }
 
-/// Resolves on SIGINT or SIGTERM.
-pub async fn shutdown_signal() {
-    let interrupt = async {
+/// Installs the signal handlers at once, and resolves on SIGINT or SIGTERM. SIGHUP never stops the server:
+/// until live reload lands it is logged and the running configuration stays.
+#[cfg(unix)]
+pub fn shutdown_signal() -> impl Future<Output = ()> {
+    use tokio::signal::unix::{signal, Signal, SignalKind};
+
+    /// Resolves when `signal` arrives; never, if its handler could not be installed.
+    async fn received(signal: &mut Option<Signal>) {
+        let arrived = match signal {
+            Some(signal) => signal.recv().await.is_some(),
+            None => false,
+        };
+        if !arrived {
+            std::future::pending().await
+        }
+    }
+
+    let [mut interrupt, mut terminate, mut hangup] = [
+        SignalKind::interrupt(),
+        SignalKind::terminate(),
+        SignalKind::hangup(),
+    ]
+    .map(|kind| signal(kind).ok());
+    async move {
+        loop {
+            tokio::select! {
+                () = received(&mut interrupt) => return,
+                () = received(&mut terminate) => return,
+                () = received(&mut hangup) => tracing::info!(
+                    "SIGHUP: live reload is not implemented yet; the running config stays"
+                ),
+            }
+        }
+    }
+}
+
+/// Resolves on Ctrl-C.
+#[cfg(not(unix))]
+pub fn shutdown_signal() -> impl Future<Output = ()> {
+    async {
         if tokio::signal::ctrl_c().await.is_err() {
             std::future::pending::<()>().await;
         }
-    };
-    #[cfg(unix)]
-    let terminate = async {
-        use tokio::signal::unix::{signal, SignalKind};
-        match signal(SignalKind::terminate()) {
-            Ok(mut terminate) => {
-                terminate.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    #[cfg(not(unix))]
-    let terminate = std::future::pending::<()>();
-    tokio::select! {
-        () = interrupt => {}
-        () = terminate => {}
     }
 }
 

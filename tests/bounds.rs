@@ -1,0 +1,458 @@
+//! What a client cannot hold forever: a connection that sends too little (`header_read_timeout`), an idle
+//! connection (`keepalive_idle`), a request body that never comes (`body_timeout`), more connections than
+//! `max_connections`, a CMDC WebSocket that is silent (`ws_idle`) or sends too much (`max_body`); and the
+//! binary under a full file table and on SIGHUP.
+
+mod support;
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures_util::{SinkExt, StreamExt};
+use http::{Method, Request, StatusCode};
+use http_body_util::{BodyExt, Full};
+use hyper::client::conn::http1::SendRequest;
+use hyper_util::rt::TokioIo;
+use serde_json::{json, Value};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+use tokio_tungstenite::tungstenite::Message as WsMessage;
+
+use support::ag_ui::{finished, input, started, text, user};
+use support::binary::{agent_bridge, AgentBridge, TempConfig};
+use support::{send, within, within_for, Proxy, Reply};
+
+/// Longer than any bound these tests set (1 s), with room for a busy machine.
+const CLOSED_WITHIN: Duration = Duration::from_secs(5);
+
+const ECHO_ROUTES: &str = r#"
+[[routes]]
+name = "ag-ui"
+path = "/ag-ui"
+inbound = "ag-ui"
+outbound = "echo"
+body_timeout = "1s"
+
+[[routes]]
+name = "a2a"
+path = "/a2a"
+inbound = "a2a"
+outbound = "echo"
+body_timeout = "1s"
+"#;
+
+/// Reads whatever the proxy sends until it closes the connection (an end or a reset); fails the test if it
+/// is still open after [`CLOSED_WITHIN`].
+async fn closed_by_the_proxy(stream: &mut TcpStream) -> Vec<u8> {
+    within_for(CLOSED_WITHIN, "the proxy to close the connection", async {
+        let mut received = Vec::new();
+        let mut buf = [0; 4096];
+        loop {
+            match stream.read(&mut buf).await {
+                Ok(0) | Err(_) => return received,
+                Ok(n) => received.extend_from_slice(&buf[..n]),
+            }
+        }
+    })
+    .await
+}
+
+/// Reads one HTTP/1.1 response with a `Content-Length` body: its status, and its body as JSON.
+async fn read_response(stream: &mut TcpStream) -> (u16, Value) {
+    within_for(CLOSED_WITHIN, "a response", async {
+        let mut received = Vec::new();
+        let mut buf = [0; 4096];
+        loop {
+            let n = stream.read(&mut buf).await.expect("reading the response");
+            assert!(n > 0, "closed before a whole response: {received:?}");
+            received.extend_from_slice(&buf[..n]);
+            let text = String::from_utf8_lossy(&received);
+            let Some((head, body)) = text.split_once("\r\n\r\n") else {
+                continue;
+            };
+            let length: usize = head
+                .lines()
+                .find_map(|line| {
+                    let (name, value) = line.split_once(':')?;
+                    name.eq_ignore_ascii_case("content-length")
+                        .then(|| value.trim().parse().ok())?
+                })
+                .unwrap_or_else(|| panic!("a Content-Length in {head}"));
+            if body.len() >= length {
+                let status = head[9..12].parse().expect("a status code");
+                let json = serde_json::from_str(&body[..length])
+                    .unwrap_or_else(|e| panic!("the body is not JSON ({e}): {body}"));
+                return (status, json);
+            }
+        }
+    })
+    .await
+}
+
+/// An HTTP/1.1 connection of its own, kept alive between requests.
+async fn connection(proxy: &Proxy) -> (SendRequest<Full<Bytes>>, tokio::task::JoinHandle<()>) {
+    let stream = TcpStream::connect(proxy.addr()).await.expect("connect");
+    let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .expect("the HTTP/1.1 handshake");
+    let driver = tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    (sender, driver)
+}
+
+async fn healthz(sender: &mut SendRequest<Full<Bytes>>) -> StatusCode {
+    within("the connection to take a request", sender.ready())
+        .await
+        .expect("the connection is still open");
+    let request = Request::get("/healthz")
+        .header("host", "proxy")
+        .body(Full::default())
+        .expect("a request");
+    let response = within("GET /healthz", sender.send_request(request))
+        .await
+        .expect("an answer to GET /healthz");
+    let status = response.status();
+    within("the /healthz body", response.into_body().collect())
+        .await
+        .expect("the /healthz body");
+    status
+}
+
+/// `GET /healthz` on a fresh connection: the status, or `None` if it failed or took longer than `limit`.
+async fn healthz_at(address: &str, limit: Duration) -> Option<u16> {
+    let exchange = async {
+        let mut stream = TcpStream::connect(address).await.ok()?;
+        stream
+            .write_all(b"GET /healthz HTTP/1.1\r\nhost: proxy\r\nconnection: close\r\n\r\n")
+            .await
+            .ok()?;
+        let mut answer = Vec::new();
+        stream.read_to_end(&mut answer).await.ok()?;
+        String::from_utf8_lossy(&answer).get(9..12)?.parse().ok()
+    };
+    tokio::time::timeout(limit, exchange).await.ok().flatten()
+}
+
+#[tokio::test]
+async fn a_connection_that_sends_one_byte_is_closed_after_header_read_timeout() {
+    let proxy = Proxy::start("header_read_timeout = \"1s\"\n").await;
+    let mut stream = TcpStream::connect(proxy.addr()).await.expect("connect");
+
+    stream.write_all(b"G").await.expect("one byte");
+
+    closed_by_the_proxy(&mut stream).await;
+}
+
+#[tokio::test]
+async fn a_connection_that_sends_nothing_is_closed_after_header_read_timeout() {
+    let proxy = Proxy::start("header_read_timeout = \"1s\"\n").await;
+    let mut stream = TcpStream::connect(proxy.addr()).await.expect("connect");
+
+    closed_by_the_proxy(&mut stream).await;
+}
+
+#[tokio::test]
+async fn an_idle_keep_alive_connection_is_closed_after_keepalive_idle() {
+    // The header timeout is longer: what closes the connection is keepalive_idle.
+    let proxy = Proxy::start("header_read_timeout = \"30s\"\nkeepalive_idle = \"1s\"\n").await;
+    let (mut sender, driver) = connection(&proxy).await;
+
+    assert_eq!(healthz(&mut sender).await, StatusCode::OK);
+
+    within_for(CLOSED_WITHIN, "the idle connection to be closed", driver)
+        .await
+        .expect("the connection's driver");
+}
+
+#[tokio::test]
+async fn a_bare_http2_preface_is_closed() {
+    let proxy = Proxy::start("header_read_timeout = \"30s\"\nkeepalive_idle = \"1s\"\n").await;
+    let mut stream = TcpStream::connect(proxy.addr()).await.expect("connect");
+
+    stream
+        .write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+        .await
+        .expect("the preface");
+
+    closed_by_the_proxy(&mut stream).await;
+}
+
+/// Sends a POST's headers announcing a body, and no body.
+async fn headers_without_a_body(proxy: &Proxy, path: &str) -> (u16, Value) {
+    let mut stream = TcpStream::connect(proxy.addr()).await.expect("connect");
+    let head = format!(
+        "POST {path} HTTP/1.1\r\nhost: proxy\r\ncontent-type: application/json\r\n\
+         content-length: 100\r\n\r\n"
+    );
+    stream.write_all(head.as_bytes()).await.expect("the head");
+    read_response(&mut stream).await
+}
+
+#[tokio::test]
+async fn ag_ui_body_that_never_arrives_is_refused_with_408_after_body_timeout() {
+    let proxy = Proxy::start(ECHO_ROUTES).await;
+
+    let (status, body) = headers_without_a_body(&proxy, "/ag-ui").await;
+
+    assert_eq!(status, 408);
+    assert_eq!(body["error"]["code"], "REQUEST_TIMEOUT", "{body}");
+    let message = body["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("did not arrive within 1s"), "{body}");
+}
+
+#[tokio::test]
+async fn a2a_body_that_never_arrives_is_refused_with_408_as_a_json_rpc_error() {
+    let proxy = Proxy::start(ECHO_ROUTES).await;
+
+    let (status, body) = headers_without_a_body(&proxy, "/a2a").await;
+
+    assert_eq!(status, 408);
+    assert_eq!(body["jsonrpc"], "2.0", "{body}");
+    assert_eq!(body["id"], Value::Null, "{body}");
+    assert_eq!(body["error"]["code"], -32600, "{body}");
+    let message = body["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("did not arrive within 1s"), "{body}");
+}
+
+#[tokio::test]
+async fn a_stream_that_keeps_writing_outlives_keepalive_idle_and_keeps_its_connection() {
+    // Ten deltas 300 ms apart: three times keepalive_idle in all, never quiet for as long.
+    let mut reply = Reply::sse().event(started());
+    for delta in text(
+        "m1",
+        &["0 ", "1 ", "2 ", "3 ", "4 ", "5 ", "6 ", "7 ", "8 ", "9"],
+    ) {
+        reply = reply.delay(300).event(delta);
+    }
+    let upstream = reply.event(finished()).serve().await;
+    let routes = format!(
+        "keepalive_idle = \"1s\"\n[[routes]]\nname = \"pair\"\npath = \"/pair\"\ninbound = \"ag-ui\"\n\
+         outbound = \"ag-ui\"\nupstream = \"{}\"\n",
+        upstream.url()
+    );
+    let proxy = Proxy::start(&routes).await;
+    let (mut sender, _driver) = connection(&proxy).await;
+
+    let run = input("t1", "r1", json!([user("u1", "count")]));
+    let request = Request::builder()
+        .method(Method::POST)
+        .uri("/pair")
+        .header("host", "proxy")
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from(run.to_string())))
+        .expect("a request");
+    let response = within("the run's head", sender.send_request(request))
+        .await
+        .expect("the run's response");
+    assert_eq!(response.status(), StatusCode::OK);
+    let body = within("the whole run", response.into_body().collect())
+        .await
+        .expect("the whole run")
+        .to_bytes();
+
+    let body = String::from_utf8_lossy(&body);
+    assert!(
+        body.contains("\"delta\":\"9\""),
+        "every delta arrived: {body}"
+    );
+    assert!(body.contains("RUN_FINISHED"), "{body}");
+    // Asked to close, the connection would have ended with the response.
+    assert_eq!(healthz(&mut sender).await, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn beyond_max_connections_a_connection_gets_503_until_one_closes() {
+    let proxy = Proxy::start("max_connections = 2\n").await;
+    let (mut first, _first_driver) = connection(&proxy).await;
+    let (mut second, _second_driver) = connection(&proxy).await;
+    assert_eq!(healthz(&mut first).await, StatusCode::OK);
+    assert_eq!(healthz(&mut second).await, StatusCode::OK);
+
+    let mut third = TcpStream::connect(proxy.addr()).await.expect("connect");
+    third
+        .write_all(b"GET /healthz HTTP/1.1\r\nhost: proxy\r\n\r\n")
+        .await
+        .expect("the request");
+    let (status, body) = read_response(&mut third).await;
+    assert_eq!(status, 503);
+    assert_eq!(body["error"]["code"], "TOO_MANY_CONNECTIONS", "{body}");
+    closed_by_the_proxy(&mut third).await;
+
+    drop(first);
+    let address = proxy.addr().to_string();
+    within("a place to free up", async {
+        while healthz_at(&address, CLOSED_WITHIN).await != Some(200) {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+}
+
+// --- CMDC WebSocket ---------------------------------------------------------------------------------------
+
+type Ws =
+    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+
+/// A CMDC echo route with `extra` keys, a session on it, and a WebSocket to that session.
+async fn cmdc_socket(extra: &str) -> (Proxy, Ws) {
+    let proxy = Proxy::start(&format!(
+        "[[routes]]\nname = \"gw\"\npath = \"/gw\"\ninbound = \"cmdc\"\noutbound = \"echo\"\n{extra}"
+    ))
+    .await;
+    let request = Request::post(proxy.url("/gw/v1/sessions"))
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from(r#"{"model":"echo"}"#)))
+        .expect("a request");
+    let created = send(request).await;
+    assert_eq!(created.status, StatusCode::CREATED);
+    let session = created.json().await["sessionId"]
+        .as_str()
+        .expect("a sessionId")
+        .to_owned();
+    let url = format!("ws://{}/gw/v1/sessions/{session}/ws", proxy.addr());
+    let (ws, _) = within(
+        "the WebSocket handshake",
+        tokio_tungstenite::connect_async(url),
+    )
+    .await
+    .expect("the WebSocket connects");
+    (proxy, ws)
+}
+
+/// The close code the proxy sent, once it closed the socket (`None` if it closed without one).
+async fn close_code(ws: &mut Ws) -> Option<CloseCode> {
+    within_for(CLOSED_WITHIN, "the proxy to close the WebSocket", async {
+        loop {
+            match ws.next().await {
+                Some(Ok(WsMessage::Close(frame))) => return frame.map(|frame| frame.code),
+                Some(Ok(_)) => continue,
+                None | Some(Err(_)) => return None,
+            }
+        }
+    })
+    .await
+}
+
+#[tokio::test]
+async fn cmdc_websocket_message_larger_than_max_body_closes_it_with_1009() {
+    let (_proxy, mut ws) = cmdc_socket("max_body = \"1KiB\"\n").await;
+
+    let prompt = json!({"action": "prompt", "text": "x".repeat(4096)});
+    let _ = ws.send(WsMessage::text(prompt.to_string())).await;
+
+    assert_eq!(close_code(&mut ws).await, Some(CloseCode::Size));
+}
+
+#[tokio::test]
+async fn cmdc_websocket_message_within_max_body_is_acked() {
+    let (_proxy, mut ws) = cmdc_socket("max_body = \"1KiB\"\n").await;
+
+    let prompt = json!({"action": "prompt", "text": "x".repeat(512)});
+    ws.send(WsMessage::text(prompt.to_string()))
+        .await
+        .expect("sent");
+
+    let ack = within("the ack", ws.next()).await;
+    let Some(Ok(WsMessage::Text(ack))) = ack else {
+        panic!("expected the ack, got {ack:?}");
+    };
+    let ack: Value = serde_json::from_str(ack.as_str()).expect("a JSON ack");
+    assert_eq!(ack, json!({"ok": true, "action": "prompt"}));
+}
+
+#[tokio::test]
+async fn cmdc_websocket_silent_for_ws_idle_is_closed() {
+    let (_proxy, mut ws) = cmdc_socket("ws_idle = \"1s\"\n").await;
+
+    assert_eq!(close_code(&mut ws).await, Some(CloseCode::Normal));
+}
+
+// --- the binary -------------------------------------------------------------------------------------------
+
+/// `agent-bridge` with `routes` (a routes file's text) on one serving thread, its files limited to `files`.
+#[cfg(unix)]
+fn start_binary(routes: &str, files: Option<libc::rlim_t>) -> (AgentBridge, TempConfig) {
+    use std::os::unix::process::CommandExt;
+
+    let config = TempConfig::new("bounds", routes);
+    let mut command = agent_bridge();
+    command
+        .args(["--listen", "127.0.0.1:0", "--threads", "1", "--config"])
+        .arg(&config.0);
+    if let Some(files) = files {
+        let limit = libc::rlimit {
+            rlim_cur: files,
+            rlim_max: files,
+        };
+        // SAFETY: setrlimit(2) is async-signal-safe, and `limit` is a plain value copied into the child.
+        unsafe {
+            command.pre_exec(move || {
+                if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) == 0 {
+                    Ok(())
+                } else {
+                    Err(std::io::Error::last_os_error())
+                }
+            });
+        }
+    }
+    (AgentBridge::start(command), config)
+}
+
+#[cfg(unix)]
+#[tokio::test]
+async fn with_the_file_table_full_healthz_waits_then_answers_once_idle_connections_time_out() {
+    let (process, _config) = start_binary("header_read_timeout = \"1s\"\n", Some(64));
+    let address = process.address.clone();
+    assert_eq!(healthz_at(&address, CLOSED_WITHIN).await, Some(200));
+
+    // Twice as many one-byte connections as the process can hold files.
+    let mut attackers = Vec::new();
+    for _ in 0..128 {
+        let mut stream = TcpStream::connect(&address).await.expect("connect");
+        stream.write_all(b"G").await.expect("one byte");
+        attackers.push(stream);
+    }
+
+    assert_eq!(
+        healthz_at(&address, Duration::from_millis(300)).await,
+        None,
+        "no answer while the one-byte connections hold every file"
+    );
+    within("/healthz to answer again", async {
+        while healthz_at(&address, Duration::from_secs(1)).await != Some(200) {}
+    })
+    .await;
+    let log = process.log();
+    let warnings = log.matches("accept failed").count();
+    assert!(
+        (1..=3).contains(&warnings),
+        "the file table filled up, and was reported in a line or so, not one per failure: \
+         {warnings} lines\n{log}"
+    );
+    drop(attackers);
+}
+
+#[cfg(unix)]
+#[tokio::test]
+async fn sighup_is_logged_and_the_binary_keeps_serving() {
+    let (mut process, _config) = start_binary("", None);
+
+    process.signal(libc::SIGHUP);
+
+    within("the SIGHUP line", async {
+        while !process
+            .log()
+            .contains("SIGHUP: live reload is not implemented yet")
+        {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    assert_eq!(healthz_at(&process.address, CLOSED_WITHIN).await, Some(200));
+    assert!(
+        process.process.try_wait().expect("its status").is_none(),
+        "still running"
+    );
+}
