@@ -750,7 +750,11 @@ async fn agui_to_agui_interrupt_route_passes_the_interrupt_outcome_and_resume_th
             .event(finished()),
     ])
     .await;
-    let proxy = pair_with(&upstream, "[routes.translate]\nagui_interrupts = true").await;
+    let proxy = pair_with(
+        &upstream,
+        "[routes.translate]\nagui_interrupts = \"outcome\"",
+    )
+    .await;
     let profile = Profile {
         interrupts: true,
         ..Profile::CONSERVATIVE
@@ -1124,7 +1128,7 @@ async fn agui_to_echo_ask_pauses_on_the_question_tool_and_reports_the_answer() {
 #[tokio::test]
 async fn agui_to_echo_interrupt_route_pauses_with_an_outcome_and_resume_answers_it() {
     let proxy = Proxy::start(&format!(
-        "{ECHO}[routes.translate]\nagui_interrupts = true\n"
+        "{ECHO}[routes.translate]\nagui_interrupts = \"outcome\"\n"
     ))
     .await;
     let url = proxy.url("/echo/ag-ui");

@@ -1004,7 +1004,7 @@ async fn ag_ui_clients_resume_an_a2a_question_paused_as_an_interrupt() {
         "ag-ui",
         "a2a",
         Some(&server.url()),
-        "agui_interrupts = true",
+        "agui_interrupts = \"outcome\"",
     ))
     .await;
     for version in AG_UI_CLIENTS {

@@ -498,7 +498,13 @@ async fn real_clients_answer_an_echo_question() {
 
 #[tokio::test]
 async fn real_clients_resume_an_echo_question_paused_as_an_interrupt() {
-    let proxy = Proxy::start(&route("echo", "echo", None, "agui_interrupts = true")).await;
+    let proxy = Proxy::start(&route(
+        "echo",
+        "echo",
+        None,
+        "agui_interrupts = \"outcome\"",
+    ))
+    .await;
     for version in CLIENTS {
         let drive = Drive::accepted(
             version,
@@ -547,7 +553,12 @@ async fn scripted_proxy(upstream: &UpstreamProcess) -> Proxy {
         "{}{}{}",
         route("scripted", "ag-ui", Some(&url), "agui_reasoning = true"),
         route("conservative", "ag-ui", Some(&url), ""),
-        route("interrupts", "ag-ui", Some(&url), "agui_interrupts = true"),
+        route(
+            "interrupts",
+            "ag-ui",
+            Some(&url),
+            "agui_interrupts = \"outcome\""
+        ),
     ))
     .await
 }

@@ -75,7 +75,7 @@ pub fn call(call_id: &str, name: &str, args: &[&str]) -> Vec<Value> {
 pub struct Profile {
     /// `REASONING_*` events (`agui_reasoning = true`).
     pub reasoning: bool,
-    /// `RUN_FINISHED.outcome.interrupt` (`agui_interrupts = true`).
+    /// `RUN_FINISHED.outcome.interrupt` (`agui_interrupts = "outcome"`).
     pub interrupts: bool,
 }
 
