@@ -882,3 +882,98 @@ async fn a2a_to_echo_ask_pauses_and_the_answer_resumes_the_task() {
         .collect();
     assert_eq!(roles, ["user", "agent", "user"]);
 }
+
+/// An AG-UI agent that asks approval the way real ones do: it says what it found, calls the frontend tool
+/// `confirmAction` it was offered, and finishes its run; the next run acts on the answer.
+async fn agent_asking_confirm_action(then: &[&str]) -> Upstream {
+    Upstream::serve([
+        Reply::sse()
+            .event(started())
+            .events(text("m1", &["I found 15 temp files."]))
+            .events(ag_ui::call(
+                "call_confirm_1",
+                "confirmAction",
+                &[r#"{"action":"delete the temp files"}"#],
+            ))
+            .event(finished()),
+        Reply::sse()
+            .event(started())
+            .events(text("m2", then))
+            .event(finished()),
+    ])
+    .await
+}
+
+#[tokio::test]
+async fn a2a_to_agui_confirm_action_is_offered_asked_as_input_required_and_answered_as_the_tools_result(
+) {
+    let upstream = agent_asking_confirm_action(&["Deleted them."]).await;
+    let proxy = a2a_to_agui(&upstream).await;
+    let url = proxy.url(PATH);
+
+    let paused = a2a::stream_to_end(&url, a2a::message("Clean up")).await;
+
+    let status = a2a::final_status(&paused);
+    assert_eq!(status["state"], "input-required", "{paused:#?}");
+    assert_eq!(
+        a2a::status_text(status),
+        "Approve: delete the temp files? Answer yes or no."
+    );
+    let first = upstream.received()[0].body.clone();
+    let offered: Vec<&str> = first["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|tool| tool["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        offered,
+        ["confirmAction", "ask_user"],
+        "offered to the agent"
+    );
+
+    let done =
+        a2a::stream_to_end(&url, a2a::answer_to(paused.last().unwrap(), "yes, approve")).await;
+
+    assert_eq!(a2a::streamed_text(&done), "Deleted them.");
+    assert_eq!(a2a::final_status(&done)["state"], "completed");
+    let second = &upstream.received()[1].body;
+    let messages = second["messages"].as_array().unwrap();
+    let n = messages.len();
+    assert_eq!(messages[n - 2]["role"], "assistant");
+    assert_eq!(messages[n - 2]["toolCalls"][0]["id"], "call_confirm_1");
+    assert_eq!(
+        messages[n - 2]["toolCalls"][0]["function"]["name"],
+        "confirmAction"
+    );
+    assert_eq!(messages[n - 1]["role"], "tool");
+    assert_eq!(messages[n - 1]["toolCallId"], "call_confirm_1");
+    assert_eq!(messages[n - 1]["content"], r#"{"approved":true}"#);
+    assert!(
+        second["resume"].as_array().is_none_or(Vec::is_empty),
+        "answered as the tool's result, not as resume: {second}"
+    );
+}
+
+#[tokio::test]
+async fn a2a_to_agui_a_rejected_confirm_action_reaches_the_agent_as_approved_false() {
+    let upstream = agent_asking_confirm_action(&["Kept them."]).await;
+    let proxy = a2a_to_agui(&upstream).await;
+    let url = proxy.url(PATH);
+    let paused = a2a::stream_to_end(&url, a2a::message("Clean up")).await;
+
+    let done = a2a::stream_to_end(
+        &url,
+        a2a::answer_to(paused.last().unwrap(), "no, keep them"),
+    )
+    .await;
+
+    assert_eq!(a2a::streamed_text(&done), "Kept them.");
+    let messages = upstream.received()[1].body["messages"].clone();
+    let answer = messages.as_array().unwrap().last().unwrap().clone();
+    assert_eq!(answer["toolCallId"], "call_confirm_1");
+    assert_eq!(
+        answer["content"],
+        r#"{"approved":false,"reason":"no, keep them"}"#
+    );
+}

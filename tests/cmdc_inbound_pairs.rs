@@ -1763,3 +1763,56 @@ async fn cmdc_to_cmdc_two_tenants_with_the_same_session_id_have_distinct_upstrea
     assert_eq!(streamed_text(&theirs), "I do not know your name.");
     assert_eq!(gateway.sessions().len(), 2, "{:?}", gateway.log());
 }
+
+// --- CMDC -> AG-UI: the agent's confirmAction ---------------------------------------------------------------
+
+#[tokio::test]
+async fn cmdc_to_agui_confirm_action_is_approval_required_and_approve_is_the_tools_result() {
+    use support::ag_ui::{call as agui_call, finished, started, text};
+    use support::Reply;
+    let upstream = Upstream::serve([
+        Reply::sse()
+            .event(started())
+            .events(agui_call(
+                "call_confirm_1",
+                "confirmAction",
+                &[r#"{"action":"delete the temp files"}"#],
+            ))
+            .event(finished()),
+        Reply::sse()
+            .event(started())
+            .events(text("m2", &["Deleted them."]))
+            .event(finished()),
+    ])
+    .await;
+    let proxy = proxy("ag-ui", &upstream).await;
+    let session = session(&proxy).await;
+    prompt(&proxy, &session, "Clean up").await;
+    let mut events = subscribe(&proxy, &session).await;
+
+    let asked = until(&mut events, "approval_required").await;
+    let required = data(&asked, "approval_required").clone();
+    assert_eq!(required["approvalId"], "call_confirm_1");
+    assert_eq!(required["toolName"], "confirmAction");
+    assert_eq!(required["args"], json!({"action": "delete the temp files"}));
+    let approved = approve(&proxy, &session, "call_confirm_1").await;
+    assert_eq!(approved.status, StatusCode::OK);
+
+    let seen = all(&mut events).await;
+    assert_one_completed_run(&seen);
+    assert_eq!(streamed_text(&seen), "Deleted them.");
+    let received = upstream.received();
+    let offered = received[0].body["tools"].to_string();
+    assert!(
+        offered.contains("confirmAction") && offered.contains("ask_user"),
+        "{offered}"
+    );
+    let answer = received[1].body["messages"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .clone();
+    assert_eq!(answer["toolCallId"], "call_confirm_1");
+    assert_eq!(answer["content"], r#"{"approved":true}"#);
+}

@@ -964,6 +964,8 @@ async fn ag_ui_clients_answer_an_a2a_question_through_the_ask_user_tool() {
                 json!({
                     "threadId": format!("ask{path}-{version}"),
                     "messages": user(&format!("/ask {question}")),
+                    "tools": [{"name": "ask_user", "description": "Ask the user",
+                               "parameters": {"type": "object", "properties": {"question": {"type": "string"}}}}],
                     "runs": [{}, {"answerToolCalls": answer}],
                 }),
             )

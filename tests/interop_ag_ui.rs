@@ -354,6 +354,17 @@ fn confirm_tool() -> Value {
     }])
 }
 
+/// A frontend that handles both of the route's pause tools: `confirmAction` and `ask_user`.
+fn pause_tools() -> Value {
+    let mut tools = confirm_tool();
+    tools.as_array_mut().unwrap().push(json!({
+        "name": "ask_user",
+        "description": "Ask the user a question",
+        "parameters": {"type": "object", "properties": {"question": {"type": "string"}}}
+    }));
+    tools
+}
+
 // ---------------------------------------------------------------------------------------------------------
 // The harness itself
 
@@ -465,7 +476,7 @@ async fn real_clients_round_trip_an_echo_client_tool_call() {
 }
 
 #[tokio::test]
-async fn real_clients_answer_an_echo_question() {
+async fn real_clients_declaring_the_question_tool_answer_an_echo_question_through_it() {
     let proxy = Proxy::start(&route("echo", "echo", None, "")).await;
     for version in CLIENTS {
         let drive = Drive::accepted(
@@ -474,13 +485,14 @@ async fn real_clients_answer_an_echo_question() {
             json!({
                 "threadId": format!("echo-ask-{version}"),
                 "messages": user("/ask Which colour?"),
+                "tools": pause_tools(),
                 "runs": [{}, {"answerToolCalls": "blue"}],
             }),
         )
         .await;
         let first = drive.run_at(0);
         first.assert_finished();
-        // The question pauses the run as a call of the route's question tool.
+        // The client handles `ask_user`: the question pauses the run as a call of it.
         let calls = first.tool_calls();
         assert_eq!(calls.len(), 1, "{}", first.context());
         assert_eq!(calls[0].0, "ask_user");
@@ -498,55 +510,63 @@ async fn real_clients_answer_an_echo_question() {
 
 #[tokio::test]
 async fn real_clients_resume_an_echo_question_paused_as_an_interrupt() {
-    let proxy = Proxy::start(&route(
-        "echo",
-        "echo",
-        None,
-        "agui_interrupts = \"outcome\"",
+    let proxy = Proxy::start(&format!(
+        "{}{}",
+        route("outcome", "echo", None, "agui_interrupts = \"outcome\""),
+        route("auto", "echo", None, ""),
     ))
     .await;
-    for version in CLIENTS {
-        let drive = Drive::accepted(
-            version,
-            &proxy.url("/echo"),
-            json!({
-                "threadId": format!("echo-interrupt-{version}"),
-                "messages": user("/ask Which colour?"),
-                "runs": [{}, {"resumeInterrupts": "green"}],
-            }),
-        )
-        .await;
-        let first = drive.run_at(0);
-        first.assert_finished();
-        // The question shows as text (for clients that ignore `outcome`) and as the run's interrupt.
-        assert_eq!(
-            first.assistant_text(),
-            "Which colour?",
-            "{}",
-            first.context()
-        );
-        let finished = first.logged("RUN_FINISHED");
-        let outcome = &finished[0]["outcome"];
-        assert_eq!(outcome["type"], "interrupt", "{}", first.context());
-        assert_eq!(outcome["interrupts"][0]["reason"], "question");
-        assert_eq!(outcome["interrupts"][0]["message"], "Which colour?");
-        let second = drive.run_at(1);
-        second.assert_finished();
-        assert_eq!(
-            second.assistant_text(),
-            "You answered: green",
-            "{}",
-            second.context()
-        );
+    // Paused by the route's choice, and (auto) because the client declared only `confirmAction`: it has no
+    // handler for `ask_user`.
+    for (path, tools) in [("/outcome", json!([])), ("/auto", confirm_tool())] {
+        for version in CLIENTS {
+            resume_an_echo_question(&proxy.url(path), version, tools.clone()).await;
+        }
     }
+}
+
+async fn resume_an_echo_question(url: &str, version: &str, tools: Value) {
+    let drive = Drive::accepted(
+        version,
+        url,
+        json!({
+            "threadId": format!("echo-interrupt-{version}"),
+            "messages": user("/ask Which colour?"),
+            "tools": tools,
+            "runs": [{}, {"resumeInterrupts": "green"}],
+        }),
+    )
+    .await;
+    let first = drive.run_at(0);
+    first.assert_finished();
+    // The question shows as text (for clients that ignore `outcome`) and as the run's interrupt.
+    assert_eq!(
+        first.assistant_text(),
+        "Which colour?",
+        "{}",
+        first.context()
+    );
+    let finished = first.logged("RUN_FINISHED");
+    let outcome = &finished[0]["outcome"];
+    assert_eq!(outcome["type"], "interrupt", "{}", first.context());
+    assert_eq!(outcome["interrupts"][0]["reason"], "question");
+    assert_eq!(outcome["interrupts"][0]["message"], "Which colour?");
+    let second = drive.run_at(1);
+    second.assert_finished();
+    assert_eq!(
+        second.assistant_text(),
+        "You answered: green",
+        "{}",
+        second.context()
+    );
 }
 
 // ---------------------------------------------------------------------------------------------------------
 // (b) A scripted AG-UI upstream
 
 /// The routes in front of the scripted upstream: with `REASONING_*` (both versions accept them), with the
-/// conservative default (reasoning as `CUSTOM agent-bridge.reasoning`, pauses as tool calls), and with
-/// pauses as `RUN_FINISHED.outcome.interrupt`.
+/// conservative default (reasoning as `CUSTOM agent-bridge.reasoning`, pauses as calls of the tools a client
+/// declares), and with pauses as `RUN_FINISHED.outcome.interrupt`.
 async fn scripted_proxy(upstream: &UpstreamProcess) -> Proxy {
     let url = upstream.url("/agent");
     Proxy::start(&format!(
@@ -791,13 +811,14 @@ async fn real_clients_answer_an_upstream_interrupt_as_a_tool_call_or_with_resume
     let proxy = scripted_proxy(&upstream).await;
     let resumed = r#"Resumed with int-1=resolved:{"approved":true}"#;
     for version in CLIENTS {
-        // Default: the pause is a call of the approval tool; the answer is a tool message.
+        // A client that declares the approval tool: the pause is a call of it; the answer is a tool message.
         let drive = Drive::accepted(
             version,
             &proxy.url("/conservative"),
             json!({
                 "threadId": format!("interrupt-tool-{version}"),
                 "messages": user("scenario:interrupt"),
+                "tools": pause_tools(),
                 "runs": [{}, {"answerToolCalls": r#"{"approved":true}"#}],
             }),
         )

@@ -90,6 +90,7 @@ impl Outbound {
             config::Outbound::Protocol(Protocol::AgUi) => Ok(Self::AgUi(ag_ui::Outbound::new(
                 upstream()?,
                 &route.translate,
+                route.inbound,
             ))),
             config::Outbound::Protocol(Protocol::A2a) => {
                 Ok(Self::A2a(a2a::Outbound::new(upstream()?, &route.translate)))

@@ -3,6 +3,7 @@
 
 mod inbound;
 mod outbound;
+mod pause_tools;
 pub mod wire;
 
 pub use inbound::{decode as decode_request, Encoder, Inbound};

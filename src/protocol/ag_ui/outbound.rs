@@ -6,11 +6,12 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
+use super::pause_tools::{self, Diverter, PauseCall, PauseTools};
 use super::{message_from_wire, message_to_wire, wire};
-use crate::config::Translate;
+use crate::config::{Protocol, Translate};
 use crate::error::{Error, Result};
 use crate::model::{
-    new_id, Event, Interrupt, InterruptKind, Outcome, Resume, ResumeStatus, Role, Turn,
+    new_id, Event, Interrupt, InterruptKind, Message, Outcome, Resume, ResumeStatus, Role, Turn,
 };
 use crate::sse::{SseReadError, SseReader};
 use crate::store::Record;
@@ -28,27 +29,40 @@ const APPROVAL_INTERRUPTS: &str = "ag_ui.approval_interrupts";
 pub struct Outbound {
     upstream: Upstream,
     protocol_version: Option<String>,
+    pause_tools: PauseTools,
 }
 
 impl Outbound {
-    pub fn new(upstream: Upstream, translate: &Translate) -> Self {
+    /// `inbound` is the protocol of the route's clients: whether the proxy stands in for them as the
+    /// frontend of the pause tools.
+    pub fn new(upstream: Upstream, translate: &Translate, inbound: Protocol) -> Self {
         Self {
             upstream,
             protocol_version: translate.agui_protocol_version.clone(),
+            pause_tools: PauseTools::new(translate, inbound),
         }
     }
 
     pub async fn run(&self, turn: &Turn, context: &mut RunContext) -> Result<()> {
-        // The last run's approvals are answered now or lapse.
+        // The last run's approvals and pause calls are answered now or lapse.
         let approvals = take_approvals(&mut context.record);
-        let body = serde_json::to_vec(&self.request(turn, &approvals))
+        let pause_calls = pause_tools::take(&mut context.record);
+        let answers = self.pause_tools.answers(&pause_calls, &turn.resume);
+        if !answers.is_empty() && !context.record.log.is_empty() {
+            // The proxy keeps this conversation's history for the agent: the answered calls belong in it.
+            let log = &mut context.record.log;
+            let at = answers_position(log);
+            log.splice(at..at, answers.iter().cloned());
+        }
+        let request = self.request(turn, &approvals, &pause_calls, answers);
+        let body = serde_json::to_vec(&request)
             .map_err(|e| Error::internal(format!("encoding RunAgentInput failed: {e}")))?;
         let response = self
             .upstream
             .post_json(body.into(), "text/event-stream")
             .await?;
         let mut reader = SseReader::new(response.into_body(), MAX_EVENT_BYTES);
-        let mut decoder = Decoder::default();
+        let mut decoder = Decoder::diverting(self.pause_tools.diverter(turn));
         let mut events = Vec::new();
         let mut asked = Vec::new();
         loop {
@@ -74,14 +88,23 @@ impl Outbound {
             }
             if done {
                 remember_approvals(asked, &mut context.record);
+                pause_tools::remember(&decoder.pauses.take_asked(), &mut context.record);
                 return Ok(());
             }
         }
     }
 
-    /// The run request: the whole history, and always `tools`, `context`, `state` and `forwardedProps`
-    /// (servers on ≤0.0.59 schemas reject a body without them).
-    fn request(&self, turn: &Turn, approvals: &[String]) -> wire::RunAgentInput {
+    /// The run request: the whole history (with `answers` to the pause calls), and always `tools`,
+    /// `context`, `state` and `forwardedProps` (servers on ≤0.0.59 schemas reject a body without them).
+    fn request(
+        &self,
+        turn: &Turn,
+        approvals: &[String],
+        pause_calls: &[PauseCall],
+        answers: Vec<Message>,
+    ) -> wire::RunAgentInput {
+        let (before, since) = turn.messages.split_at(answers_position(&turn.messages));
+        let answered = |resume: &Resume| pause_calls.iter().any(|c| c.id == resume.interrupt_id);
         wire::RunAgentInput {
             thread_id: turn.conversation.clone(),
             run_id: if turn.run_id.is_empty() {
@@ -89,7 +112,12 @@ impl Outbound {
             } else {
                 turn.run_id.clone()
             },
-            messages: turn.messages.iter().map(message_to_wire).collect(),
+            messages: before
+                .iter()
+                .chain(&answers)
+                .chain(since)
+                .map(message_to_wire)
+                .collect(),
             tools: turn
                 .tools
                 .iter()
@@ -98,6 +126,7 @@ impl Outbound {
                     description: tool.description.clone(),
                     parameters: Some(tool.parameters.clone()),
                 })
+                .chain(self.pause_tools.offered(turn))
                 .collect(),
             context: turn
                 .context
@@ -119,10 +148,20 @@ impl Outbound {
             resume: turn
                 .resume
                 .iter()
+                .filter(|resume| !answered(resume))
                 .map(|resume| resume_to_wire(resume, approvals.contains(&resume.interrupt_id)))
                 .collect(),
         }
     }
+}
+
+/// Where a frontend's history has the answers to pause calls: after the agent's last words, before the user
+/// messages that came since (at the end when the agent said nothing before its call).
+fn answers_position(history: &[Message]) -> usize {
+    history
+        .iter()
+        .rposition(|message| message.role != Role::User)
+        .map_or(history.len(), |last| last + 1)
 }
 
 /// The id of the interrupt `event` asks an approval with, if it does.
@@ -206,6 +245,8 @@ fn empty_object() -> Value {
 /// Decodes an upstream AG-UI stream, one `data:` payload at a time, into canonical events.
 #[derive(Default)]
 pub struct Decoder {
+    /// Turns calls of the pause tools the proxy answers into interrupts.
+    pauses: Diverter,
     /// The call opened by `TOOL_CALL_CHUNK` events: it ends at the first event that is not one of its chunks.
     chunk_call: Option<String>,
     /// The reasoning message opened by a pre-1.0 `THINKING_TEXT_MESSAGE_START`.
@@ -217,15 +258,25 @@ pub struct Decoder {
 }
 
 impl Decoder {
+    /// A decoder that reads calls of the pause tools `pauses` names as interrupts.
+    fn diverting(pauses: Diverter) -> Self {
+        Self {
+            pauses,
+            ..Self::default()
+        }
+    }
+
     /// Decodes one event. Returns `true` when the run is over (an error) and the rest can be ignored.
     pub fn decode(&mut self, data: &str, out: &mut Vec<Event>) -> Result<bool> {
         let event: wire::Event<'_> = serde_json::from_str(data).map_err(|e| {
             Error::upstream_malformed(format!("upstream sent an event that is not AG-UI: {e}"))
         })?;
+        let from = out.len();
         if !matches!(event, wire::Event::ToolCallChunk { .. }) {
             self.end_chunk_call(out);
         }
         self.translate(event, out);
+        self.pauses.divert(out, from);
         Ok(matches!(out.last(), Some(Event::RunError(_))))
     }
 
@@ -236,7 +287,9 @@ impl Decoder {
 
     /// At the end of the stream: the held finish, if any. Without one, the run was cut short.
     pub fn finish(&mut self, out: &mut Vec<Event>) {
+        let from = out.len();
         self.end_chunk_call(out);
+        self.pauses.divert(out, from);
         out.extend(self.held_finish.take());
     }
 
