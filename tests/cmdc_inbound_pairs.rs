@@ -1816,3 +1816,50 @@ async fn cmdc_to_agui_confirm_action_is_approval_required_and_approve_is_the_too
     assert_eq!(answer["toolCallId"], "call_confirm_1");
     assert_eq!(answer["content"], r#"{"approved":true}"#);
 }
+
+#[tokio::test]
+async fn cmdc_to_agui_ask_user_call_is_ask_user_and_respond_is_the_tools_result() {
+    use support::ag_ui::{call as agui_call, finished, started, text};
+    use support::Reply;
+    let upstream = Upstream::serve([
+        Reply::sse()
+            .event(started())
+            .events(agui_call(
+                "ask_1",
+                "ask_user",
+                &[r#"{"question":"Which colour?","options":["blue","red"]}"#],
+            ))
+            .event(finished()),
+        Reply::sse()
+            .event(started())
+            .events(text("m2", &["Blue it is."]))
+            .event(finished()),
+    ])
+    .await;
+    let proxy = proxy("ag-ui", &upstream).await;
+    let session = session(&proxy).await;
+    prompt(&proxy, &session, "Paint it").await;
+    let mut events = subscribe(&proxy, &session).await;
+
+    let asked = until(&mut events, "ask_user").await;
+    let question = data(&asked, "ask_user").clone();
+    assert_eq!(question["ref"], "ask_1");
+    assert_eq!(question["question"], "Which colour?");
+    assert_eq!(question["options"], json!(["blue", "red"]));
+    assert_eq!(
+        respond(&proxy, &session, "ask_1", "blue").await.status,
+        StatusCode::OK
+    );
+
+    let seen = all(&mut events).await;
+    assert_one_completed_run(&seen);
+    assert_eq!(streamed_text(&seen), "Blue it is.");
+    let answer = upstream.received()[1].body["messages"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .clone();
+    assert_eq!(answer["toolCallId"], "ask_1");
+    assert_eq!(answer["content"], "blue");
+}

@@ -33,10 +33,29 @@ fn last_user_text(body: &Value) -> String {
         .to_owned()
 }
 
+/// The AG-UI agent behind the gateway: "danger" pauses with an approval interrupt; "which colour?" asks through
+/// the `ask_user` tool the proxy offers it (as real AG-UI agents ask), and the tool's answer is echoed.
 fn reply_to(body: &Value) -> Reply {
     let resumed = body["resume"].as_array().is_some_and(|r| !r.is_empty());
-    let text = last_user_text(body);
+    let last = body["messages"].as_array().and_then(|m| m.last());
+    let answered = last
+        .filter(|m| m["role"] == "tool")
+        .map(|m| m["content"].clone());
+    let text = match answered {
+        Some(answer) => format!("you chose {}", answer.as_str().unwrap_or_default()),
+        None => last_user_text(body),
+    };
     let started = json!({"type": "RUN_STARTED", "threadId": "t", "runId": "r"});
+    let offered = body["tools"].to_string().contains("\"ask_user\"");
+    if text.contains("which colour?") && offered {
+        return Reply::sse()
+            .event(started)
+            .event(json!({"type": "TOOL_CALL_START", "toolCallId": "ask_1", "toolCallName": "ask_user"}))
+            .event(json!({"type": "TOOL_CALL_ARGS", "toolCallId": "ask_1",
+                          "delta": "{\"question\":\"Which colour?\"}"}))
+            .event(json!({"type": "TOOL_CALL_END", "toolCallId": "ask_1"}))
+            .event(json!({"type": "RUN_FINISHED", "threadId": "t", "runId": "r"}));
+    }
     if text.contains("danger") && !resumed {
         return Reply::sse().event(started).event(json!({
             "type": "RUN_FINISHED", "threadId": "t", "runId": "r",
@@ -132,6 +151,21 @@ async fn cmdc_sdk_drives_the_gateway_over_sse_and_websocket_sync_and_async() {
             "assistant"
         ])
     );
+    // The AG-UI agent's `ask_user` call reaches cmdc-sdk as `ask_user`; its `respond` is the tool's answer.
+    assert_eq!(report["asked"], json!(["Which colour?"]));
+    assert_eq!(
+        report["ask_events"],
+        json!([
+            "prompt_received",
+            "agent_start",
+            "ask_user",
+            "message_start",
+            "message_delta",
+            "message_delta",
+            "agent_end"
+        ])
+    );
+    assert_eq!(report["ask_answer"], "echo: you chose blue");
     assert_eq!(report["ws_ack"], json!({"ok": true, "action": "prompt"}));
     assert_eq!(
         report["ws_approve_ack"],

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use super::pause_tools::{self, Diverter, PauseCall, PauseTools};
+use super::pause_tools::{self, Diverter, PauseCall, PauseTools, Paused};
 use super::{message_from_wire, message_to_wire, wire};
 use crate::config::{Protocol, Translate};
 use crate::error::{Error, Result};
@@ -46,15 +46,16 @@ impl Outbound {
     pub async fn run(&self, turn: &Turn, context: &mut RunContext) -> Result<()> {
         // The last run's approvals and pause calls are answered now or lapse.
         let approvals = take_approvals(&mut context.record);
-        let pause_calls = pause_tools::take(&mut context.record);
-        let answers = self.pause_tools.answers(&pause_calls, &turn.resume);
-        if !answers.is_empty() && !context.record.log.is_empty() {
-            // The proxy keeps this conversation's history for the agent: the answered calls belong in it.
-            let log = &mut context.record.log;
-            let at = answers_position(log);
-            log.splice(at..at, answers.iter().cloned());
+        let paused = pause_tools::take(&mut context.record);
+        let answers = self.pause_tools.answers(&paused.calls, &turn.resume);
+        let at = paused.position(&turn.messages);
+        // When the proxy keeps this conversation's history for the agent, the answered calls belong in it.
+        let logged = !answers.is_empty() && !context.record.log.is_empty();
+        if logged {
+            context.record.log.splice(at..at, answers.iter().cloned());
         }
-        let request = self.request(turn, &approvals, &pause_calls, answers);
+        let seen = turn.messages.len() + if logged { answers.len() } else { 0 };
+        let request = self.request(turn, &approvals, &paused.calls, (at, answers));
         let body = serde_json::to_vec(&request)
             .map_err(|e| Error::internal(format!("encoding RunAgentInput failed: {e}")))?;
         let response = self
@@ -88,22 +89,23 @@ impl Outbound {
             }
             if done {
                 remember_approvals(asked, &mut context.record);
-                pause_tools::remember(&decoder.pauses.take_asked(), &mut context.record);
+                let calls = decoder.pauses.take_asked();
+                pause_tools::remember(&Paused { seen, calls }, &mut context.record);
                 return Ok(());
             }
         }
     }
 
-    /// The run request: the whole history (with `answers` to the pause calls), and always `tools`,
+    /// The run request: the whole history (with the `answers` to the pause calls at `at`), and always `tools`,
     /// `context`, `state` and `forwardedProps` (servers on ≤0.0.59 schemas reject a body without them).
     fn request(
         &self,
         turn: &Turn,
         approvals: &[String],
         pause_calls: &[PauseCall],
-        answers: Vec<Message>,
+        (at, answers): (usize, Vec<Message>),
     ) -> wire::RunAgentInput {
-        let (before, since) = turn.messages.split_at(answers_position(&turn.messages));
+        let (before, since) = turn.messages.split_at(at);
         let answered = |resume: &Resume| pause_calls.iter().any(|c| c.id == resume.interrupt_id);
         wire::RunAgentInput {
             thread_id: turn.conversation.clone(),
@@ -153,15 +155,6 @@ impl Outbound {
                 .collect(),
         }
     }
-}
-
-/// Where a frontend's history has the answers to pause calls: after the agent's last words, before the user
-/// messages that came since (at the end when the agent said nothing before its call).
-fn answers_position(history: &[Message]) -> usize {
-    history
-        .iter()
-        .rposition(|message| message.role != Role::User)
-        .map_or(history.len(), |last| last + 1)
 }
 
 /// The id of the interrupt `event` asks an approval with, if it does.

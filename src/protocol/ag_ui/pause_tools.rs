@@ -17,7 +17,7 @@ use crate::model::{
 };
 use crate::store::Record;
 
-/// Record key: the pause tools' calls the last run paused on (a JSON array of [`PauseCall`]s).
+/// Record key: the pause tools' calls the last run paused on (a [`Paused`] as JSON).
 const PAUSE_CALLS: &str = "ag_ui.pause_calls";
 
 /// The route's pause tools.
@@ -29,7 +29,31 @@ pub struct PauseTools {
     offer: bool,
 }
 
-/// A call of a pause tool, kept until the next turn answers it.
+/// The pause tools' calls of one run, kept until the next turn answers them.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Paused {
+    /// How many messages the agent had been sent when it paused: the answers go after these and the reply
+    /// the agent gave before its call.
+    pub seen: usize,
+    pub calls: Vec<PauseCall>,
+}
+
+impl Paused {
+    /// Where the answers go in `history`: after what the agent had seen and the reply it gave (messages of
+    /// the agent's own), before the user messages that came since.
+    pub fn position(&self, history: &[Message]) -> usize {
+        let mut at = self.seen.min(history.len());
+        while history
+            .get(at)
+            .is_some_and(|message| message.role != Role::User)
+        {
+            at += 1;
+        }
+        at
+    }
+}
+
+/// A call of a pause tool.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PauseCall {
     pub id: String,
@@ -144,20 +168,20 @@ fn answer_text(resume: &Resume, approval: bool) -> String {
 }
 
 /// Takes the pause calls the last run made: answered now, or they lapse.
-pub fn take(record: &mut Record) -> Vec<PauseCall> {
+pub fn take(record: &mut Record) -> Paused {
     record
         .upstream
         .remove(PAUSE_CALLS)
-        .and_then(|calls| serde_json::from_str(&calls).ok())
+        .and_then(|paused| serde_json::from_str(&paused).ok())
         .unwrap_or_default()
 }
 
-pub fn remember(calls: &[PauseCall], record: &mut Record) {
-    if calls.is_empty() {
+pub fn remember(paused: &Paused, record: &mut Record) {
+    if paused.calls.is_empty() {
         return;
     }
-    if let Ok(calls) = serde_json::to_string(calls) {
-        record.upstream.insert(PAUSE_CALLS.to_owned(), calls);
+    if let Ok(paused) = serde_json::to_string(paused) {
+        record.upstream.insert(PAUSE_CALLS.to_owned(), paused);
     }
 }
 
@@ -323,6 +347,30 @@ mod tests {
             "the client handles its own ask_user: {out:?}"
         );
         assert_eq!(diverter.take_asked().len(), 1);
+    }
+
+    #[test]
+    fn answers_go_after_what_the_agent_saw_and_said_before_newer_user_messages() {
+        let message = |role| Message::text_message(new_id("m"), role, "x");
+        let history = [
+            message(Role::User),
+            message(Role::Assistant),
+            message(Role::User),
+            message(Role::Assistant),
+            message(Role::User),
+        ];
+        let paused = |seen| Paused {
+            seen,
+            calls: Vec::new(),
+        };
+        assert_eq!(
+            paused(3).position(&history),
+            4,
+            "after the reply, before the new message"
+        );
+        assert_eq!(paused(3).position(&history[..4]), 4, "at the end");
+        assert_eq!(paused(1).position(&history), 2);
+        assert_eq!(paused(9).position(&history), 5);
     }
 
     #[test]

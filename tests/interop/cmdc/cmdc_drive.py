@@ -3,8 +3,9 @@ the WebSocket, with auto-approve. Prints one JSON report as its last stdout line
 
     python cmdc_drive.py BASE_URL API_KEY
 
-The gateway behind BASE_URL routes to an upstream that asks for approval when the prompt contains "danger"
-and otherwise answers "echo: TEXT" (tests/interop_cmdc.rs).
+The gateway behind BASE_URL routes to an upstream that asks for approval when the prompt contains "danger",
+asks a question through the `ask_user` tool it is offered when the prompt asks "which colour?", and otherwise
+answers "echo: TEXT" (tests/interop_cmdc.rs).
 """
 
 import asyncio
@@ -29,6 +30,15 @@ def main():
         stats = s.get_stats()
         report["stats"] = {"prompt_count": stats.prompt_count, "turns": stats.turns}
         report["messages"] = [m.role for m in s.get_messages()]
+        ask_events, asked, answer = [], [], []
+        for e in s.prompt("which colour?"):
+            ask_events.append(e.type)
+            if e.type == "ask_user":
+                asked.append(e.question)
+                s.respond(e.ask_ref, "blue")
+            if e.type == "message_delta":
+                answer.append(e.delta)
+        report["ask_events"], report["asked"], report["ask_answer"] = ask_events, asked, "".join(answer)
         with s.connect_ws() as ws:
             report["ws_ack"] = ws.send_prompt("danger ws")
             ws_events = []
