@@ -1474,3 +1474,30 @@ async fn a2a_to_cmdc_an_unclear_answer_asks_again_and_the_next_answer_decides() 
     assert_eq!(a2a::streamed_text(&answered), "Deleted the old logs.");
     gateway.wait_for_request("POST approve").await;
 }
+
+#[tokio::test]
+async fn a2a_to_cmdc_a_data_part_answer_decides_as_it_says() {
+    for (approved, request) in [(true, "POST approve"), (false, "POST reject")] {
+        let gateway = Gateway::start(cleaner).await;
+        let proxy = proxy("a2a", &gateway).await;
+        let url = proxy.url(PATH);
+        let paused = a2a::stream_to_end(&url, a2a::message("Clean the logs")).await;
+        let mut answer = a2a::answer_to(paused.last().unwrap(), "");
+        answer["parts"] = json!([{"kind": "data", "data": {"approved": approved}}]);
+
+        let answered = a2a::stream_to_end(&url, answer).await;
+
+        let expected = if approved {
+            "Deleted the old logs."
+        } else {
+            "Left them alone."
+        };
+        assert_eq!(a2a::streamed_text(&answered), expected);
+        gateway.wait_for_request(request).await;
+        assert_eq!(
+            gateway.prompts(),
+            ["Clean the logs"],
+            "the answer is not a prompt"
+        );
+    }
+}

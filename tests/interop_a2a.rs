@@ -702,6 +702,8 @@ async fn sdk_clients_answer_an_input_required_task() {
                     {"op": "send", "name": "answered", "task": "asked", "text": "blue"},
                     {"op": "stream", "name": "asked-stream", "text": "/ask Which size?"},
                     {"op": "stream", "name": "answered-stream", "task": "asked-stream", "text": "large"},
+                    {"op": "send", "name": "asked-data", "text": "/ask Which city?"},
+                    {"op": "send", "name": "answered-data", "task": "asked-data", "data": {"city": "Paris"}},
                 ]}),
             )
             .await;
@@ -751,6 +753,15 @@ async fn sdk_clients_answer_an_input_required_task() {
             .collect();
         let paused_id = &report.events("asked-stream")[0]["id"];
         assert!(task_ids.iter().all(|id| *id == paused_id), "{ctx}");
+
+        // A data part answers as the structured value it is.
+        let answered = report.task("answered-data");
+        assert_eq!(answered["status"]["state"], "completed", "{ctx}");
+        assert_eq!(
+            artifact_text(answered),
+            r#"You answered: {"city":"Paris"}"#,
+            "{ctx}"
+        );
     }
 }
 

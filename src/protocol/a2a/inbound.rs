@@ -399,13 +399,14 @@ fn check_message(message: &wire::Message) -> Result<(), RpcError> {
 /// The turn of an accepted message: the message as a delta in the task's context. When it continues a
 /// paused task, its text is the answer to the interrupt the task waits on (as a JSON string) and travels only
 /// as that `resume`, like an answer from any other inbound: sent again as a new message it would reach the
-/// upstream twice. What the text cannot carry (file and data parts) stays a message.
+/// upstream twice. A message with no text whose one data part answers (`{"approved": true}`) is that
+/// structured answer. What else the text cannot carry (file and data parts) stays a message.
 fn turn_for(started: &Started, message: wire::Message) -> Turn {
     let mut message = message_from_wire(message);
     let resume = started.resume.as_ref().map(|interrupt_id| Resume {
         interrupt_id: interrupt_id.clone(),
         status: ResumeStatus::Resolved,
-        payload: Some(Value::String(message.text())),
+        payload: Some(answer_of(&mut message)),
     });
     if resume.is_some() {
         message
@@ -424,6 +425,22 @@ fn turn_for(started: &Started, message: wire::Message) -> Turn {
         history: History::Delta,
         resume: resume.into_iter().collect(),
         ..Turn::default()
+    }
+}
+
+/// The answer a continuing message gives: its one data part when it has no text (taken out of the message),
+/// else its text.
+fn answer_of(message: &mut crate::model::Message) -> Value {
+    let text = message.text();
+    let data: Vec<usize> = (0..message.content.len())
+        .filter(|&i| matches!(message.content[i], Part::Data(_)))
+        .collect();
+    match (text.is_empty(), data.as_slice()) {
+        (true, [only]) => match message.content.remove(*only) {
+            Part::Data(data) => data,
+            _ => Value::Null,
+        },
+        _ => Value::String(text),
     }
 }
 

@@ -12,6 +12,7 @@ The client is built from the agent card: A2AClient.get_client_from_agent_card_ur
        {"op": "send" | "stream" | "get" | "cancel",   // message/send, message/stream, tasks/get, tasks/cancel
         "name": "a",                              // optional: later steps can refer to this step's task
         "text": "hello",                          // send, stream: the user message's one text part
+        "data": {"approved": true},               // send, stream: one data part instead of the text
         "task": "a",                              // send, stream: continue step a's task (its taskId and
                                                   //   contextId); get, cancel: that task
         "context": "a",                           // send, stream: only step a's contextId (a new task in it)
@@ -50,8 +51,16 @@ from a2a.types import (
     SendStreamingMessageRequest,
     TaskIdParams,
     TaskQueryParams,
+    DataPart,
     TextPart,
 )
+
+
+def part_of(step):
+    """The message's one part: the step's data part, else its text."""
+    if "data" in step:
+        return Part(root=DataPart(data=step["data"]))
+    return Part(root=TextPart(text=step["text"]))
 
 
 def dump(model):
@@ -88,7 +97,7 @@ async def run(base, spec, report):
                 message = Message(
                     role=Role.user,
                     messageId=str(uuid4()),
-                    parts=[Part(root=TextPart(text=step["text"]))],
+                    parts=[part_of(step)],
                     taskId=task_id,
                     contextId=context_id,
                 )

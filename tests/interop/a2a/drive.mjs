@@ -10,7 +10,7 @@
 //
 //   {"cardPath": ".well-known/agent.json",
 //    "steps": [{"op": "send" | "stream" | "get" | "cancel",   // sendMessage, sendMessageStream, getTask, cancelTask
-//               "name": "a", "text": "hello",
+//               "name": "a", "text": "hello",               // or "data": {...}: one data part instead
 //               "task": "a",                        // continue step a's task (taskId + contextId); get, cancel: it
 //               "context": "a",                     // only step a's contextId
 //               "taskId": "t-1",                    // a literal taskId instead of a step's (unknown tasks)
@@ -100,7 +100,7 @@ try {
         kind: "message",
         messageId: crypto.randomUUID(),
         role: "user",
-        parts: [{ kind: "text", text: step.text }],
+        parts: [step.data ? { kind: "data", data: step.data } : { kind: "text", text: step.text }],
         ...(taskId ? { taskId } : {}),
         ...(contextId ? { contextId } : {}),
       };
