@@ -263,6 +263,11 @@ mod scenario {
             pause.text().contains("Answer yes or no"),
             "{pair:?}: the question asked again does not say what is expected: {pause:?}"
         );
+        // The proxy's question quotes the answer it could not read (README "Answering a pause in words").
+        assert!(
+            !agent_asks_approvals(pair) || pause.text().contains("maybe later"),
+            "{pair:?}: the question asked again does not quote the answer: {pause:?}"
+        );
         let mut expected = vec![said(CLEAN_UP)];
         if !agent_asks_approvals(pair) {
             expected.push(Heard::Answer("maybe later".to_owned()));
