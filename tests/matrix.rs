@@ -6,7 +6,10 @@
 //! 2. a tool call on the agent's side with its result, then text;
 //! 3. two turns of one conversation, the second needing the first (history kept across the boundary between
 //!    protocols that send the whole conversation and those that send only what is new);
-//! 4. human in the loop: approval approved, approval rejected, and a free-text question;
+//! 4. human in the loop (issue 16): approval approved, approval rejected, approval answered in words ("yes,
+//!    approve", "no, keep them"), an unclear answer ("maybe later") asked again, a free-text question, and a
+//!    pause the client dismisses where its protocol has a cancel; each asserted on what the agent was told
+//!    ([`peers::Heard`]), not only on what the client saw;
 //! 5. a client-side tool offered by the client and called by the agent (CMDC's through its callback tools);
 //! 6. the agent failing mid-stream, and an unreachable agent: the client's own error, once;
 //! 7. the client going away mid-stream: the agent's work is cancelled.
@@ -189,13 +192,123 @@ mod scenario {
         );
     }
 
+    /// What the client says to make the Approval script ask.
+    const CLEAN_UP: &str = "clean up /tmp/x";
+
     /// (4a/4b) The agent asks approval in its own form; the client sees it in its own form and decides; the
     /// agent gets the decision. Where either side asks approvals in words (A2A), the client sees a
     /// question and answers "yes" or "no".
     pub async fn approval(pair: Pair, approve: bool) {
-        let (_agent, proxy) = pair.serve(Script::Approval).await;
+        let (agent, proxy) = pair.serve(Script::Approval).await;
         let mut client = pair.client(&proxy);
-        let paused = client.exchange(say("clean up /tmp/x")).await;
+        let pause = paused_on_approval(pair, &mut client).await;
+        let words = if approve { "yes" } else { "no" };
+        let answer = match pause {
+            Pause::Approval { .. } if !asked_in_words(pair) => Input::Approve(approve),
+            Pause::Question { .. } if asked_in_words(pair) => Input::Answer(words.to_owned()),
+            other => panic!("{pair:?}: an approval shown as {other:?}"),
+        };
+        let done = client.exchange(answer).await;
+        // An approval request that stood for a question in words (AgentScope → A2A) is refused as the answer
+        // "no": the agent hears it and decides, and nothing is cancelled.
+        assert_said(pair, &done, decided(approve));
+        let heard = agent.hears(2).await;
+        let expected = [said(CLEAN_UP), decision_heard(pair, words, approve)];
+        assert_eq!(heard, expected, "{pair:?}: what the agent was told");
+    }
+
+    /// (4d/4e) The client answers the approval in words ("yes, approve", "no, keep them"); the proxy reads
+    /// them by the rule of README "Answering a pause in words" and the agent gets the decision in its own
+    /// form. An agent that asks in words (A2A) gets the words themselves and decides.
+    pub async fn approval_in_words(pair: Pair, words: &str, approve: bool) {
+        assert!(
+            answers_approval_in_words(pair),
+            "{pair:?} cannot answer in words"
+        );
+        let (agent, proxy) = pair.serve(Script::Approval).await;
+        let mut client = pair.client(&proxy);
+        paused_on_approval(pair, &mut client).await;
+        let done = client.exchange(Input::Answer(words.to_owned())).await;
+        assert_said(pair, &done, decided(approve));
+        let heard = agent.hears(2).await;
+        let expected = [said(CLEAN_UP), decision_heard(pair, words, approve)];
+        assert_eq!(heard, expected, "{pair:?}: what the agent was told");
+    }
+
+    /// (4f) An answer that is neither yes nor no ("maybe later") is asked again: the client sees the same
+    /// pause, now saying "Answer yes or no.", and nothing reaches the agent; then "yes" approves. An agent
+    /// that asks in words (A2A) reads answers itself: it gets the unclear words and asks again.
+    pub async fn unclear_approval_asked_again(pair: Pair) {
+        assert!(
+            answers_approval_in_words(pair),
+            "{pair:?} cannot answer in words"
+        );
+        let (agent, proxy) = pair.serve(Script::Approval).await;
+        let mut client = pair.client(&proxy);
+        let first = paused_on_approval(pair, &mut client).await;
+        let again = client
+            .exchange(Input::Answer("maybe later".to_owned()))
+            .await;
+        assert!(again.errors.is_empty(), "{pair:?}: {again:#?}");
+        assert_eq!(again.text, "", "{pair:?}: {again:#?}");
+        let Some(pause) = &again.pause else {
+            panic!("{pair:?}: not asked again: {again:#?}");
+        };
+        assert_eq!(
+            std::mem::discriminant(pause),
+            std::mem::discriminant(&first),
+            "{pair:?}: asked again as {pause:?}, first as {first:?}"
+        );
+        assert!(
+            pause.text().contains("Answer yes or no"),
+            "{pair:?}: the question asked again does not say what is expected: {pause:?}"
+        );
+        // The proxy's question quotes the answer it could not read (README "Answering a pause in words").
+        assert!(
+            !agent_asks_approvals(pair) || pause.text().contains("maybe later"),
+            "{pair:?}: the question asked again does not quote the answer: {pause:?}"
+        );
+        let mut expected = vec![said(CLEAN_UP)];
+        if !agent_asks_approvals(pair) {
+            expected.push(Heard::Answer("maybe later".to_owned()));
+        }
+        assert_eq!(agent.heard(), expected, "{pair:?}: what the agent was told");
+        let done = client.exchange(Input::Answer("yes".to_owned())).await;
+        assert_said(pair, &done, APPROVED_TEXT);
+        expected.push(decision_heard(pair, "yes", true));
+        let heard = agent.hears(expected.len()).await;
+        assert_eq!(heard, expected, "{pair:?}: what the agent was told");
+    }
+
+    /// (4g) The client dismisses the approval its protocol's own way (A2A `tasks/cancel`, AG-UI a `resume`
+    /// entry `cancelled`, CMDC `abort`): the run ends without an error or a new pause, and the agent is told
+    /// its own way: A2A `tasks/cancel`, AG-UI `resume` `cancelled`, CMDC `abort`; an AgentScope runtime and an
+    /// AG-Kit v0 agent have no cancel of a pause, and get the decline (`approve: false`,
+    /// `{"approved": false}`).
+    pub async fn approval_cancelled(pair: Pair) {
+        assert!(pair.inbound.has_pause_cancel(), "{pair:?} has no cancel");
+        let (agent, proxy) = pair.serve(Script::Approval).await;
+        let mut client = pair.client(&proxy);
+        paused_on_approval(pair, &mut client).await;
+        let done = client.exchange(Input::Cancel).await;
+        assert!(done.errors.is_empty(), "{pair:?}: {done:#?}");
+        assert_eq!(done.pause, None, "{pair:?}: {done:#?}");
+        let dismissed = match pair.agent() {
+            Some(agent) if agent.has_pause_cancel() => Heard::Cancelled,
+            _ => Heard::Decision(false),
+        };
+        let heard = agent.hears(2).await;
+        assert_eq!(
+            heard,
+            [said(CLEAN_UP), dismissed],
+            "{pair:?}: what the agent was told"
+        );
+    }
+
+    /// Asks the Approval script's agent to clean up; returns the pause the client saw, which says what is to
+    /// be approved.
+    async fn paused_on_approval(pair: Pair, client: &mut Client) -> Pause {
+        let paused = client.exchange(say(CLEAN_UP)).await;
         assert!(paused.errors.is_empty(), "{pair:?}: {paused:#?}");
         let Some(pause) = paused.pause.clone() else {
             panic!("{pair:?}: no pause: {paused:#?}");
@@ -204,36 +317,61 @@ mod scenario {
             pause.text().contains(APPROVAL_TOOL),
             "{pair:?}: the pause does not say what is to be approved: {pause:?}"
         );
-        let answer = match pause {
-            Pause::Approval { .. } if !asked_in_words(pair) => Input::Approve(approve),
-            Pause::Question { .. } if asked_in_words(pair) => {
-                Input::Answer(if approve { "yes" } else { "no" }.to_owned())
-            }
-            other => panic!("{pair:?}: an approval shown as {other:?}"),
-        };
-        let done = client.exchange(answer).await;
-        // An approval request that stood for a question in words (AgentScope → A2A) is refused as the answer
-        // "no": the agent hears it and decides, and nothing is cancelled.
-        let expected = if approve {
+        pause
+    }
+
+    /// What the Approval script says after the decision.
+    fn decided(approve: bool) -> &'static str {
+        if approve {
             APPROVED_TEXT
         } else {
             REJECTED_TEXT
-        };
-        assert_said(pair, &done, expected);
+        }
+    }
+
+    fn said(text: &str) -> Heard {
+        Heard::Said(text.to_owned())
+    }
+
+    /// Whether the pair's agent asks approvals in a form of its own (not in words, as A2A agents do).
+    fn agent_asks_approvals(pair: Pair) -> bool {
+        pair.agent().map_or(true, Protocol::has_approvals)
+    }
+
+    /// How the agent hears a decision the client gave in `words`: the decision the proxy read from them, or
+    /// where the agent asks in words (A2A), the words themselves.
+    fn decision_heard(pair: Pair, words: &str, approve: bool) -> Heard {
+        if agent_asks_approvals(pair) {
+            Heard::Decision(approve)
+        } else {
+            Heard::Answer(words.to_owned())
+        }
+    }
+
+    /// Whether the client can answer the pair's approval in words. An AgentScope client answers an approval
+    /// request only with `approve: true|false` (its `reason` is not read as the answer); it answers in words
+    /// only a question shown as an approval request (an A2A agent's approval, asked in words), by its reason.
+    /// Every other client can: A2A in its message, AG-UI in the tool message's content, AG-Kit in the
+    /// `resume` payload, CMDC with `respond`.
+    fn answers_approval_in_words(pair: Pair) -> bool {
+        pair.inbound.has_questions() || !agent_asks_approvals(pair)
     }
 
     /// Whether the client sees an approval as a question: its own protocol asks only in words (A2A), or the
     /// agent's does and the client can show a question (an AgentScope client shows it as an approval).
     fn asked_in_words(pair: Pair) -> bool {
         !pair.inbound.has_approvals()
-            || (!pair.agent().map_or(true, Protocol::has_approvals) && pair.inbound.has_questions())
+            || (!agent_asks_approvals(pair) && pair.inbound.has_questions())
     }
 
     /// (4c) The agent asks a free-text question; the client answers it in its own form. An AgentScope
     /// client sees the question as an approval request and answers by its reason.
     pub async fn question(pair: Pair) {
-        let (_agent, proxy) = pair.serve(Script::Question).await;
+        let (agent, proxy) = pair.serve(Script::Question).await;
         answers_question(pair, &proxy, say("weather please"), QUESTION).await;
+        let heard = agent.hears(2).await;
+        let expected = [said("weather please"), Heard::Answer("Paris".to_owned())];
+        assert_eq!(heard, expected, "{pair:?}: what the agent was told");
     }
 
     async fn answers_question(pair: Pair, proxy: &Proxy, opening: Input, question: &str) {
@@ -423,6 +561,51 @@ macro_rules! question_pairs {
     )*};
 }
 
+/// The approval answered in words, one module per pair whose client can word its answer (see
+/// `scenario::answers_approval_in_words`).
+macro_rules! words_pairs {
+    ($($name:ident: $inbound:ident -> $outbound:ident;)*) => {$(
+        mod $name {
+            use super::*;
+
+            const PAIR: Pair = Pair {
+                inbound: Protocol::$inbound,
+                outbound: Outbound::Agent(Protocol::$outbound),
+            };
+
+            #[tokio::test]
+            async fn yes_approve_reaches_the_agent_as_an_approval() {
+                scenario::approval_in_words(PAIR, "yes, approve", true).await
+            }
+
+            #[tokio::test]
+            async fn no_keep_them_reaches_the_agent_as_a_rejection() {
+                scenario::approval_in_words(PAIR, "no, keep them", false).await
+            }
+
+            #[tokio::test]
+            async fn unclear_answer_is_asked_again_then_yes_approves() {
+                scenario::unclear_approval_asked_again(PAIR).await
+            }
+        }
+    )*};
+}
+
+/// The approval dismissed by the client, for pairs whose client has a cancel of a pause
+/// ([`Capabilities::has_pause_cancel`]).
+macro_rules! cancel_pairs {
+    ($($name:ident: $inbound:ident -> $outbound:ident;)*) => {$(
+        #[tokio::test]
+        async fn $name() {
+            scenario::approval_cancelled(Pair {
+                inbound: Protocol::$inbound,
+                outbound: Outbound::Agent(Protocol::$outbound),
+            })
+            .await
+        }
+    )*};
+}
+
 /// One module per pair with echo: echo has no upstream to use tools, ask approvals, fail or be cancelled.
 macro_rules! echo_pairs {
     ($($name:ident: $inbound:ident;)*) => {$(
@@ -504,6 +687,60 @@ mod question_asked_and_answered {
         ag_kit_to_cmdc: AgKit -> Cmdc;
         cmdc_to_ag_ui: Cmdc -> AgUi;
         cmdc_to_a2a: Cmdc -> A2a;
+        cmdc_to_ag_kit: Cmdc -> AgKit;
+        cmdc_to_cmdc: Cmdc -> Cmdc;
+    }
+}
+
+/// Every pair but AgentScope clients with agents that ask approvals in a form of their own: an AgentScope
+/// client answers those only with `approve: true|false`, which `approval_*_completes_the_run` covers.
+mod approval_answered_in_words {
+    use super::*;
+
+    words_pairs! {
+        ag_ui_to_ag_ui: AgUi -> AgUi;
+        ag_ui_to_a2a: AgUi -> A2a;
+        ag_ui_to_agentscope: AgUi -> Agentscope;
+        ag_ui_to_ag_kit: AgUi -> AgKit;
+        ag_ui_to_cmdc: AgUi -> Cmdc;
+        a2a_to_ag_ui: A2a -> AgUi;
+        a2a_to_a2a: A2a -> A2a;
+        a2a_to_agentscope: A2a -> Agentscope;
+        a2a_to_ag_kit: A2a -> AgKit;
+        a2a_to_cmdc: A2a -> Cmdc;
+        agentscope_to_a2a: Agentscope -> A2a;
+        ag_kit_to_ag_ui: AgKit -> AgUi;
+        ag_kit_to_a2a: AgKit -> A2a;
+        ag_kit_to_agentscope: AgKit -> Agentscope;
+        ag_kit_to_ag_kit: AgKit -> AgKit;
+        ag_kit_to_cmdc: AgKit -> Cmdc;
+        cmdc_to_ag_ui: Cmdc -> AgUi;
+        cmdc_to_a2a: Cmdc -> A2a;
+        cmdc_to_agentscope: Cmdc -> Agentscope;
+        cmdc_to_ag_kit: Cmdc -> AgKit;
+        cmdc_to_cmdc: Cmdc -> Cmdc;
+    }
+}
+
+/// Pairs whose client can dismiss a pause: A2A, AG-UI and CMDC clients. An AgentScope or AG-Kit v0 client
+/// can only go away, which `client_leaving_cancels_the_agents_work` covers.
+mod approval_cancelled_by_the_client_reaches_the_agent {
+    use super::*;
+
+    cancel_pairs! {
+        ag_ui_to_ag_ui: AgUi -> AgUi;
+        ag_ui_to_a2a: AgUi -> A2a;
+        ag_ui_to_agentscope: AgUi -> Agentscope;
+        ag_ui_to_ag_kit: AgUi -> AgKit;
+        ag_ui_to_cmdc: AgUi -> Cmdc;
+        a2a_to_ag_ui: A2a -> AgUi;
+        a2a_to_a2a: A2a -> A2a;
+        a2a_to_agentscope: A2a -> Agentscope;
+        a2a_to_ag_kit: A2a -> AgKit;
+        a2a_to_cmdc: A2a -> Cmdc;
+        cmdc_to_ag_ui: Cmdc -> AgUi;
+        cmdc_to_a2a: Cmdc -> A2a;
+        cmdc_to_agentscope: Cmdc -> Agentscope;
         cmdc_to_ag_kit: Cmdc -> AgKit;
         cmdc_to_cmdc: Cmdc -> Cmdc;
     }

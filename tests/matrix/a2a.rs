@@ -17,8 +17,9 @@ use std::time::Duration;
 use serde_json::{json, Value};
 
 use super::peers::{
-    answered, approval_arguments, approves, you_said, Input, Pause, Script, Seen, APPROVAL_TOOL,
-    APPROVED_TEXT, FAILURE, GREETING, HELLO, NO_TOOLS, QUESTION, REJECTED_TEXT, WEATHER_TEXT,
+    answered, approval_arguments, decides, you_said, Heard, Input, Pause, Script, Seen,
+    APPROVAL_TOOL, APPROVED_TEXT, FAILURE, GREETING, HELLO, NO_TOOLS, QUESTION, REJECTED_TEXT,
+    WEATHER_TEXT,
 };
 use crate::support::a2a::{self as wire, Answer, ResultStream, StreamAnswer, Task};
 use crate::support::{Response, Upstream, WAIT};
@@ -63,6 +64,7 @@ impl Client {
             Input::ToolResult(_) => {
                 panic!("an A2A client offers no tools, so it never owes a tool result")
             }
+            Input::Cancel => return self.cancel().await,
         };
         let mut seen = Seen::default();
         let results = match wire::try_stream_message(&self.url, message).await {
@@ -77,6 +79,29 @@ impl Client {
             results,
             seen,
             settled: false,
+        }
+    }
+
+    /// `tasks/cancel` of the paused task: the exchange is its answer, which must be the task, canceled.
+    async fn cancel(&mut self) -> Run<'_> {
+        let task_id = match (&self.task_id, self.paused) {
+            (Some(task_id), true) => task_id.clone(),
+            _ => panic!("a cancel, but no A2A task is paused: {:?}", self.task_id),
+        };
+        let answer = wire::call(&self.url, "tasks/cancel", json!({ "id": task_id })).await;
+        let mut seen = Seen::default();
+        match answer.get("error") {
+            Some(error) => seen.errors.push(error["message"].to_string()),
+            None if answer["result"]["status"]["state"] != "canceled" => {
+                seen.errors.push(format!("tasks/cancel answered {answer}"))
+            }
+            None => {}
+        }
+        Run {
+            client: self,
+            results: None,
+            seen,
+            settled: true,
         }
     }
 
@@ -340,6 +365,23 @@ impl Agent {
         self.upstream.release();
     }
 
+    /// Each new message as said, each message on a task as the answer to its question, each `tasks/cancel`.
+    pub fn heard(&self) -> Vec<Heard> {
+        let received = self.upstream.received();
+        let heard = received.iter().filter_map(|request| {
+            let params = &request.body["params"];
+            match wire::rpc_method(request) {
+                "message/stream" if params["message"]["taskId"].is_string() => {
+                    Some(Heard::Answer(wire::message_text(&params["message"])))
+                }
+                "message/stream" => Some(Heard::Said(wire::message_text(&params["message"]))),
+                "tasks/cancel" => Some(Heard::Cancelled),
+                _ => None,
+            }
+        });
+        heard.collect()
+    }
+
     /// Whether a `tasks/cancel` for an unfinished (running or paused) task arrived within [`WAIT`].
     pub async fn cancelled(&self) -> bool {
         let cancelled = async {
@@ -392,14 +434,12 @@ impl Memory {
                 let answer = you_said(said);
                 self.says(&task, continued, &answer)
             }
-            Script::Approval if continued => {
-                let decision = if approves(&text) {
-                    APPROVED_TEXT
-                } else {
-                    REJECTED_TEXT
-                };
-                self.says(&task, continued, decision)
-            }
+            Script::Approval if continued => match decides(&text) {
+                Some(true) => self.says(&task, continued, APPROVED_TEXT),
+                Some(false) => self.says(&task, continued, REJECTED_TEXT),
+                // Neither yes nor no: the agent asks again, as the proxy does for agents that ask in forms.
+                None => self.asks_again(&task, &approval_question()),
+            },
             Script::Approval => self.asks(&task, &approval_question()),
             Script::Question if continued => self.says(&task, continued, &answered(&text)),
             Script::Question => self.asks(&task, QUESTION),
@@ -438,6 +478,12 @@ impl Memory {
     fn asks(&mut self, task: &Task, question: &str) -> Answer {
         self.paused.push(task.id.clone());
         opening(task, false).then(task.input_required(question))
+    }
+
+    /// Pauses the continued task in `input-required` again, asking `question`.
+    fn asks_again(&mut self, task: &Task, question: &str) -> Answer {
+        self.paused.push(task.id.clone());
+        opening(task, true).then(task.input_required(question))
     }
 
     /// `tasks/cancel`: the task, canceled.

@@ -17,7 +17,7 @@ use serde_json::{json, Value};
 
 use super::peers::{
     answered, approval_arguments, client_tool_arguments, client_tool_parameters, tool_returned,
-    weather_arguments, you_said, Input, Pause, Script, Seen, ToolSeen, APPROVAL_TOOL,
+    weather_arguments, you_said, Heard, Input, Pause, Script, Seen, ToolSeen, APPROVAL_TOOL,
     APPROVED_TEXT, CLIENT_TOOL, CLIENT_TOOL_DESCRIPTION, FAILURE, GREETING, HELLO, NO_TOOLS,
     QUESTION, REJECTED_TEXT, WEATHER_RESULT, WEATHER_TEXT, WEATHER_TOOL,
 };
@@ -45,8 +45,8 @@ pub struct Client {
 
 #[derive(Debug)]
 enum Pending {
-    /// An `interrupt`, resumed by its id.
-    Interrupt(String),
+    /// An `interrupt`, resumed by its id; an approval when its reason says so.
+    Interrupt { id: String, approval: bool },
     /// A call of the client's tool, answered by a tool message naming it.
     Call(String),
 }
@@ -90,15 +90,23 @@ impl Client {
         let pending = self.pending.take();
         let mut body = match (input, pending) {
             (Input::Say(words), _) => json!({"messages": [{"role": "user", "content": words}]}),
-            (Input::Approve(approved), Some(Pending::Interrupt(id))) => {
+            (Input::Approve(approved), Some(Pending::Interrupt { id, .. })) => {
                 resume(&id, json!({ "approved": approved }))
             }
-            (Input::Answer(words), Some(Pending::Interrupt(id))) => {
+            // Words for an approval are the payload itself (a JSON string); a question asks for
+            // `{"response": "…"}`.
+            (Input::Answer(words), Some(Pending::Interrupt { id, approval: true })) => {
+                resume(&id, json!(words))
+            }
+            (Input::Answer(words), Some(Pending::Interrupt { id, .. })) => {
                 resume(&id, json!({ "response": words }))
             }
             (Input::ToolResult(content), Some(Pending::Call(id))) => json!({"messages": [
                 {"role": "tool", "content": content, "toolCallId": id}
             ]}),
+            (Input::Cancel, _) => {
+                panic!("a v0 client cannot dismiss an interrupt: it can only go away")
+            }
             (input, pending) => panic!("{input:?} answers nothing pending ({pending:?})"),
         };
         body["tools"] = json!([{
@@ -254,8 +262,11 @@ impl Run<'_> {
 
     /// An `interrupt` as the client shows it: its reason and payload; an approval when the reason says so.
     fn paused_on(&mut self, interrupt: &Value) -> Pause {
-        self.client.pending = Some(Pending::Interrupt(field(interrupt, "id").to_owned()));
         let reason = field(interrupt, "reason");
+        self.client.pending = Some(Pending::Interrupt {
+            id: field(interrupt, "id").to_owned(),
+            approval: reason == APPROVAL_REASON,
+        });
         let text = format!("{reason}: {}", interrupt["payload"]);
         if reason == APPROVAL_REASON {
             Pause::Approval { text }
@@ -317,6 +328,15 @@ impl Agent {
         self.upstream.release();
     }
 
+    /// Per request, its `resume` (`null` dismisses the interrupt), else its newest message.
+    pub fn heard(&self) -> Vec<Heard> {
+        let received = self.upstream.received();
+        received
+            .iter()
+            .filter_map(|request| heard(&request.body))
+            .collect()
+    }
+
     /// v0 has no cancel: the agent's work ends when the proxy closes the request.
     pub async fn cancelled(&self) -> bool {
         self.upstream.client_left_within(WAIT).await
@@ -343,6 +363,30 @@ fn play(script: Script, body: &Value, memory: &Memory) -> Result<Reply, String> 
         Script::FailMidStream => reply([text(HELLO), error_frame("AGENT_FAILED", FAILURE)]),
         Script::Hang => Reply::sse().event(text(HELLO)).hang(),
     })
+}
+
+/// What one request told the agent.
+fn heard(body: &Value) -> Option<Heard> {
+    if let Some(resume) = body.get("resume") {
+        let payload = resume["payload"].as_str().unwrap_or_default();
+        let answer: Value = serde_json::from_str(payload).unwrap_or_else(|_| json!(payload));
+        return Some(match answer {
+            Value::Null => Heard::Cancelled,
+            Value::String(words) => Heard::Answer(words),
+            answer => match (answer["approved"].as_bool(), answer["response"].as_str()) {
+                (Some(approved), _) => Heard::Decision(approved),
+                (None, Some(words)) => Heard::Answer(words.to_owned()),
+                (None, None) => Heard::Answer(answer.to_string()),
+            },
+        });
+    }
+    let last = body["messages"].as_array()?.last()?;
+    let content = last["content"].as_str().unwrap_or_default().to_owned();
+    match last["role"].as_str()? {
+        "user" => Some(Heard::Said(content)),
+        "tool" => Some(Heard::Answer(content)),
+        _ => None,
+    }
 }
 
 /// A request that breaks v0, answered with an `error` frame saying why.

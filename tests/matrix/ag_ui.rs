@@ -4,7 +4,8 @@
 //! The client is stateless the AG-UI way: every run POSTs a `RunAgentInput` with the conversation's
 //! `threadId`, a new `runId`, the WHOLE history (its user messages, the replies and tool calls as they arrived,
 //! tool results) and its tool `get_time`. A call left without a result when the run ends is a pause, answered
-//! next run by a `tool` message. Every stream it reads must pass the conservative profile
+//! next run by a `tool` message, or dismissed by a run whose only news is a `resume` entry with status
+//! `cancelled` (AG-UI 1.0). Every stream it reads must pass the conservative profile
 //! (`support::ag_ui::check`), as the strict AG-UI clients require.
 //!
 //! The agent is an AG-UI server: it answers from the request (the whole history, the offered tools, the
@@ -60,9 +61,23 @@ impl Client {
 
     pub async fn start(&mut self, input: Input) -> Run<'_> {
         self.runs += 1;
-        let message = self.message(input);
-        self.history.push(message);
-        let request = self.request();
+        let request = match input {
+            // AG-UI 1.0 dismisses an interrupt with a `resume` entry, the run's only news.
+            Input::Cancel => {
+                let call_id = self
+                    .pending_call
+                    .take()
+                    .expect("a cancel needs a pending call to dismiss");
+                let mut request = self.request();
+                request["resume"] = json!([{"interruptId": call_id, "status": "cancelled"}]);
+                request
+            }
+            input => {
+                let message = self.message(input);
+                self.history.push(message);
+                self.request()
+            }
+        };
         let response = post_json(&self.url, &request).await;
         let stream = if response.status == 200 {
             Ok(Box::new(response.sse()))
@@ -88,6 +103,7 @@ impl Client {
             // The shape the route's approval tool asks for (`{"approved": boolean}`).
             Input::Approve(approved) => json!({ "approved": approved }).to_string(),
             Input::Answer(text) | Input::ToolResult(text) => text,
+            Input::Cancel => unreachable!("a cancel is a resume entry, not a message"),
         };
         let call_id = self
             .pending_call
@@ -323,6 +339,37 @@ impl Agent {
 
     pub async fn cancelled(&self) -> bool {
         self.upstream.client_left_within(WAIT).await
+    }
+
+    /// Per run: its answer to an interrupt (`resume`), else the newest message of the history it was sent.
+    pub fn heard(&self) -> Vec<Heard> {
+        let received = self.upstream.received();
+        received.iter().filter_map(|run| heard(&run.body)).collect()
+    }
+}
+
+/// What one run request told the agent.
+fn heard(request: &Value) -> Option<Heard> {
+    if let Some(answer) = request["resume"].as_array().and_then(|r| r.first()) {
+        return Some(match &answer["payload"] {
+            _ if answer["status"] == "cancelled" => Heard::Cancelled,
+            payload if answer["interruptId"] == APPROVAL_INTERRUPT => {
+                match payload["approved"].as_bool() {
+                    Some(approved) => Heard::Decision(approved),
+                    None => Heard::Answer(payload.to_string()),
+                }
+            }
+            Value::String(words) => Heard::Answer(words.clone()),
+            payload => Heard::Answer(payload.to_string()),
+        });
+    }
+    let last = messages(request).last()?;
+    match last["role"].as_str()? {
+        "user" => user_texts(request).pop().map(Heard::Said),
+        "tool" => Some(Heard::Answer(
+            last["content"].as_str().unwrap_or_default().to_owned(),
+        )),
+        _ => None,
     }
 }
 

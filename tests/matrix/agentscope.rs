@@ -10,7 +10,7 @@ use uuid::Uuid;
 
 use super::peers::{
     approval_arguments, client_tool_arguments, client_tool_parameters, tool_returned,
-    weather_arguments, you_said, Input, Pause, Script, Seen, ToolSeen, APPROVAL_TOOL,
+    weather_arguments, you_said, Heard, Input, Pause, Script, Seen, ToolSeen, APPROVAL_TOOL,
     APPROVED_TEXT, CLIENT_TOOL, CLIENT_TOOL_DESCRIPTION, FAILURE, GREETING, HELLO, NO_TOOLS,
     REJECTED_TEXT, WEATHER_RESULT, WEATHER_TEXT, WEATHER_TOOL,
 };
@@ -86,6 +86,9 @@ impl Client {
             }
             (Input::ToolResult(output), Some(Pending::ToolCall { call_id, name })) => {
                 scope::function_output(&call_id, &name, &output)
+            }
+            (Input::Cancel, _) => {
+                panic!("an AgentScope client cannot dismiss a pause: it can only go away")
             }
             (input, pending) => panic!("{input:?} answers nothing pending ({pending:?})"),
         }
@@ -323,6 +326,24 @@ impl Agent {
 
     pub fn release(&self) {
         self.runtime.release()
+    }
+
+    /// Per request, what its input says after the last user message (a decision, a tool's output), else that
+    /// user message.
+    pub fn heard(&self) -> Vec<Heard> {
+        let received = self.runtime.received();
+        let heard = received.iter().filter_map(|request| {
+            let input = request.body["input"].as_array()?;
+            let new = since_last_user_message(input);
+            if let Some(approve) = decision(new) {
+                return Some(Heard::Decision(approve));
+            }
+            if let Some(output) = tool_output(new) {
+                return Some(Heard::Answer(output));
+            }
+            user_texts(input).pop().map(Heard::Said)
+        });
+        heard.collect()
     }
 
     /// Whether the runtime's `/process` request was closed before its answer ended.

@@ -109,7 +109,11 @@ impl Client {
                     .await
                     .map(drop)
             }
-            (Input::Answer(text), Some(Pending::Question { reference })) => {
+            // An approval answered in words: the gateway's `respond` takes any pending ref.
+            (
+                Input::Answer(text),
+                Some(Pending::Question { reference } | Pending::Approval { id: reference }),
+            ) => {
                 let body = json!({"ref": reference, "response": text});
                 self.call(Method::POST, &session, "respond", Some(body))
                     .await
@@ -118,6 +122,11 @@ impl Client {
             (Input::ToolResult(result), Some(Pending::Callback { answer })) => answer
                 .send(result)
                 .map_err(|_| "the held callback was gone before its result".to_owned()),
+            // Gateway 0.2's abort ends the paused run; its `agent_abort` is read on the same stream.
+            (Input::Cancel, Some(_)) => self
+                .call(Method::POST, &session, "abort", None)
+                .await
+                .map(drop),
             (input, _) => panic!("CMDC client: {input:?} answers no pending pause"),
         }
     }
@@ -509,6 +518,24 @@ impl Agent {
 
     pub fn release(&self) {
         self.gate.open();
+    }
+
+    /// Each prompt as said, each `approve`/`reject` as a decision, each `respond` as an answer, each `abort`.
+    pub fn heard(&self) -> Vec<Heard> {
+        let received = self.gateway.received();
+        let heard = received.iter().filter_map(|request| {
+            let field = |name: &str| request.body[name].as_str().unwrap_or_default().to_owned();
+            let action = request.path.rsplit('/').next().unwrap_or_default();
+            match (request.method.as_str(), action) {
+                ("POST", "prompt") => Some(Heard::Said(field("text"))),
+                ("POST", "approve") => Some(Heard::Decision(true)),
+                ("POST", "reject") => Some(Heard::Decision(false)),
+                ("POST", "respond") => Some(Heard::Answer(field("response"))),
+                ("POST", "abort") => Some(Heard::Cancelled),
+                _ => None,
+            }
+        });
+        heard.collect()
     }
 
     /// Whether `POST …/abort` arrived within [`WAIT`]: the proxy's CMDC outbound aborts the gateway's run when

@@ -16,6 +16,7 @@ pub trait Capabilities {
     fn has_server_tools(self) -> bool;
     fn has_approvals(self) -> bool;
     fn has_questions(self) -> bool;
+    fn has_pause_cancel(self) -> bool;
     fn inbound_translate(self) -> &'static [(&'static str, &'static str)];
     fn outbound_translate(self) -> &'static [(&'static str, &'static str)];
     fn upstream_headers(self) -> &'static [(&'static str, &'static str)];
@@ -44,6 +45,13 @@ impl Capabilities for Protocol {
     /// question reaches an AgentScope client as an approval request, answered by its reason.
     fn has_questions(self) -> bool {
         self != Protocol::Agentscope
+    }
+
+    /// Whether a client of this protocol can dismiss a pause without answering it: A2A `tasks/cancel`, AG-UI
+    /// 1.0 a `resume` entry with status `cancelled`, CMDC `POST …/abort`. An AG-Kit v0 or AgentScope client
+    /// can only go away.
+    fn has_pause_cancel(self) -> bool {
+        matches!(self, Protocol::A2a | Protocol::AgUi | Protocol::Cmdc)
     }
 
     /// `[routes.translate]` keys (TOML `key = value` lines) this protocol needs when it is the inbound face.
@@ -92,6 +100,9 @@ pub enum Input {
     Answer(String),
     /// The result of the pending client tool call.
     ToolResult(String),
+    /// Dismisses the pending pause without answering it, the protocol's own way (see
+    /// [`Capabilities::has_pause_cancel`]).
+    Cancel,
 }
 
 /// What a client saw in one exchange, in protocol-neutral terms.
@@ -133,6 +144,22 @@ impl Pause {
             Pause::ClientTool { name, arguments } => format!("{name} {arguments}"),
         }
     }
+}
+
+/// What a scripted agent was told, read back from the requests (or CMDC actions) it received: one entry per
+/// request that told it something, in order. A protocol that resends the whole conversation tells only its
+/// newest part.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Heard {
+    /// A new user message.
+    Said(String),
+    /// A decision on its approval request (CMDC approve/reject, AgentScope `approve`, `{"approved": …}`).
+    Decision(bool),
+    /// Words answering its pause: a question's answer, or an A2A agent's approval asked in words.
+    Answer(String),
+    /// Its pause dismissed: A2A `tasks/cancel`, AG-UI `resume` status `cancelled`, CMDC `abort`, AG-Kit a
+    /// `resume` whose payload is `null`.
+    Cancelled,
 }
 
 /// What a scripted agent does with every request it gets. Each protocol's agent plays it in its native form.
@@ -208,12 +235,19 @@ pub fn tool_returned(result: &str) -> String {
     format!("Tool `{CLIENT_TOOL}` returned: {result}")
 }
 
-/// Whether an answer an agent got in words approves (A2A asks approvals in words).
-pub fn approves(words: &str) -> bool {
-    matches!(
-        words.trim().to_ascii_lowercase().as_str(),
-        "yes" | "y" | "ok" | "approve" | "approved" | "true"
-    )
+/// What an answer an agent got in words decides (A2A asks approvals in words), read as a person would by its
+/// first word: `Some(true)` for a yes, `Some(false)` for a no, `None` when it says neither.
+pub fn decides(words: &str) -> Option<bool> {
+    let lowercase = words.to_lowercase();
+    let first = lowercase
+        .split(|c: char| !c.is_alphanumeric())
+        .find(|word| !word.is_empty())
+        .unwrap_or_default();
+    match first {
+        "yes" | "y" | "ok" | "approve" | "approved" | "true" => Some(true),
+        "no" | "n" | "reject" | "false" => Some(false),
+        _ => None,
+    }
 }
 
 // --- Dispatch to the protocol modules ----------------------------------------------------------------------
@@ -330,6 +364,27 @@ impl Agent {
     /// Lets a [`Script::Text`] agent stream the rest of its text.
     pub fn release(&self) {
         dispatch!(Agent, self, agent => agent.release())
+    }
+
+    /// What the agent was told so far.
+    pub fn heard(&self) -> Vec<Heard> {
+        dispatch!(Agent, self, agent => agent.heard())
+    }
+
+    /// What the agent was told, once it was told at least `count` things (waiting at most
+    /// [`crate::support::WAIT`]).
+    pub async fn hears(&self, count: usize) -> Vec<Heard> {
+        let what = format!("the agent to be told {count} things");
+        crate::support::within(&what, async {
+            loop {
+                let heard = self.heard();
+                if heard.len() >= count {
+                    return heard;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            }
+        })
+        .await
     }
 
     /// Whether the agent's work was cancelled within [`crate::support::WAIT`]: its request closed, or where
