@@ -238,14 +238,11 @@ fn resume_from_wire(resume: wire::Resume) -> Resume {
     }
 }
 
-/// The answer to a question or a request for input, in the shape our interrupt asked for
-/// (`{"response": "…"}`), is its text, as every other inbound gives it. Answers to approvals and to an
-/// upstream's own interrupts stay as the client wrote them.
+/// An answer in the shape our question interrupts ask for (`{"response": "…"}`) is its text, as every other
+/// inbound gives it — for an approval too, whose words are then read as the decision they state. Other
+/// answers, and every answer to an upstream's own interrupt, stay as the client wrote them.
 fn read_answer(asked: &InterruptKind, payload: &mut Value) {
-    if !matches!(
-        asked,
-        InterruptKind::Question { .. } | InterruptKind::InputRequired { .. }
-    ) {
+    if matches!(asked, InterruptKind::Custom { .. }) {
         return;
     }
     if let Value::Object(fields) = payload {
@@ -424,6 +421,22 @@ mod tests {
         let mut answer = json!({"response": "Paris"});
         read_answer(&question, &mut answer);
         assert_eq!(answer, json!("Paris"));
+
+        let approval = InterruptKind::Approval {
+            tool: "Shell".into(),
+            args: json!({}),
+            hint: None,
+        };
+        let mut answer = json!({"response": "yes, approve"});
+        read_answer(&approval, &mut answer);
+        assert_eq!(
+            answer,
+            json!("yes, approve"),
+            "words, read as the decision they state"
+        );
+        let mut decided = json!({"approved": true});
+        read_answer(&approval, &mut decided);
+        assert_eq!(decided, json!({"approved": true}));
 
         let custom = InterruptKind::Custom {
             reason: "waiting_for_user_selection".into(),
