@@ -35,7 +35,7 @@ pub fn json_response(status: StatusCode, json: Vec<u8>) -> Response<Body> {
 
 /// The answer to a request rejected before any stream, as the HTTP-native inbounds (AG-UI, AG-Kit) give it:
 /// the error's status and `{"error":{"code","message"}}` (CloudBase's servers answer so), with `Allow:
-/// allowed` on a 405.
+/// allowed` on a 405, and the headers of an authentication or rate-limit refusal.
 pub fn error_response(error: &Error, allowed: &'static str) -> Response<Body> {
     #[derive(Serialize)]
     struct ErrorBody<'a> {
@@ -53,7 +53,8 @@ pub fn error_response(error: &Error, allowed: &'static str) -> Response<Body> {
         },
     };
     let json = serde_json::to_vec(&body).unwrap_or_default();
-    with_allow(json_response(error.http_status(), json), allowed)
+    let response = with_allow(json_response(error.http_status(), json), allowed);
+    crate::auth::with_refusal_headers(response, error)
 }
 
 /// Adds the `Allow` header a 405 answer must carry.

@@ -211,15 +211,22 @@ pub struct RouteConfig {
     pub translate: Translate,
     /// What an a2a inbound route advertises in its agent card; accepted, unused, on other inbounds.
     pub card: Option<Card>,
-    /// `[routes.api_keys]`, cmdc inbound only: each API key clients may send and the tenant it belongs to
-    /// (`"sk-abc" = "acme"`); keys expand `${VAR}`. Absent: the route takes any key, or none, for one
-    /// tenant.
+    /// `[routes.api_keys]`: each API key clients may send and the tenant it belongs to (`"sk-abc" =
+    /// "acme"`); keys expand `${VAR}`. Absent: the route takes any key, or none, for one tenant
+    /// (src/auth.rs).
     #[serde(default, deserialize_with = "de::api_keys")]
     pub api_keys: Vec<(String, String)>,
-    /// cmdc inbound only: requests per minute each API key may make (a token bucket of that size); absent:
-    /// no limit.
+    /// Requests per minute each API key may make (a token bucket of that size), or each client address on a
+    /// route without keys; absent: no limit.
     #[serde(default, deserialize_with = "de::rate_limit")]
     pub rate_limit: Option<std::num::NonZeroU32>,
+    /// Requests per minute per client address: every request of a route without keys, and every refused
+    /// one (no key, a wrong key) of a route with keys; absent: no limit.
+    #[serde(default, deserialize_with = "de::rate_limit")]
+    pub rate_limit_ip: Option<std::num::NonZeroU32>,
+    /// a2a inbound only: the agent card needs an API key too (default: the card is public).
+    #[serde(default)]
+    pub card_auth: bool,
     /// The origins (`https://app.example`) whose web pages may call the route from a browser (CORS). Absent:
     /// no CORS headers at all, so browsers keep other origins' pages from reading the answers.
     #[serde(default, deserialize_with = "de::cors_origins")]
@@ -619,24 +626,6 @@ fn check_route(route: &RouteConfig, at: &KeyPath) -> Result<(), Issue> {
         ));
     }
     if route.inbound != Protocol::Cmdc {
-        if !route.api_keys.is_empty() {
-            return Err(Issue::new(
-                at.clone().key("api_keys"),
-                format!(
-                    "only cmdc inbound routes take API keys, not {}",
-                    route.inbound
-                ),
-            ));
-        }
-        if route.rate_limit.is_some() {
-            return Err(Issue::new(
-                at.clone().key("rate_limit"),
-                format!(
-                    "only cmdc inbound routes take a rate limit, not {}",
-                    route.inbound
-                ),
-            ));
-        }
         if !route.callback_allow.is_empty() {
             return Err(Issue::new(
                 at.clone().key("callback_allow"),
@@ -653,6 +642,23 @@ fn check_route(route: &RouteConfig, at: &KeyPath) -> Result<(), Issue> {
                     "only cmdc inbound routes serve a WebSocket, not {}",
                     route.inbound
                 ),
+            ));
+        }
+    }
+    if route.card_auth {
+        if route.inbound != Protocol::A2a {
+            return Err(Issue::new(
+                at.clone().key("card_auth"),
+                format!(
+                    "only a2a inbound routes serve an agent card, not {}",
+                    route.inbound
+                ),
+            ));
+        }
+        if route.api_keys.is_empty() {
+            return Err(Issue::new(
+                at.clone().key("card_auth"),
+                "needs [routes.api_keys]: a route without keys lets every client in",
             ));
         }
     }
@@ -1431,6 +1437,8 @@ mod tests {
             }),
             api_keys: vec![],
             rate_limit: None,
+            rate_limit_ip: None,
+            card_auth: false,
             cors_origins: vec![],
             callback_allow: vec![],
             body_timeout: Duration::from_secs(30),
@@ -2018,12 +2026,11 @@ mod tests {
     }
 
     #[test]
-    fn cmdc_routes_take_api_keys_bound_to_tenants_and_a_rate_limit() {
+    fn every_inbound_takes_api_keys_bound_to_tenants_and_rate_limits() {
         std::env::set_var("AGENT_BRIDGE_CONFIG_TEST_CMDC_KEY", "sk-from-env");
         let text = route_with(
-            "rate_limit = 30\n[routes.api_keys]\n\"sk-a\" = \"acme\"\n\"${AGENT_BRIDGE_CONFIG_TEST_CMDC_KEY}\" = \"globex\"\n",
-        )
-        .replace("ag-ui", "cmdc");
+            "rate_limit = 30\nrate_limit_ip = 120\n[routes.api_keys]\n\"sk-a\" = \"acme\"\n\"${AGENT_BRIDGE_CONFIG_TEST_CMDC_KEY}\" = \"globex\"\n",
+        );
         let route = &parse(&text).unwrap_or_else(|e| panic!("{e}")).routes[0];
         assert_eq!(
             route.api_keys,
@@ -2033,9 +2040,12 @@ mod tests {
             ]
         );
         assert_eq!(route.rate_limit.map(|n| n.get()), Some(30));
-        let plain = parse(&route_with("").replace("ag-ui", "cmdc")).unwrap();
+        assert_eq!(route.rate_limit_ip.map(|n| n.get()), Some(120));
+        let plain = parse(&route_with("")).unwrap();
         assert!(plain.routes[0].api_keys.is_empty());
         assert_eq!(plain.routes[0].rate_limit, None);
+        assert_eq!(plain.routes[0].rate_limit_ip, None);
+        assert!(!plain.routes[0].card_auth);
     }
 
     #[test]
@@ -2084,19 +2094,32 @@ mod tests {
     }
 
     #[test]
-    fn api_keys_and_rate_limits_are_checked_and_only_for_cmdc_inbounds() {
+    fn api_keys_rate_limits_and_card_auth_are_checked() {
         assert_error(
-            &route_with("[routes.api_keys]\n\"sk-a\" = \"acme\"\n"),
+            &route_with("rate_limit_ip = -1\n"),
             EXTRA,
-            "routes[0].api_keys",
-            "only cmdc inbound routes",
+            "routes[0].rate_limit_ip",
+            "positive number",
         );
         assert_error(
-            &route_with("rate_limit = 5\n"),
+            &route_with("card_auth = true\n[routes.api_keys]\n\"sk-a\" = \"acme\"\n"),
             EXTRA,
-            "routes[0].rate_limit",
-            "only cmdc inbound routes",
+            "routes[0].card_auth",
+            "only a2a inbound routes",
         );
+        let a2a = |extra: &str| route_with(extra).replace("ag-ui", "a2a");
+        assert_error(
+            &a2a("card_auth = true\n"),
+            EXTRA,
+            "routes[0].card_auth",
+            "needs [routes.api_keys]",
+        );
+        let route = &parse(&a2a(
+            "card_auth = true\n[routes.api_keys]\n\"sk-a\" = \"acme\"\n",
+        ))
+        .unwrap_or_else(|e| panic!("{e}"))
+        .routes[0];
+        assert!(route.card_auth);
         let cmdc = |extra: &str| route_with(extra).replace("ag-ui", "cmdc");
         assert_error(
             &cmdc("rate_limit = 0\n"),

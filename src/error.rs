@@ -22,11 +22,19 @@ enum Kind {
     BadRequest,
     NotFound,
     MethodNotAllowed,
+    /// No API key, or one the route does not know; `presented`: one was sent.
+    Unauthorized {
+        presented: bool,
+    },
     /// A URL the client handed over leads where the route's policy does not let the proxy go.
     Forbidden,
     UnsupportedMediaType,
     PayloadTooLarge,
     RequestTimeout,
+    /// Over the route's rate limit; the client may try again after this many seconds.
+    RateLimited {
+        retry_after: u64,
+    },
     Unreachable,
     Timeout,
     Status(u16),
@@ -71,6 +79,17 @@ impl Error {
     }
     pub fn method_not_allowed(message: impl Into<String>) -> Self {
         Self::new(Kind::MethodNotAllowed, message)
+    }
+    /// The client sent no API key (`presented: false`) or one the route does not know.
+    pub fn unauthorized(presented: bool) -> Self {
+        Self::new(
+            Kind::Unauthorized { presented },
+            "Missing or invalid API key",
+        )
+    }
+    /// The client made more requests than the route allows; it may try again after `retry_after` seconds.
+    pub fn rate_limited(retry_after: u64) -> Self {
+        Self::new(Kind::RateLimited { retry_after }, "Rate limit exceeded")
     }
     /// The client asked the proxy to reach somewhere the route's policy does not allow.
     pub fn forbidden(message: impl Into<String>) -> Self {
@@ -138,10 +157,12 @@ impl Error {
             Kind::BadRequest
             | Kind::NotFound
             | Kind::MethodNotAllowed
+            | Kind::Unauthorized { .. }
             | Kind::Forbidden
             | Kind::UnsupportedMediaType
             | Kind::PayloadTooLarge
-            | Kind::RequestTimeout => Source::Client,
+            | Kind::RequestTimeout
+            | Kind::RateLimited { .. } => Source::Client,
             Kind::Unreachable
             | Kind::Timeout
             | Kind::Status(_)
@@ -159,6 +180,20 @@ impl Error {
     }
     pub fn is_upstream(&self) -> bool {
         self.source() == Source::Upstream
+    }
+    pub fn is_unauthorized(&self) -> bool {
+        matches!(self.inner.kind, Kind::Unauthorized { .. })
+    }
+    /// Whether a refused client sent a key at all (the challenge then names the error, RFC 6750 §3.1).
+    pub fn presented_credentials(&self) -> bool {
+        matches!(self.inner.kind, Kind::Unauthorized { presented: true })
+    }
+    /// For a rate-limited client: after how many seconds it may try again.
+    pub fn retry_after(&self) -> Option<u64> {
+        match self.inner.kind {
+            Kind::RateLimited { retry_after } => Some(retry_after),
+            _ => None,
+        }
     }
     pub fn is_forbidden(&self) -> bool {
         self.inner.kind == Kind::Forbidden
@@ -189,10 +224,12 @@ impl Error {
             Kind::BadRequest => "INVALID_REQUEST",
             Kind::NotFound => "NOT_FOUND",
             Kind::MethodNotAllowed => "METHOD_NOT_ALLOWED",
+            Kind::Unauthorized { .. } => "UNAUTHORIZED",
             Kind::Forbidden => "FORBIDDEN",
             Kind::UnsupportedMediaType => "UNSUPPORTED_MEDIA_TYPE",
             Kind::PayloadTooLarge => "PAYLOAD_TOO_LARGE",
             Kind::RequestTimeout => "REQUEST_TIMEOUT",
+            Kind::RateLimited { .. } => "RATE_LIMITED",
             Kind::Unreachable => "UPSTREAM_UNREACHABLE",
             Kind::Timeout => "UPSTREAM_TIMEOUT",
             Kind::Status(_) => "UPSTREAM_HTTP_ERROR",
@@ -212,10 +249,12 @@ impl Error {
             Kind::BadRequest => S::BAD_REQUEST,
             Kind::NotFound => S::NOT_FOUND,
             Kind::MethodNotAllowed => S::METHOD_NOT_ALLOWED,
+            Kind::Unauthorized { .. } => S::UNAUTHORIZED,
             Kind::Forbidden => S::FORBIDDEN,
             Kind::UnsupportedMediaType => S::UNSUPPORTED_MEDIA_TYPE,
             Kind::PayloadTooLarge => S::PAYLOAD_TOO_LARGE,
             Kind::RequestTimeout => S::REQUEST_TIMEOUT,
+            Kind::RateLimited { .. } => S::TOO_MANY_REQUESTS,
             Kind::Timeout => S::GATEWAY_TIMEOUT,
             Kind::Unreachable | Kind::Status(_) | Kind::Malformed | Kind::Eof | Kind::Agent(_) => {
                 S::BAD_GATEWAY

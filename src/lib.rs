@@ -5,6 +5,7 @@
 //! [`protocol`] decodes into it and encodes from it, and [`translate`] runs a turn between the two faces.
 
 pub mod answers;
+pub mod auth;
 pub mod body;
 pub mod config;
 pub mod cors;

@@ -7,6 +7,7 @@ use http::{Request, Response};
 use hyper::body::Incoming;
 
 use crate::answers::AnswerWords;
+use crate::auth::Access;
 use crate::body::{Body, BodyLimit};
 use crate::config::RouteConfig;
 use crate::cors::Cors;
@@ -23,6 +24,8 @@ pub struct Route {
     pub body_limit: BodyLimit,
     pub inbound: Inbound,
     pub translator: Arc<Translator>,
+    /// Who may use the route and how often; each inbound asks it where its protocol needs a client.
+    pub access: Arc<Access>,
     cors: Cors,
 }
 
@@ -49,6 +52,7 @@ impl Route {
                         &config.translate.rejection_words,
                     )),
             ),
+            access: Arc::new(Access::new(config)),
             cors: Cors::new(&config.cors_origins),
         })
     }

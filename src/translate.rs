@@ -78,14 +78,19 @@ impl Translator {
         &self.outbound
     }
 
-    /// The interrupt `interrupt_id` if the conversation waits on it: for an inbound whose answers take a
-    /// shape that depends on what was asked. (Inbounds without tenants: the record of the empty tenant.)
+    /// The interrupt `interrupt_id` if the tenant's conversation waits on it: for an inbound whose answers
+    /// take a shape that depends on what was asked.
     pub async fn pending_interrupt(
         &self,
+        tenant: &str,
         conversation: &str,
         interrupt_id: &str,
     ) -> Option<Interrupt> {
-        let record = self.store.load(&self.key("", conversation)).await.ok()??;
+        let record = self
+            .store
+            .load(&self.key(tenant, conversation))
+            .await
+            .ok()??;
         record
             .pending_interrupts
             .into_iter()

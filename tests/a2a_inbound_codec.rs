@@ -83,7 +83,7 @@ fn script(events: Vec<Event>, then_hang: bool) -> BoxStream<'static, Event> {
 }
 
 async fn call_with(inbound: &Inbound, body: &str, events: BoxStream<'static, Event>) -> Answer {
-    let response = inbound.call(body.as_bytes(), move |_turn| events).await;
+    let response = inbound.call(body.as_bytes(), "", move |_turn| events).await;
     let status = response.status().as_u16();
     let content_type = response
         .headers()
@@ -511,6 +511,7 @@ async fn a_message_becomes_a_delta_turn_in_its_context_and_an_answer_resumes_the
     let answer = inbound
         .call(
             send(message).to_string().as_bytes(),
+            "",
             run(paused_run("int-9")),
         )
         .await;
@@ -538,6 +539,7 @@ async fn a_message_becomes_a_delta_turn_in_its_context_and_an_answer_resumes_the
     let answer = inbound
         .call(
             send(reply).to_string().as_bytes(),
+            "",
             run(completed_run(&["ok"])),
         )
         .await;

@@ -1,5 +1,6 @@
 //! A hostile client against the proxy, over real sockets: request forgery through CMDC callback tools, forged
-//! calls of the CMDC outbound's callback endpoint, cross-origin browsers, and secrets in error messages.
+//! calls of the CMDC outbound's callback endpoint, cross-origin browsers, secrets in error messages, and
+//! clients without a key, with another tenant's ids, or with more requests than a route allows.
 //!
 //! Every target here is on 127.0.0.0/8: addresses elsewhere (169.254.169.254, 10.x, ...) are only ever handed
 //! to the proxy to be refused by its policy before any socket opens (src/egress.rs has the unit tests that
@@ -481,4 +482,433 @@ async fn an_unreachable_upstreams_key_in_its_url_reaches_neither_client_nor_log(
         "the failure was logged: {logged}"
     );
     assert!(!logged.contains("secret"), "{logged}");
+}
+
+// --- Who may use a route: API keys, tenants, rate limits ----------------------------------------------------
+
+/// Two tenants, and a second key of the first.
+const KEYS: &str =
+    "[routes.api_keys]\n\"sk-a\" = \"acme\"\n\"sk-a2\" = \"acme\"\n\"sk-b\" = \"globex\"\n";
+
+/// An echo route at `/r` served by `inbound`, with `extra` route keys.
+async fn echo_route(inbound: &str, extra: &str) -> Proxy {
+    Proxy::start(&format!(
+        "[[routes]]\nname = \"r\"\npath = \"/r\"\ninbound = \"{inbound}\"\noutbound = \"echo\"\n{extra}"
+    ))
+    .await
+}
+
+/// `method /r<path>` with a JSON body (none when null) and `headers`.
+async fn call_with(
+    proxy: &Proxy,
+    method: Method,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &Value,
+) -> Response {
+    let mut request = Request::builder()
+        .method(method)
+        .uri(proxy.url(&format!("/r{path}")));
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    let body = if body.is_null() {
+        Bytes::new()
+    } else {
+        request = request.header("content-type", "application/json");
+        Bytes::from(body.to_string())
+    };
+    send(request.body(Full::new(body)).expect("a request")).await
+}
+
+/// What one inbound's client sends to do something, and how the inbound refuses a missing key.
+struct Face {
+    inbound: &'static str,
+    path: &'static str,
+    body: Value,
+    /// The status of a request that was served.
+    served: StatusCode,
+    /// The whole 401 body, in the inbound's own shape.
+    unauthorized: Value,
+}
+
+fn faces() -> Vec<Face> {
+    let http_error =
+        json!({"error": {"code": "UNAUTHORIZED", "message": "Missing or invalid API key"}});
+    vec![
+        Face {
+            inbound: "ag-ui",
+            path: "",
+            body: json!({"threadId": "t1", "runId": "r1",
+                         "messages": [{"id": "u1", "role": "user", "content": "hi"}]}),
+            served: StatusCode::OK,
+            unauthorized: http_error.clone(),
+        },
+        Face {
+            inbound: "ag-kit",
+            path: "/send-message",
+            body: json!({"messages": [{"role": "user", "content": "hi"}], "conversationId": "c1"}),
+            served: StatusCode::OK,
+            unauthorized: http_error,
+        },
+        Face {
+            inbound: "agentscope",
+            path: "/process",
+            body: json!({"input": [{"type": "message", "role": "user",
+                                    "content": [{"type": "text", "text": "hi"}]}], "session_id": "s1"}),
+            served: StatusCode::OK,
+            unauthorized: json!({"detail": "Missing or invalid API key"}),
+        },
+        Face {
+            inbound: "a2a",
+            path: "",
+            body: a2a_call("message/send", json!({"message": a2a_message("hi")})),
+            served: StatusCode::OK,
+            unauthorized: json!({"jsonrpc": "2.0", "id": null,
+                                 "error": {"code": -32050, "message": "Missing or invalid API key"}}),
+        },
+        Face {
+            inbound: "cmdc",
+            path: "/v1/sessions",
+            body: json!({"model": "m"}),
+            served: StatusCode::CREATED,
+            unauthorized: json!({"error": "unauthorized", "message": "Missing or invalid API key"}),
+        },
+    ]
+}
+
+fn a2a_message(text: &str) -> Value {
+    json!({"kind": "message", "role": "user", "messageId": message_id(), "parts": [{"kind": "text", "text": text}]})
+}
+
+fn a2a_call(method: &str, params: Value) -> Value {
+    json!({"jsonrpc": "2.0", "id": "1", "method": method, "params": params})
+}
+
+fn message_id() -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    format!("m{}", NEXT.fetch_add(1, Ordering::Relaxed))
+}
+
+#[tokio::test]
+async fn every_inbound_refuses_a_missing_or_wrong_key_in_its_own_shape_and_serves_a_right_one() {
+    for face in faces() {
+        let proxy = echo_route(face.inbound, KEYS).await;
+        let post = |headers: &'static [(&'static str, &'static str)]| {
+            call_with(&proxy, Method::POST, face.path, headers, &face.body)
+        };
+
+        let missing = post(&[]).await;
+        assert_eq!(missing.status, StatusCode::UNAUTHORIZED, "{}", face.inbound);
+        assert_eq!(
+            missing.header("www-authenticate"),
+            r#"Bearer realm="agent-bridge""#,
+            "{}",
+            face.inbound
+        );
+        assert_eq!(missing.json().await, face.unauthorized, "{}", face.inbound);
+
+        let wrong = post(&[("x-api-key", "sk-guess")]).await;
+        assert_eq!(wrong.status, StatusCode::UNAUTHORIZED, "{}", face.inbound);
+        assert_eq!(
+            wrong.header("www-authenticate"),
+            r#"Bearer realm="agent-bridge", error="invalid_token""#,
+            "{}",
+            face.inbound
+        );
+        assert_eq!(wrong.json().await, face.unauthorized, "{}", face.inbound);
+
+        // The header name in any case (A2A's vendor spells it X-API-KEY), or a bearer token.
+        for right in [
+            &[("X-API-KEY", "sk-a")][..],
+            &[("authorization", "Bearer sk-b")],
+        ] {
+            let served = call_with(&proxy, Method::POST, face.path, right, &face.body).await;
+            assert_eq!(served.status, face.served, "{} {right:?}", face.inbound);
+            let body = String::from_utf8_lossy(&served.bytes().await).into_owned();
+            assert!(
+                body.contains("hi") || face.inbound == "cmdc",
+                "{}: the echo agent answered: {body}",
+                face.inbound
+            );
+        }
+    }
+}
+
+/// The `data:` payloads of an SSE answer, as text.
+async fn data_frames(response: Response) -> Vec<String> {
+    let mut stream = response.sse();
+    let mut frames = Vec::new();
+    while let Some(data) = stream.next_data().await {
+        frames.push(data);
+    }
+    frames
+}
+
+#[tokio::test]
+async fn an_ag_kit_conversation_id_of_one_tenant_does_not_reach_anothers_conversation() {
+    let proxy = &echo_route("ag-kit", KEYS).await;
+    let as_tenant = |key: &'static str, body: Value| async move {
+        call_with(
+            proxy,
+            Method::POST,
+            "/send-message",
+            &[("x-api-key", key)],
+            &body,
+        )
+        .await
+    };
+    let asked = as_tenant(
+        "sk-a",
+        json!({"messages": [{"role": "user", "content": "/ask Which city?"}], "conversationId": "c1"}),
+    )
+    .await;
+    let frames = data_frames(asked).await;
+    let interrupt: Value = serde_json::from_str(&frames[0]).expect("an interrupt frame");
+    assert_eq!(interrupt["type"], "interrupt", "{frames:?}");
+    let interrupt_id = interrupt["id"].as_str().unwrap().to_owned();
+    let resume = json!({"resume": {"interruptId": interrupt_id, "payload": "{\"response\":\"Paris\"}"},
+                        "conversationId": "c1"});
+
+    // Tenant B names A's conversation and interrupt: its conversation c1 waits on nothing.
+    let stolen = as_tenant("sk-b", resume.clone()).await;
+    assert_eq!(stolen.status, StatusCode::BAD_REQUEST);
+    let refused = stolen.json().await;
+    assert!(
+        refused["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("is not pending"),
+        "{refused}"
+    );
+
+    // A's conversation still waits, and A's other key is the same tenant.
+    let answered = data_frames(as_tenant("sk-a2", resume).await).await;
+    let said: String = answered
+        .iter()
+        .filter_map(|data| serde_json::from_str::<Value>(data).ok())
+        .filter_map(|frame| frame["content"].as_str().map(str::to_owned))
+        .collect();
+    assert_eq!(said, "You answered: Paris", "{answered:?}");
+}
+
+#[tokio::test]
+async fn an_a2a_task_of_one_tenant_is_not_found_by_another() {
+    let proxy = &echo_route("a2a", KEYS).await;
+    let rpc = |key: &'static str, body: Value| async move {
+        call_with(proxy, Method::POST, "", &[("x-api-key", key)], &body)
+            .await
+            .json()
+            .await
+    };
+    let sent = rpc(
+        "sk-a",
+        a2a_call("message/send", json!({"message": a2a_message("hi")})),
+    )
+    .await;
+    let task_id = sent["result"]["id"].as_str().expect("a task").to_owned();
+    let context_id = sent["result"]["contextId"].as_str().unwrap().to_owned();
+
+    let get = a2a_call("tasks/get", json!({"id": task_id}));
+    assert_eq!(rpc("sk-b", get.clone()).await["error"]["code"], -32001);
+    let cancel = a2a_call("tasks/cancel", json!({"id": task_id}));
+    assert_eq!(rpc("sk-b", cancel).await["error"]["code"], -32001);
+    // A client-chosen id that another tenant's task holds is not B's to take either.
+    let mut taken = a2a_message("again");
+    taken["taskId"] = json!(task_id);
+    let reuse = rpc("sk-b", a2a_call("message/send", json!({"message": taken}))).await;
+    assert_eq!(reuse["error"]["code"], -32001, "{reuse}");
+    // B's message in A's context is a context of B's own.
+    let mut same_context = a2a_message("mine");
+    same_context["contextId"] = json!(context_id);
+    let own = rpc(
+        "sk-b",
+        a2a_call("message/send", json!({"message": same_context})),
+    )
+    .await;
+    assert_ne!(own["result"]["id"], json!(task_id));
+
+    let mine = rpc("sk-a2", get).await;
+    assert_eq!(mine["result"]["id"], json!(task_id));
+    assert_eq!(mine["result"]["status"]["state"], "completed");
+}
+
+#[tokio::test]
+async fn the_a2a_card_advertises_the_api_key_scheme_only_when_keys_are_set() {
+    let open = echo_route("a2a", "").await;
+    let keyed = echo_route("a2a", KEYS).await;
+    for card in ["agent.json", "agent-card.json"] {
+        let path = format!("/.well-known/{card}");
+        let plain = call_with(&open, Method::GET, &path, &[], &Value::Null).await;
+        let plain = plain.json().await;
+        assert_eq!(plain["security"], json!([]), "{card}");
+        assert!(plain.get("securitySchemes").is_none(), "{card}");
+
+        // Public without card_auth.
+        let secured = call_with(&keyed, Method::GET, &path, &[], &Value::Null).await;
+        assert_eq!(secured.status, StatusCode::OK);
+        let secured = secured.json().await;
+        assert_eq!(
+            secured["securitySchemes"],
+            json!({"apiKey": {"type": "apiKey", "in": "header", "name": "X-API-KEY"}}),
+            "{card}"
+        );
+        assert_eq!(secured["security"], json!([{"apiKey": []}]), "{card}");
+    }
+}
+
+#[tokio::test]
+async fn card_auth_makes_the_a2a_card_need_a_key() {
+    let proxy = echo_route("a2a", &format!("card_auth = true\n{KEYS}")).await;
+    let card = "/.well-known/agent-card.json";
+    let refused = call_with(&proxy, Method::GET, card, &[], &Value::Null).await;
+    assert_eq!(refused.status, StatusCode::UNAUTHORIZED);
+    assert!(refused.header("www-authenticate").starts_with("Bearer"));
+    assert_eq!(refused.json().await["error"]["code"], "UNAUTHORIZED");
+    let shown = call_with(
+        &proxy,
+        Method::GET,
+        card,
+        &[("x-api-key", "sk-a")],
+        &Value::Null,
+    )
+    .await;
+    assert_eq!(shown.status, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn rotating_keys_on_an_open_route_does_not_escape_its_rate_limit() {
+    let proxy = echo_route("ag-ui", "rate_limit = 2\n").await;
+    let body = &faces()[0].body;
+    for key in ["k1", "k2"] {
+        let served = call_with(&proxy, Method::POST, "", &[("x-api-key", key)], body).await;
+        assert_eq!(served.status, StatusCode::OK);
+    }
+    let limited = call_with(&proxy, Method::POST, "", &[("x-api-key", "k3")], body).await;
+    assert_eq!(limited.status, StatusCode::TOO_MANY_REQUESTS);
+    let retry: u64 = limited.header("retry-after").parse().expect("Retry-After");
+    assert!(retry >= 1);
+    assert_eq!(limited.json().await["error"]["code"], "RATE_LIMITED");
+}
+
+#[tokio::test]
+async fn a_wrong_key_flood_is_answered_429_once_over_rate_limit_ip() {
+    let proxy = echo_route("a2a", &format!("rate_limit_ip = 5\n{KEYS}")).await;
+    let body = a2a_call("message/send", json!({"message": a2a_message("hi")}));
+    let mut statuses = Vec::new();
+    for attempt in 0..40 {
+        let key = format!("sk-guess-{attempt}");
+        let request = Request::builder()
+            .method(Method::POST)
+            .uri(proxy.url("/r"))
+            .header("content-type", "application/json")
+            .header("x-api-key", key)
+            .body(Full::new(Bytes::from(body.to_string())))
+            .unwrap();
+        let answer = send(request).await;
+        statuses.push(answer.status.as_u16());
+        if answer.status == StatusCode::TOO_MANY_REQUESTS {
+            assert!(answer.header("retry-after").parse::<u64>().unwrap() >= 1);
+            let error = answer.json().await;
+            assert_eq!(error["error"]["code"], -32051, "{error}");
+            assert_eq!(error["id"], Value::Null);
+        }
+    }
+    assert_eq!(statuses[..5], [401; 5]);
+    assert!(statuses[5..].iter().all(|&s| s == 429), "{statuses:?}");
+    // A client with a right key is not held back by the guesses.
+    let served = call_with(&proxy, Method::POST, "", &[("x-api-key", "sk-a")], &body).await;
+    assert_eq!(served.status, StatusCode::OK);
+    assert!(served.json().await["result"]["id"].is_string());
+}
+
+type Ws =
+    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+
+/// The next frame that answers an action (an ack or an error), skipping the run's events.
+async fn action_reply(ws: &mut Ws) -> Value {
+    use futures_util::StreamExt;
+    loop {
+        let message = support::within("a WebSocket frame", ws.next())
+            .await
+            .expect("the socket is open")
+            .expect("a frame");
+        if let tokio_tungstenite::tungstenite::Message::Text(text) = message {
+            let frame: Value = serde_json::from_str(text.as_str()).expect("JSON frames");
+            if frame.get("event").is_none() {
+                return frame;
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn the_rate_limit_counts_websocket_actions_and_refuses_those_over_it() {
+    use futures_util::SinkExt;
+    let proxy = echo_route("cmdc", &format!("rate_limit = 6\n{KEYS}")).await;
+    // The session is made with the tenant's other key, whose budget is its own.
+    let created = call_with(
+        &proxy,
+        Method::POST,
+        "/v1/sessions",
+        &[("x-api-key", "sk-a2")],
+        &json!({"model": "m"}),
+    )
+    .await;
+    let session = created.json().await["sessionId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    // The handshake is the key's first request of the minute.
+    let url = format!(
+        "ws://{}/r/v1/sessions/{session}/ws?api_key=sk-a",
+        proxy.addr()
+    );
+    let (mut ws, _) = support::within("the handshake", tokio_tungstenite::connect_async(url))
+        .await
+        .expect("the WebSocket connects");
+    let prompt = json!({"action": "prompt", "text": "hi"}).to_string();
+    for n in 1..=5 {
+        ws.send(tokio_tungstenite::tungstenite::Message::text(
+            prompt.clone(),
+        ))
+        .await
+        .unwrap();
+        assert_eq!(
+            action_reply(&mut ws).await,
+            json!({"ok": true, "action": "prompt"}),
+            "prompt {n}"
+        );
+    }
+    ws.send(tokio_tungstenite::tungstenite::Message::text(prompt))
+        .await
+        .unwrap();
+    let refused = action_reply(&mut ws).await;
+    assert_eq!(refused["error"], "rate_limited", "{refused}");
+    assert!(refused["retryAfter"].as_u64().unwrap() >= 1);
+
+    // Five prompts ran; the sixth never did.
+    let user_messages = || async {
+        let messages = call_with(
+            &proxy,
+            Method::GET,
+            &format!("/v1/sessions/{session}/messages"),
+            &[("x-api-key", "sk-a2")],
+            &Value::Null,
+        )
+        .await
+        .json()
+        .await;
+        let users = messages["messages"].as_array().unwrap().iter();
+        users.filter(|m| m["role"] == "user").count()
+    };
+    support::within("the five runs", async {
+        while user_messages().await < 5 {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    assert_eq!(user_messages().await, 5);
 }

@@ -4,9 +4,14 @@
 //! Defaults when the route says nothing: the route name as the card name, a description naming the route,
 //! version `1.0.0`, and one skill named after the route. A skill without a description gets its name; a
 //! skill without tags gets its id as the one tag (the seed vendor shows tags; the schema requires the field).
+//!
+//! A route with `[routes.api_keys]` advertises the vendor's scheme (§4.1): `securitySchemes: {"apiKey":
+//! {"type":"apiKey","in":"header","name":"X-API-KEY"}}` and `security: [{"apiKey": []}]`; an open route says
+//! `security: []`.
 
 use http::header::HOST;
 use http::{HeaderMap, Request};
+use serde_json::{json, Map};
 
 use super::wire;
 use crate::config::RouteConfig;
@@ -41,7 +46,12 @@ pub struct CardTemplate {
     description: String,
     version: String,
     skills: Vec<wire::AgentSkill>,
+    /// The route takes only clients with an API key.
+    api_key: bool,
 }
+
+/// The name of the card's one security scheme.
+const API_KEY_SCHEME: &str = "apiKey";
 
 impl CardTemplate {
     pub fn new(route: &RouteConfig) -> Self {
@@ -92,6 +102,7 @@ impl CardTemplate {
             description,
             version,
             skills,
+            api_key: !route.api_keys.is_empty(),
         }
     }
 
@@ -112,9 +123,15 @@ impl CardTemplate {
             default_output_modes: vec!["text/plain".to_owned()],
             skills: self.skills.clone(),
             preferred_transport: Some("JSONRPC".to_owned()),
-            security_schemes: None,
-            // No auth is configured on routes yet.
-            security: Some(Vec::new()),
+            security_schemes: self.api_key.then(|| {
+                let scheme = json!({"type": "apiKey", "in": "header", "name": "X-API-KEY"});
+                Map::from_iter([(API_KEY_SCHEME.to_owned(), scheme)])
+            }),
+            security: Some(if self.api_key {
+                vec![json!({ API_KEY_SCHEME: [] })]
+            } else {
+                Vec::new()
+            }),
         }
     }
 }

@@ -21,6 +21,12 @@
 //! - A message for a task that is still running: -32602 (only a paused task takes another message).
 //! - `configuration.pushNotificationConfig` on a message: -32003, like the push-config methods.
 //! - The card and unknown paths answer errors as `{"error":{"code","message"}}`, like the server.
+//! - Auth (`[routes.api_keys]`, src/auth.rs): a JSON-RPC call without a known key (`X-API-KEY`, any case, or
+//!   `Authorization: Bearer`) is HTTP 401 with `WWW-Authenticate` and the body
+//!   `{"jsonrpc":"2.0","id":null,"error":{"code":-32050,"message":"Missing or invalid API key"}}`, before the
+//!   body is read; over a rate limit it is HTTP 429 with `Retry-After` and code -32051. The card stays public
+//!   unless the route sets `card_auth` (then 401 `{"error":{"code":"UNAUTHORIZED",…}}`).
+//! - Tasks and contexts belong to the tenant whose key created them: another tenant's task id is -32001.
 
 use std::future::{pending, ready};
 use std::sync::Arc;
@@ -41,6 +47,7 @@ use super::message_from_wire;
 use super::rpc::{self, Envelope, RpcError};
 use super::tasks::{self, Cancel, Registry, Started, Subscription, Update};
 use super::wire::{self, RequestId, StreamResult};
+use crate::auth::{self, KeySources};
 use crate::body::{self, Body};
 use crate::config::RouteConfig;
 use crate::error::Error;
@@ -57,6 +64,8 @@ const CANCEL_WAIT: Duration = Duration::from_secs(5);
 
 pub struct Inbound {
     card: CardTemplate,
+    /// The card needs an API key too (`card_auth`).
+    card_auth: bool,
     options: EncodeOptions,
     /// A client that leaves a `message/stream` or blocking `message/send` cancels the task (the design's
     /// default; `specs/a2a.md` §4.5 would offer keeping it running for `tasks/resubscribe` as a route option).
@@ -75,6 +84,7 @@ impl Inbound {
     pub fn new(route: &RouteConfig) -> Self {
         Self {
             card: CardTemplate::new(route),
+            card_auth: route.card_auth,
             options: EncodeOptions {
                 status_message: route.translate.a2a_status_message,
                 tool_activity: false,
@@ -110,12 +120,21 @@ impl Inbound {
         if let Err(error) = body::expect_method(request, Method::GET) {
             return plain_error(&error, "GET");
         }
+        if self.card_auth {
+            if let Err(error) = route.access.admit(request, KeySources::Headers) {
+                return plain_error(&error, "GET");
+            }
+        }
         let url = format!("{}{}", card::origin(request), route.path);
         let json = serde_json::to_vec(&self.card.render(url, version)).unwrap_or_default();
         body::json_response(StatusCode::OK, json)
     }
 
     async fn rpc_endpoint(&self, request: Request<Incoming>, route: &Route) -> Response<Body> {
+        let caller = match route.access.admit(&request, KeySources::Headers) {
+            Ok(caller) => caller,
+            Err(error) => return http_rpc_error(&error),
+        };
         if let Err(error) = body::expect_method(&request, Method::POST)
             .and_then(|()| body::expect_json(request.headers()))
         {
@@ -126,13 +145,14 @@ impl Inbound {
             Err(error) => return http_rpc_error(&error),
         };
         let translator = Arc::clone(&route.translator);
-        self.call(&bytes, move |turn| translator.start(turn)).await
+        self.call(&bytes, &caller.tenant, move |turn| translator.start(turn))
+            .await
     }
 
-    /// Answers one JSON-RPC request body. `start` runs a turn and returns its canonical events (RunStarted
+    /// Answers one JSON-RPC request body of `tenant`'s client. `start` runs a turn and returns its canonical events (RunStarted
     /// first, one terminal last; dropping the stream cancels the run): the route's translator, or a script in
     /// tests.
-    pub async fn call<F, S>(&self, body: &[u8], start: F) -> Response<Body>
+    pub async fn call<F, S>(&self, body: &[u8], tenant: &str, start: F) -> Response<Body>
     where
         F: FnOnce(Turn) -> S,
         S: Stream<Item = Event> + Send + Unpin + 'static,
@@ -142,27 +162,27 @@ impl Inbound {
             Err((id, error)) => return json_error(&id, &error),
         };
         match method.as_str() {
-            "message/send" => match self.send(params, start).await {
+            "message/send" => match self.send(tenant, params, start).await {
                 Ok(task) => json_result(&id, &task),
                 Err(error) => json_error(&id, &error),
             },
-            "message/stream" => match self.stream(&id, params, start) {
+            "message/stream" => match self.stream(&id, tenant, params, start) {
                 Ok(frames) => sse_reply(frames),
                 Err(error) => sse_error(&id, &error),
             },
             "tasks/get" => {
                 let task = rpc::params::<wire::TaskQueryParams>(params)
-                    .and_then(|p| self.tasks.get(&p.id, p.history_length));
+                    .and_then(|p| self.tasks.get(tenant, &p.id, p.history_length));
                 match task {
                     Ok(task) => json_result(&id, &task),
                     Err(error) => json_error(&id, &error),
                 }
             }
-            "tasks/cancel" => match self.cancel(params, start).await {
+            "tasks/cancel" => match self.cancel(tenant, params, start).await {
                 Ok(task) => json_result(&id, &task),
                 Err(error) => json_error(&id, &error),
             },
-            "tasks/resubscribe" => match self.resubscribe(&id, params) {
+            "tasks/resubscribe" => match self.resubscribe(&id, tenant, params) {
                 Ok(frames) => sse_reply(frames),
                 Err(error) => sse_error(&id, &error),
             },
@@ -176,6 +196,7 @@ impl Inbound {
     /// Checks a message, registers its task and starts the run.
     fn accept<F, S>(
         &self,
+        tenant: &str,
         params: Option<Value>,
         start: F,
         primary: Option<mpsc::Sender<Arc<StreamResult>>>,
@@ -194,7 +215,7 @@ impl Inbound {
         {
             return Err(RpcError::push_not_supported());
         }
-        let started = self.tasks.begin(params.message.clone())?;
+        let started = self.tasks.begin(tenant, params.message.clone())?;
         let turn = turn_for(&started, params.message);
         let events = start(turn);
         let Started {
@@ -207,7 +228,9 @@ impl Inbound {
         } = started;
         // A blocking `message/send` subscribes before the run starts, so that it misses nothing.
         let waits = primary.is_none() && configuration.blocking != Some(false);
-        let updates = waits.then(|| self.tasks.subscribe(&task_id)).transpose()?;
+        let updates = waits
+            .then(|| self.tasks.subscribe(tenant, &task_id))
+            .transpose()?;
         let runner = Runner {
             tasks: Arc::clone(&self.tasks),
             encoder: Encoder::new(&task_id, &context_id, self.options),
@@ -219,6 +242,7 @@ impl Inbound {
         };
         tokio::spawn(runner.run(events));
         Ok(Accepted {
+            tenant: tenant.to_owned(),
             task: tasks::with_history_length(task, configuration.history_length),
             task_id,
             generation,
@@ -228,12 +252,17 @@ impl Inbound {
     }
 
     /// `message/send`: the final (or paused) task; with `blocking:false` the task as it starts.
-    async fn send<F, S>(&self, params: Option<Value>, start: F) -> Result<wire::Task, RpcError>
+    async fn send<F, S>(
+        &self,
+        tenant: &str,
+        params: Option<Value>,
+        start: F,
+    ) -> Result<wire::Task, RpcError>
     where
         F: FnOnce(Turn) -> S,
         S: Stream<Item = Event> + Send + Unpin + 'static,
     {
-        let accepted = self.accept(params, start, None)?;
+        let accepted = self.accept(tenant, params, start, None)?;
         let Some(Subscription::Live { mut updates, .. }) = accepted.updates else {
             return Ok(accepted.task);
         };
@@ -251,13 +280,15 @@ impl Inbound {
             }
         }
         guard.armed = false;
-        self.tasks.get(&accepted.task_id, accepted.history_length)
+        self.tasks
+            .get(&accepted.tenant, &accepted.task_id, accepted.history_length)
     }
 
     /// `message/stream`: the task as it starts, then the run's results as they come.
     fn stream<F, S>(
         &self,
         id: &RequestId,
+        tenant: &str,
         params: Option<Value>,
         start: F,
     ) -> Result<impl Stream<Item = Bytes> + Send + 'static, RpcError>
@@ -266,7 +297,7 @@ impl Inbound {
         S: Stream<Item = Event> + Send + Unpin + 'static,
     {
         let (sender, mut receiver) = mpsc::channel::<Arc<StreamResult>>(EVENT_BUFFER);
-        let accepted = self.accept(params, start, Some(sender))?;
+        let accepted = self.accept(tenant, params, start, Some(sender))?;
         let first = result_frame(id, &StreamResult::Task(accepted.task));
         let id = id.clone();
         let rest = futures_util::stream::poll_fn(move |cx| receiver.poll_recv(cx))
@@ -277,7 +308,12 @@ impl Inbound {
     /// `tasks/cancel`: the canceled task. A paused task has no run to stop, but its upstream still waits for
     /// an answer: a turn that declines the interrupt tells it (an A2A upstream gets `tasks/cancel`), waited
     /// for (bounded) so that the client's next message finds the conversation without the paused task.
-    async fn cancel<F, S>(&self, params: Option<Value>, start: F) -> Result<wire::Task, RpcError>
+    async fn cancel<F, S>(
+        &self,
+        tenant: &str,
+        params: Option<Value>,
+        start: F,
+    ) -> Result<wire::Task, RpcError>
     where
         F: FnOnce(Turn) -> S,
         S: Stream<Item = Event> + Send + Unpin + 'static,
@@ -285,11 +321,12 @@ impl Inbound {
         let wire::TaskIdParams { id } = rpc::params(params)?;
         // A run may pause or end while it is told to stop: look again (bounded).
         for _ in 0..3 {
-            match self.tasks.cancel(&id) {
+            match self.tasks.cancel(tenant, &id) {
                 Cancel::Done(result) => return result.map(|task| *task),
                 Cancel::Declined { task, interrupt_id } => {
                     let turn = Turn {
                         conversation: task.context_id.clone(),
+                        tenant: tenant.to_owned(),
                         run_id: task.id.clone(),
                         history: History::Delta,
                         resume: vec![Resume {
@@ -310,7 +347,7 @@ impl Inbound {
                 Cancel::Wait(mut done) => {
                     // Resolves with an error when the run ends.
                     let _ = tokio::time::timeout(CANCEL_WAIT, done.changed()).await;
-                    let task = self.tasks.get(&id, None)?;
+                    let task = self.tasks.get(tenant, &id, None)?;
                     match task.status.state {
                         wire::TaskState::Canceled => return Ok(task),
                         state if state.is_terminal() => {
@@ -330,11 +367,12 @@ impl Inbound {
     fn resubscribe(
         &self,
         id: &RequestId,
+        tenant: &str,
         params: Option<Value>,
     ) -> Result<impl Stream<Item = Bytes> + Send + 'static, RpcError> {
         let wire::TaskIdParams { id: task_id } = rpc::params(params)?;
         let (sender, mut receiver) = mpsc::channel::<Bytes>(EVENT_BUFFER);
-        match self.tasks.subscribe(&task_id)? {
+        match self.tasks.subscribe(tenant, &task_id)? {
             Subscription::Finished(update) => {
                 let frame = result_frame(id, &StreamResult::StatusUpdate(*update));
                 // A fresh channel has room for one.
@@ -359,6 +397,7 @@ impl Inbound {
 
 /// A message the registry took, its run started.
 struct Accepted {
+    tenant: String,
     /// The task as it starts, `historyLength` applied.
     task: wire::Task,
     task_id: String,
@@ -420,6 +459,7 @@ fn turn_for(started: &Started, message: wire::Message) -> Turn {
     };
     Turn {
         conversation: started.context_id.clone(),
+        tenant: started.tenant.clone(),
         run_id: started.task_id.clone(),
         messages,
         history: History::Delta,
@@ -648,20 +688,26 @@ fn sse_error(id: &RequestId, error: &RpcError) -> Response<Body> {
 
 /// A refusal before the body was read, on a JSON-RPC path: the HTTP status, a JSON-RPC error body.
 fn http_rpc_error(error: &Error) -> Response<Body> {
-    let json = rpc::error_json(
-        &RequestId::Null,
-        &RpcError::invalid_request(error.message()),
-    );
-    body::with_allow(body::json_response(error.http_status(), json), "POST")
+    let rpc_error = if error.is_unauthorized() {
+        RpcError::unauthorized(error.message())
+    } else if error.retry_after().is_some() {
+        RpcError::rate_limited(error.message())
+    } else {
+        RpcError::invalid_request(error.message())
+    };
+    let json = rpc::error_json(&RequestId::Null, &rpc_error);
+    let response = body::with_allow(body::json_response(error.http_status(), json), "POST");
+    auth::with_refusal_headers(response, error)
 }
 
 /// `{"error":{"code","message"}}` with the error's HTTP status (card and unknown paths).
 fn plain_error(error: &Error, allow: &'static str) -> Response<Body> {
     let json = serde_json::json!({"error": {"code": error.code(), "message": error.message()}});
-    body::with_allow(
+    let response = body::with_allow(
         body::json_response(error.http_status(), json.to_string().into_bytes()),
         allow,
-    )
+    );
+    auth::with_refusal_headers(response, error)
 }
 
 #[cfg(test)]
@@ -701,10 +747,11 @@ mod tests {
     fn a_continuing_message_answers_the_interrupt_with_its_text() {
         let registry = Registry::new();
         let mut started = registry
-            .begin(message(
-                json!({"kind": "message", "role": "user", "messageId": "m",
-                                   "parts": [{"kind": "text", "text": "Paris"}]}),
-            ))
+            .begin(
+                "",
+                message(json!({"kind": "message", "role": "user", "messageId": "m",
+                                   "parts": [{"kind": "text", "text": "Paris"}]})),
+            )
             .unwrap();
         started.resume = Some("int-1".into());
         let turn = turn_for(
@@ -730,13 +777,14 @@ mod tests {
     async fn a_lagging_subscriber_is_resynchronised_from_the_task() {
         let tasks = Arc::new(Registry::new());
         let started = tasks
-            .begin(message(
-                json!({"kind": "message", "role": "user", "messageId": "m",
-                                   "parts": [{"kind": "text", "text": "hi"}]}),
-            ))
+            .begin(
+                "",
+                message(json!({"kind": "message", "role": "user", "messageId": "m",
+                                   "parts": [{"kind": "text", "text": "hi"}]})),
+            )
             .unwrap();
         let (task_id, context_id) = (started.task_id.clone(), started.context_id.clone());
-        let Ok(Subscription::Live { updates, after }) = tasks.subscribe(&task_id) else {
+        let Ok(Subscription::Live { updates, after }) = tasks.subscribe("", &task_id) else {
             panic!("a live run");
         };
         let mut encoder = Encoder::new(&task_id, &context_id, EncodeOptions::default());

@@ -71,6 +71,16 @@ impl RpcError {
         )
     }
 
+    /// No API key, or one the route does not know (agent-bridge's own code, HTTP 401).
+    pub fn unauthorized(message: &str) -> Self {
+        Self::new(code::UNAUTHORIZED, message)
+    }
+
+    /// Over the route's rate limit (agent-bridge's own code, HTTP 429 with `Retry-After`).
+    pub fn rate_limited(message: &str) -> Self {
+        Self::new(code::RATE_LIMITED, message)
+    }
+
     pub fn push_not_supported() -> Self {
         Self::new(
             code::PUSH_NOTIFICATION_NOT_SUPPORTED,

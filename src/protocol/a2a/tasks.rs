@@ -3,6 +3,8 @@
 //! interrupt a paused task waits on, and, while a run goes on, its cancel handle and live fan-out.
 //!
 //! Choices:
+//! - Per tenant: another tenant's task is not found (-32001), even when a client chose its id, and contexts
+//!   are looked up per tenant.
 //! - In memory, per route: tasks are the inbound's own bookkeeping, not conversation state an upstream needs,
 //!   and a live run (its cancel handle, its subscribers) cannot outlive the process anyway.
 //! - Bounded: an entry expires after [`IDLE_TTL`] without use, and the registry holds at most [`MAX_TASKS`];
@@ -39,13 +41,15 @@ pub struct Registry {
 
 struct Tasks {
     tasks: HashMap<String, Entry>,
-    /// The latest task of each context.
-    contexts: HashMap<String, String>,
+    /// The latest task of each (tenant, context).
+    contexts: HashMap<(String, String), String>,
     next_generation: u64,
     last_sweep: Instant,
 }
 
 struct Entry {
+    /// Whose task it is; nobody else sees it.
+    tenant: String,
     task: wire::Task,
     /// The canonical interrupt a paused task waits on.
     interrupt_id: Option<String>,
@@ -85,6 +89,7 @@ pub fn is_final(result: &StreamResult) -> bool {
 
 /// A run the registry accepted: what the runner needs.
 pub struct Started {
+    pub tenant: String,
     pub task_id: String,
     pub context_id: String,
     pub generation: u64,
@@ -147,7 +152,7 @@ impl Registry {
     /// Accepts a message: a new task, or the continuation of a paused one (its `taskId`, or only its
     /// `contextId` when that context's latest task is paused). A `taskId` that names no task yet is the id
     /// the client chose for a new task (what the A2A TCK and clients that pick their own ids expect).
-    pub fn begin(&self, mut message: wire::Message) -> Result<Started, RpcError> {
+    pub fn begin(&self, tenant: &str, mut message: wire::Message) -> Result<Started, RpcError> {
         let mut tasks = self.lock();
         let now = Instant::now();
         tasks.sweep(now);
@@ -155,6 +160,9 @@ impl Registry {
         let message_context = message.context_id.take().filter(|id| !id.is_empty());
         let continued = match (&message_task, &message_context) {
             (Some(task_id), _) => match tasks.tasks.get(task_id) {
+                Some(entry) if entry.tenant != tenant => {
+                    return Err(RpcError::task_not_found(task_id))
+                }
                 Some(entry) => {
                     entry.check_continuable(message_context.as_deref())?;
                     Some(task_id.clone())
@@ -164,12 +172,15 @@ impl Registry {
                     None
                 }
             },
-            (None, Some(context_id)) => tasks.contexts.get(context_id).cloned().filter(|id| {
-                tasks
-                    .tasks
-                    .get(id)
-                    .is_some_and(|entry| entry.run.is_none() && entry.task.status.state.is_paused())
-            }),
+            (None, Some(context_id)) => tasks
+                .contexts
+                .get(&(tenant.to_owned(), context_id.clone()))
+                .cloned()
+                .filter(|id| {
+                    tasks.tasks.get(id).is_some_and(|entry| {
+                        entry.run.is_none() && entry.task.status.state.is_paused()
+                    })
+                }),
             (None, None) => None,
         };
         let task_id = match continued {
@@ -178,9 +189,10 @@ impl Registry {
                 tasks.make_room()?;
                 let task_id = message_task.unwrap_or_else(|| new_id("task"));
                 let context_id = message_context.unwrap_or_else(|| new_id("ctx"));
-                tasks
-                    .tasks
-                    .insert(task_id.clone(), Entry::new(&task_id, context_id, now));
+                tasks.tasks.insert(
+                    task_id.clone(),
+                    Entry::new(tenant, &task_id, context_id, now),
+                );
                 task_id
             }
         };
@@ -204,6 +216,7 @@ impl Registry {
             done: watch::channel(()).0,
         });
         let started = Started {
+            tenant: tenant.to_owned(),
             task_id: task_id.clone(),
             context_id: context_id.clone(),
             generation,
@@ -211,7 +224,9 @@ impl Registry {
             resume: entry.interrupt_id.take(),
             cancel,
         };
-        tasks.contexts.insert(context_id, task_id);
+        tasks
+            .contexts
+            .insert((tenant.to_owned(), context_id), task_id);
         Ok(started)
     }
 
@@ -266,10 +281,11 @@ impl Registry {
     }
 
     /// `tasks/cancel`: a running task is told to stop (wait, then read it); a paused one is canceled here.
-    pub fn cancel(&self, task_id: &str) -> Cancel {
+    pub fn cancel(&self, tenant: &str, task_id: &str) -> Cancel {
         let mut tasks = self.lock();
-        let Some(entry) = tasks.tasks.get_mut(task_id) else {
-            return Cancel::Done(Err(RpcError::task_not_found(task_id)));
+        let entry = match tasks.entry(tenant, task_id) {
+            Ok(entry) => entry,
+            Err(error) => return Cancel::Done(Err(error)),
         };
         entry.touched = Instant::now();
         let state = entry.task.status.state;
@@ -294,23 +310,22 @@ impl Registry {
     }
 
     /// The task as `tasks/get` shows it, with at most `history_length` messages of history.
-    pub fn get(&self, task_id: &str, history_length: Option<u64>) -> Result<wire::Task, RpcError> {
+    pub fn get(
+        &self,
+        tenant: &str,
+        task_id: &str,
+        history_length: Option<u64>,
+    ) -> Result<wire::Task, RpcError> {
         let mut tasks = self.lock();
-        let entry = tasks
-            .tasks
-            .get_mut(task_id)
-            .ok_or_else(|| RpcError::task_not_found(task_id))?;
+        let entry = tasks.entry(tenant, task_id)?;
         entry.touched = Instant::now();
         Ok(with_history_length(entry.task.clone(), history_length))
     }
 
     /// The task's updates from now on, or its status when no run goes on.
-    pub fn subscribe(&self, task_id: &str) -> Result<Subscription, RpcError> {
+    pub fn subscribe(&self, tenant: &str, task_id: &str) -> Result<Subscription, RpcError> {
         let mut tasks = self.lock();
-        let entry = tasks
-            .tasks
-            .get_mut(task_id)
-            .ok_or_else(|| RpcError::task_not_found(task_id))?;
+        let entry = tasks.entry(tenant, task_id)?;
         entry.touched = Instant::now();
         Ok(match &mut entry.run {
             Some(run) => Subscription::Live {
@@ -368,6 +383,14 @@ fn check_client_task_id(task_id: &str) -> Result<(), RpcError> {
 }
 
 impl Tasks {
+    /// The tenant's task `task_id`; another tenant's is not found.
+    fn entry(&mut self, tenant: &str, task_id: &str) -> Result<&mut Entry, RpcError> {
+        self.tasks
+            .get_mut(task_id)
+            .filter(|entry| entry.tenant == tenant)
+            .ok_or_else(|| RpcError::task_not_found(task_id))
+    }
+
     /// Drops tasks idle for longer than [`IDLE_TTL`] (at most once per [`SWEEP_EVERY`]).
     fn sweep(&mut self, now: Instant) {
         if now.duration_since(self.last_sweep) < SWEEP_EVERY {
@@ -397,8 +420,9 @@ impl Tasks {
             })?;
         tracing::debug!(task_id = %oldest, "a2a: task registry full; least recently used task dropped");
         if let Some(entry) = self.tasks.remove(&oldest) {
-            if self.contexts.get(&entry.task.context_id) == Some(&oldest) {
-                self.contexts.remove(&entry.task.context_id);
+            let context = (entry.tenant, entry.task.context_id);
+            if self.contexts.get(&context) == Some(&oldest) {
+                self.contexts.remove(&context);
             }
         }
         Ok(())
@@ -406,8 +430,9 @@ impl Tasks {
 }
 
 impl Entry {
-    fn new(task_id: &str, context_id: String, now: Instant) -> Self {
+    fn new(tenant: &str, task_id: &str, context_id: String, now: Instant) -> Self {
         Self {
+            tenant: tenant.to_owned(),
             task: wire::Task {
                 kind: wire::TaskKind::Task,
                 id: task_id.to_owned(),
@@ -621,10 +646,10 @@ mod tests {
     #[test]
     fn history_length_keeps_the_latest_messages() {
         let registry = Registry::new();
-        let started = registry.begin(user("a")).unwrap();
-        let task = registry.get(&started.task_id, Some(0)).unwrap();
+        let started = registry.begin("", user("a")).unwrap();
+        let task = registry.get("", &started.task_id, Some(0)).unwrap();
         assert!(task.history.is_empty());
-        let task = registry.get(&started.task_id, None).unwrap();
+        let task = registry.get("", &started.task_id, None).unwrap();
         assert_eq!(task.history.len(), 1);
         assert_eq!(
             task.history[0].task_id.as_deref(),
@@ -636,14 +661,14 @@ mod tests {
     fn a_paused_task_continues_by_task_id_or_by_context_id() {
         let registry = Registry::new();
         let first = registry
-            .begin(with_ids(user("a"), None, Some("ctx-1")))
+            .begin("", with_ids(user("a"), None, Some("ctx-1")))
             .unwrap();
         assert_eq!(first.context_id, "ctx-1");
         let paused = status(&first.task_id, "ctx-1", TaskState::InputRequired, true);
         assert!(registry.apply(&first.task_id, first.generation, &paused, Some("int-1")));
 
         let second = registry
-            .begin(with_ids(user("b"), None, Some("ctx-1")))
+            .begin("", with_ids(user("b"), None, Some("ctx-1")))
             .unwrap();
         assert_eq!(second.task_id, first.task_id);
         assert_eq!(second.resume.as_deref(), Some("int-1"));
@@ -651,12 +676,12 @@ mod tests {
 
         // Running now: neither path continues it; the context starts a new task.
         let err = registry
-            .begin(with_ids(user("c"), Some(&first.task_id), None))
+            .begin("", with_ids(user("c"), Some(&first.task_id), None))
             .err()
             .unwrap();
         assert!(err.message.contains("is submitted"), "{}", err.message);
         let third = registry
-            .begin(with_ids(user("c"), None, Some("ctx-1")))
+            .begin("", with_ids(user("c"), None, Some("ctx-1")))
             .unwrap();
         assert_ne!(third.task_id, first.task_id);
         assert_eq!(third.resume, None);
@@ -666,26 +691,29 @@ mod tests {
     fn a_task_id_the_client_chose_names_a_new_task_when_it_is_safe() {
         let registry = Registry::new();
         let started = registry
-            .begin(with_ids(user("a"), Some("client-task:1"), Some("ctx-9")))
+            .begin(
+                "",
+                with_ids(user("a"), Some("client-task:1"), Some("ctx-9")),
+            )
             .unwrap();
         assert_eq!(started.task_id, "client-task:1");
         assert_eq!(started.context_id, "ctx-9");
         assert_eq!(started.resume, None);
         assert_eq!(
-            registry.get("client-task:1", None).unwrap().context_id,
+            registry.get("", "client-task:1", None).unwrap().context_id,
             "ctx-9"
         );
 
         for unsafe_id in ["a/b", "white space", "ü", &"x".repeat(129)] {
             let err = registry
-                .begin(with_ids(user("a"), Some(unsafe_id), None))
+                .begin("", with_ids(user("a"), Some(unsafe_id), None))
                 .err()
                 .unwrap();
             assert_eq!(err.code, wire::code::INVALID_PARAMS, "{unsafe_id}");
-            assert!(registry.get(unsafe_id, None).is_err());
+            assert!(registry.get("", unsafe_id, None).is_err());
         }
         assert!(registry
-            .begin(with_ids(user("a"), Some(&"x".repeat(128)), None))
+            .begin("", with_ids(user("a"), Some(&"x".repeat(128)), None))
             .is_ok());
     }
 
@@ -693,12 +721,12 @@ mod tests {
     fn a_task_of_another_context_is_refused() {
         let registry = Registry::new();
         let first = registry
-            .begin(with_ids(user("a"), None, Some("ctx-1")))
+            .begin("", with_ids(user("a"), None, Some("ctx-1")))
             .unwrap();
         let paused = status(&first.task_id, "ctx-1", TaskState::InputRequired, true);
         registry.apply(&first.task_id, first.generation, &paused, Some("int-1"));
         let err = registry
-            .begin(with_ids(user("b"), Some(&first.task_id), Some("ctx-2")))
+            .begin("", with_ids(user("b"), Some(&first.task_id), Some("ctx-2")))
             .err()
             .unwrap();
         assert_eq!(err.code, wire::code::INVALID_PARAMS);
@@ -709,16 +737,16 @@ mod tests {
     fn terminal_and_unknown_tasks_are_refused() {
         let registry = Registry::new();
         assert_eq!(
-            registry.get("nope", None).err(),
+            registry.get("", "nope", None).err(),
             Some(RpcError::task_not_found("nope"))
         );
         assert!(
-            matches!(registry.cancel("nope"), Cancel::Done(Err(e)) if e == RpcError::task_not_found("nope"))
+            matches!(registry.cancel("", "nope"), Cancel::Done(Err(e)) if e == RpcError::task_not_found("nope"))
         );
         assert!(
-            matches!(registry.subscribe("nope"), Err(e) if e == RpcError::task_not_found("nope"))
+            matches!(registry.subscribe("", "nope"), Err(e) if e == RpcError::task_not_found("nope"))
         );
-        let started = registry.begin(user("a")).unwrap();
+        let started = registry.begin("", user("a")).unwrap();
         let done = status(
             &started.task_id,
             &started.context_id,
@@ -727,14 +755,14 @@ mod tests {
         );
         registry.apply(&started.task_id, started.generation, &done, None);
         let err = registry
-            .begin(with_ids(user("b"), Some(&started.task_id), None))
+            .begin("", with_ids(user("b"), Some(&started.task_id), None))
             .err()
             .unwrap();
         assert_eq!(
             err,
             RpcError::terminal(&started.task_id, TaskState::Completed)
         );
-        assert!(matches!(registry.cancel(&started.task_id),
+        assert!(matches!(registry.cancel("", &started.task_id),
             Cancel::Done(Err(e)) if e.code == wire::code::TASK_NOT_CANCELABLE));
         // A stale run's results are ignored.
         assert!(!registry.apply(&started.task_id, started.generation, &done, None));
@@ -743,8 +771,9 @@ mod tests {
     #[test]
     fn final_updates_end_the_run_and_reach_subscribers() {
         let registry = Registry::new();
-        let started = registry.begin(user("a")).unwrap();
-        let Ok(Subscription::Live { mut updates, after }) = registry.subscribe(&started.task_id)
+        let started = registry.begin("", user("a")).unwrap();
+        let Ok(Subscription::Live { mut updates, after }) =
+            registry.subscribe("", &started.task_id)
         else {
             panic!("live")
         };
@@ -766,14 +795,14 @@ mod tests {
         assert_eq!(updates.try_recv().unwrap().seq, 1);
         assert!(updates.try_recv().unwrap().is_final());
         assert!(matches!(
-            registry.subscribe(&started.task_id),
+            registry.subscribe("", &started.task_id),
             Ok(Subscription::Finished(update)) if update.is_final && update.status.state == TaskState::Completed
         ));
         // A dropped run (no final) fails the task.
-        let next = registry.begin(user("b")).unwrap();
+        let next = registry.begin("", user("b")).unwrap();
         registry.finish(&next.task_id, next.generation);
         assert_eq!(
-            registry.get(&next.task_id, None).unwrap().status.state,
+            registry.get("", &next.task_id, None).unwrap().status.state,
             TaskState::Failed
         );
     }
@@ -781,11 +810,14 @@ mod tests {
     #[test]
     fn cancel_signals_a_running_task_and_cancels_a_paused_one_at_once() {
         let registry = Registry::new();
-        let mut started = registry.begin(user("a")).unwrap();
-        assert!(matches!(registry.cancel(&started.task_id), Cancel::Wait(_)));
+        let mut started = registry.begin("", user("a")).unwrap();
+        assert!(matches!(
+            registry.cancel("", &started.task_id),
+            Cancel::Wait(_)
+        ));
         assert_eq!(started.cancel.try_recv(), Ok(CancelReason::Request));
 
-        let other = registry.begin(user("b")).unwrap();
+        let other = registry.begin("", user("b")).unwrap();
         let paused = status(
             &other.task_id,
             &other.context_id,
@@ -793,7 +825,7 @@ mod tests {
             true,
         );
         registry.apply(&other.task_id, other.generation, &paused, Some("int"));
-        match registry.cancel(&other.task_id) {
+        match registry.cancel("", &other.task_id) {
             Cancel::Declined { task, interrupt_id } => {
                 assert_eq!(task.status.state, TaskState::Canceled);
                 assert_eq!(interrupt_id, "int", "the upstream is told");

@@ -141,6 +141,10 @@ pub mod code {
     pub const UNSUPPORTED_OPERATION: i64 = -32004;
     pub const CONTENT_TYPE_NOT_SUPPORTED: i64 = -32005;
     pub const INVALID_AGENT_RESPONSE: i64 = -32006;
+    /// agent-bridge's own, in the server range clear of A2A's codes: no or a wrong API key (HTTP 401).
+    pub const UNAUTHORIZED: i64 = -32050;
+    /// agent-bridge's own: over the route's rate limit (HTTP 429).
+    pub const RATE_LIMITED: i64 = -32051;
 }
 
 // --- Params ------------------------------------------------------------------------------------------------

@@ -28,6 +28,7 @@ use tokio::time::Instant;
 use tracing::debug;
 
 use super::{wire, APPROVAL, INPUT_REQUIRED, QUESTION};
+use crate::auth::KeySources;
 use crate::body::{self, Body};
 use crate::error::{Error, Result};
 use crate::model::{
@@ -68,14 +69,16 @@ impl Inbound {
                 route.path
             )));
         }
+        let caller = route.access.admit(&request, KeySources::Headers)?;
         body::expect_method(&request, Method::POST)?;
         body::expect_json(request.headers())?;
         let bytes = body::read_request(request.into_body(), route.body_limit).await?;
         let mut turn = decode(&bytes)?;
+        turn.tenant = caller.tenant;
         let translator = Arc::clone(&route.translator);
         for resume in &mut turn.resume {
             let asked = translator
-                .pending_interrupt(&turn.conversation, &resume.interrupt_id)
+                .pending_interrupt(&turn.tenant, &turn.conversation, &resume.interrupt_id)
                 .await;
             if let (Some(asked), Some(payload)) = (asked, &mut resume.payload) {
                 read_answer(&asked.kind, payload);

@@ -14,6 +14,7 @@ use serde_json::json;
 
 use super::wire::{self, TextRole};
 use super::{message_from_wire, message_to_wire, part_to_wire};
+use crate::auth::KeySources;
 use crate::body::{self, Body};
 use crate::config::{AguiInterrupts, Translate};
 use crate::error::{Error, Result};
@@ -83,10 +84,14 @@ impl Inbound {
                 request.uri().path()
             )));
         }
+        let caller = route.access.admit(&request, KeySources::Headers)?;
         body::expect_method(&request, Method::POST)?;
         body::expect_json(request.headers())?;
         let bytes = body::read_request(request.into_body(), route.body_limit).await?;
-        let turn = decode(&bytes)?;
+        let turn = Turn {
+            tenant: caller.tenant,
+            ..decode(&bytes)?
+        };
         let mut encoder = Encoder::new(&turn, &self.translate);
         let events = route.translator.start(turn);
         let frames = events.map(move |event| encoder.encode(event));

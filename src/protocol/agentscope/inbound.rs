@@ -14,7 +14,11 @@
 //!
 //! The proxy's own refusals use FastAPI's shape too: an unknown path 404 `{"detail":"Not Found"}`, a method
 //! other than POST 405 `{"detail":"Method Not Allowed"}` (with `Allow: POST`), a body larger than the route's
-//! `max_body` 413 `{"detail":"<why>"}` (the runtime has no limit).
+//! `max_body` 413 `{"detail":"<why>"}` (the runtime has no limit), a missing or wrong API key 401
+//! `{"detail":"Missing or invalid API key"}` (with `WWW-Authenticate`), too many requests 429
+//! `{"detail":"Rate limit exceeded"}` (with `Retry-After`).
+//!
+//! The run lock is per tenant: another tenant's `user_id:session_id` is another conversation.
 
 use std::collections::HashSet;
 use std::fmt::Write;
@@ -31,6 +35,7 @@ use serde_json::{json, Value};
 
 use super::encoder::{EncodeOptions, Encoder};
 use super::request::{self, Refusal};
+use crate::auth::{self, KeySources};
 use crate::body::{self, Body};
 use crate::config::RouteConfig;
 use crate::model::{Event, History, Turn};
@@ -67,6 +72,13 @@ impl Inbound {
         if !matches!(route.subpath(request.uri().path()), Some("" | "/process")) {
             return detail(StatusCode::NOT_FOUND, "Not Found");
         }
+        let caller = match route.access.admit(&request, KeySources::Headers) {
+            Ok(caller) => caller,
+            Err(error) => {
+                let refused = detail(error.http_status(), error.message());
+                return auth::with_refusal_headers(refused, &error);
+            }
+        };
         if request.method() != Method::POST {
             return body::with_allow(
                 detail(StatusCode::METHOD_NOT_ALLOWED, "Method Not Allowed"),
@@ -83,12 +95,12 @@ impl Inbound {
             return refusal(request::not_a_dict(Value::String(text)));
         }
         let translator = Arc::clone(&route.translator);
-        self.serve(&bytes, move |turn| translator.start(turn))
+        self.serve(&bytes, &caller.tenant, move |turn| translator.start(turn))
     }
 
-    /// Answers one request body. `start` runs a turn and returns its canonical events (RunStarted first, one
+    /// Answers one request body of `tenant`'s client. `start` runs a turn and returns its canonical events (RunStarted first, one
     /// terminal last; dropping the stream cancels the run): the route's translator, or a script in tests.
-    pub fn serve<F, S>(&self, body: &[u8], start: F) -> Response<Body>
+    pub fn serve<F, S>(&self, body: &[u8], tenant: &str, start: F) -> Response<Body>
     where
         F: FnOnce(Turn) -> S,
         S: Stream<Item = Event> + Send + 'static,
@@ -98,9 +110,10 @@ impl Inbound {
             Err(refused) => return refusal(refused),
         };
         accepted.turn.history = self.history;
-        let key = format!("{}:{}", accepted.user_id, accepted.session_id);
-        let Some(guard) = Running::enter(&self.running, &key) else {
-            return error_frame(&format!("Task {key} is already in RUNNING state."));
+        accepted.turn.tenant = tenant.to_owned();
+        let run = format!("{}:{}", accepted.user_id, accepted.session_id);
+        let Some(guard) = Running::enter(&self.running, (tenant.to_owned(), run.clone())) else {
+            return error_frame(&format!("Task {run} is already in RUNNING state."));
         };
         let mut encoder = Encoder::new(
             &accepted.turn,
@@ -117,18 +130,21 @@ impl Inbound {
     }
 }
 
-/// The run lock of the runtime: one streaming run per `user_id:session_id`.
+/// The run lock of the runtime: one streaming run per tenant and `user_id:session_id`.
 #[derive(Default)]
 struct Running {
-    keys: Mutex<HashSet<String>>,
+    keys: Mutex<HashSet<RunKey>>,
 }
 
+/// A tenant and a `user_id:session_id`.
+type RunKey = (String, String);
+
 impl Running {
-    fn enter(running: &Arc<Self>, key: &str) -> Option<RunGuard> {
+    fn enter(running: &Arc<Self>, key: RunKey) -> Option<RunGuard> {
         let mut keys = running.keys.lock().unwrap_or_else(|e| e.into_inner());
-        keys.insert(key.to_owned()).then(|| RunGuard {
+        keys.insert(key.clone()).then(|| RunGuard {
             running: Arc::clone(running),
-            key: key.to_owned(),
+            key,
         })
     }
 }
@@ -136,7 +152,7 @@ impl Running {
 /// Holds a key of [`Running`] until the run's event stream ends or is dropped.
 pub struct RunGuard {
     running: Arc<Running>,
-    key: String,
+    key: RunKey,
 }
 
 impl Drop for RunGuard {
@@ -268,8 +284,8 @@ mod tests {
     async fn a_second_run_of_the_same_session_is_refused_until_the_first_ends() {
         let inbound = inbound();
         let body = br#"{"input":[],"session_id":"s1","user_id":"u1"}"#;
-        let first = inbound.serve(body, |_| stream::pending::<Event>());
-        let second = inbound.serve(body, |_| stream::empty::<Event>());
+        let first = inbound.serve(body, "acme", |_| stream::pending::<Event>());
+        let second = inbound.serve(body, "acme", |_| stream::empty::<Event>());
         assert_eq!(
             second.headers()[CONTENT_TYPE],
             "text/event-stream; charset=utf-8"
@@ -278,8 +294,8 @@ mod tests {
             body_text(second).await,
             "data: {\"error\": \"Task u1:s1 is already in RUNNING state.\"}\n\n"
         );
-        // Another user of the same session is another key.
-        let other = inbound.serve(br#"{"input":[],"session_id":"s1","user_id":"u2"}"#, |_| {
+        // Another tenant's same user and session is another run.
+        let finished = || {
             stream::iter([
                 Event::RunStarted,
                 Event::RunFinished {
@@ -287,10 +303,28 @@ mod tests {
                     usage: None,
                 },
             ])
-        });
+        };
+        let tenants = inbound.serve(body, "globex", |_| finished());
+        assert!(body_text(tenants)
+            .await
+            .contains("\"status\":\"completed\""));
+        // Another user of the same session is another key.
+        let other = inbound.serve(
+            br#"{"input":[],"session_id":"s1","user_id":"u2"}"#,
+            "acme",
+            |_| {
+                stream::iter([
+                    Event::RunStarted,
+                    Event::RunFinished {
+                        outcome: Outcome::Completed,
+                        usage: None,
+                    },
+                ])
+            },
+        );
         assert!(body_text(other).await.contains("\"status\":\"completed\""));
         drop(first);
-        let third = inbound.serve(body, |_| {
+        let third = inbound.serve(body, "acme", |_| {
             stream::iter([
                 Event::RunStarted,
                 Event::RunFinished {

@@ -3,7 +3,10 @@
 //! WebSocket `GET P/v1/sessions/:id/ws?api_key=`.
 //!
 //! Choices:
-//! - a route without `[routes.api_keys]` is open: any key, or none, for one tenant (logged at start);
+//! - a route without `[routes.api_keys]` is open: any key, or none, for one tenant (src/auth.rs);
+//! - `rate_limit` counts every `/v1` request and every WebSocket action (`prompt`, `approve`, `reject`,
+//!   `respond`); an action over the limit is answered `{"error":"rate_limited","message","retryAfter"}` and
+//!   not carried out;
 //! - sessions live in memory per route and tenant; another tenant's session is a 404;
 //! - `queued:true` prompts run after the current run, each a run of its own;
 //! - `POST …/abort` (gateway 0.2; cmdc-sdk 0.1.0 only has `DELETE`) ends the running run with
@@ -13,18 +16,14 @@
 //! - a WebSocket is closed after `ws_idle` without a frame from the client (a pong counts, as in the
 //!   gateway), and with code 1009 on a message or frame larger than the route's `max_body`.
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use bytes::{Bytes, BytesMut};
 use futures_util::{stream, SinkExt, StreamExt};
-use governor::clock::{Clock, DefaultClock};
-use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
 use http::header::{self, HeaderValue, CONTENT_TYPE};
-use http::{HeaderMap, Method, Request, Response, StatusCode};
+use http::{Method, Request, Response, StatusCode};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
@@ -40,6 +39,7 @@ use tokio_tungstenite::WebSocketStream;
 use super::run::{self, Runner};
 use super::sessions::{CreateError, RegisteredTool, Session, Sessions};
 use super::wire;
+use crate::auth::{self, Access, Caller, KeySources};
 use crate::body::{self, Body, BodyLimit};
 use crate::config::{RouteConfig, DEFAULT_WS_IDLE};
 use crate::egress::{Egress, Policy, Requester};
@@ -58,9 +58,6 @@ const VERSION: &str = "0.1.0";
 const ANONYMOUS: &str = "anonymous";
 
 pub struct Inbound {
-    /// API key → tenant; empty: the route is open.
-    keys: HashMap<String, String>,
-    limiter: Option<DefaultKeyedRateLimiter<String>>,
     runner: std::sync::OnceLock<Arc<Runner>>,
     /// Where the session's callback tools are called: checked against the route's `callback_allow`.
     callbacks: Egress,
@@ -74,10 +71,9 @@ struct SocketLimits {
     max_message: usize,
 }
 
-/// A request's caller: its API key (for the meter and the rate limit) and tenant.
-struct Caller {
-    key: String,
-    tenant: String,
+/// The API key a caller's prompts and tokens are metered under (`stats.meter`).
+fn meter_key(caller: &Caller) -> &str {
+    caller.key.as_deref().unwrap_or(ANONYMOUS)
 }
 
 /// A CMDC error answer: `{"error","message"}` (+ `retryAfter` and `Retry-After` on 429). The one place
@@ -87,7 +83,9 @@ struct ApiError {
     status: StatusCode,
     code: &'static str,
     message: String,
-    retry_after: Option<u64>,
+    /// The authenticator's refusal this answers: its `retryAfter`, and its headers (`WWW-Authenticate`,
+    /// `Retry-After`).
+    refusal: Option<Error>,
 }
 
 impl ApiError {
@@ -96,7 +94,7 @@ impl ApiError {
             status,
             code,
             message: message.into(),
-            retry_after: None,
+            refusal: None,
         }
     }
     fn bad_request(message: impl Into<String>) -> Self {
@@ -104,13 +102,6 @@ impl ApiError {
     }
     fn not_found(message: impl Into<String>) -> Self {
         Self::new(StatusCode::NOT_FOUND, "not_found", message)
-    }
-    fn unauthorized() -> Self {
-        Self::new(
-            StatusCode::UNAUTHORIZED,
-            "unauthorized",
-            "Missing or invalid API key",
-        )
     }
     fn session_not_found(id: &str) -> Self {
         Self::not_found(format!("Session {id} not found"))
@@ -120,25 +111,37 @@ impl ApiError {
         let body = wire::ErrorBody {
             error: self.code.to_owned(),
             message: self.message.clone(),
-            retry_after: self.retry_after,
+            retry_after: self.refusal.as_ref().and_then(Error::retry_after),
         };
         serde_json::to_vec(&body).unwrap_or_default()
     }
 
+    /// The error frame a WebSocket action gets.
+    fn frame(&self) -> WsMessage {
+        WsMessage::text(String::from_utf8_lossy(&self.body()).into_owned())
+    }
+
     fn into_response(self) -> Response<Body> {
-        let mut response = json(self.status, self.body());
-        if let Some(seconds) = self.retry_after {
-            response
-                .headers_mut()
-                .insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+        let response = json(self.status, self.body());
+        match &self.refusal {
+            Some(refusal) => auth::with_refusal_headers(response, refusal),
+            None => response,
         }
-        response
     }
 }
 
 impl From<Error> for ApiError {
     fn from(error: Error) -> Self {
-        if error.is_client() {
+        if error.is_unauthorized() || error.retry_after().is_some() {
+            let code = if error.is_unauthorized() {
+                "unauthorized"
+            } else {
+                "rate_limited"
+            };
+            let mut answer = Self::new(error.http_status(), code, error.message());
+            answer.refusal = Some(error);
+            answer
+        } else if error.is_client() {
             Self::new(error.http_status(), "bad_request", error.message())
         } else {
             Self::new(
@@ -155,14 +158,7 @@ type Answer = Result<Response<Body>, ApiError>;
 impl Inbound {
     /// `listen` is the address the proxy listens on: callback tools never lead there.
     pub fn new(route: &RouteConfig, listen: SocketAddr) -> Self {
-        if route.api_keys.is_empty() {
-            tracing::warn!(route = %route.name, "cmdc route without [routes.api_keys]: every client is let in");
-        }
         Self {
-            keys: route.api_keys.iter().cloned().collect(),
-            limiter: route
-                .rate_limit
-                .map(|per_minute: NonZeroU32| RateLimiter::keyed(Quota::per_minute(per_minute))),
             runner: std::sync::OnceLock::new(),
             callbacks: Egress::new(
                 Policy::new(route.callback_allow.clone(), listen),
@@ -210,8 +206,12 @@ impl Inbound {
             return Err(no_route());
         }
         let ws = segments.len() == 4 && segments[3] == "ws" && method == Method::GET;
-        let caller = self.authenticate(&request, ws)?;
-        self.check_rate(&caller)?;
+        let sources = if ws {
+            KeySources::HeadersAndQuery
+        } else {
+            KeySources::Headers
+        };
+        let caller = route.access.admit(&request, sources)?;
         let runner = self.runner(route);
         match (&method, &segments[2..]) {
             (&Method::POST, []) => create(&runner, &caller, request, route.body_limit).await,
@@ -233,7 +233,7 @@ impl Inbound {
                     .text
                     .filter(|t| !t.is_empty())
                     .ok_or_else(|| ApiError::bad_request("Missing 'text' field"))?;
-                let queued = runner.prompt(&session, text, &caller.key);
+                let queued = runner.prompt(&session, text, meter_key(&caller));
                 let accepted = wire::PromptAccepted {
                     request_id: request_id(),
                     session_id: session.id.clone(),
@@ -303,7 +303,11 @@ impl Inbound {
                         format!("Session {id} not found"),
                     )
                 })?;
-                upgrade(runner, session, caller, request, self.socket)
+                let client = SocketClient {
+                    caller,
+                    access: Arc::clone(&route.access),
+                };
+                upgrade(runner, session, client, request, self.socket)
             }
             _ => Err(no_route()),
         }
@@ -321,90 +325,6 @@ impl Inbound {
             "timestamp": run::timestamp(SystemTime::now(), true),
         }))
     }
-
-    /// The caller of a `/v1` request: `X-API-Key`, `Authorization: Bearer`, or (WebSocket) `?api_key=`.
-    fn authenticate<B>(&self, request: &Request<B>, ws: bool) -> Result<Caller, ApiError> {
-        let key = api_key(request.headers()).or_else(|| {
-            ws.then(|| query_key(request.uri().query().unwrap_or("")))
-                .flatten()
-        });
-        if self.keys.is_empty() {
-            return Ok(Caller {
-                key: key.unwrap_or_else(|| ANONYMOUS.to_owned()),
-                tenant: String::new(),
-            });
-        }
-        let key = key.ok_or_else(ApiError::unauthorized)?;
-        let tenant = self.keys.get(&key).ok_or_else(ApiError::unauthorized)?;
-        Ok(Caller {
-            tenant: tenant.clone(),
-            key,
-        })
-    }
-
-    fn check_rate(&self, caller: &Caller) -> Result<(), ApiError> {
-        let Some(limiter) = &self.limiter else {
-            return Ok(());
-        };
-        limiter.check_key(&caller.key).map_err(|not_until| {
-            let wait = not_until.wait_time_from(DefaultClock::default().now());
-            let seconds = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
-            let mut error = ApiError::new(
-                StatusCode::TOO_MANY_REQUESTS,
-                "rate_limited",
-                "Rate limit exceeded",
-            );
-            error.retry_after = Some(seconds.max(1));
-            error
-        })
-    }
-}
-
-fn api_key(headers: &HeaderMap) -> Option<String> {
-    let header = |name| {
-        headers
-            .get(name)
-            .and_then(|v: &HeaderValue| v.to_str().ok())
-    };
-    if let Some(key) = header("x-api-key").filter(|k| !k.is_empty()) {
-        return Some(key.to_owned());
-    }
-    let bearer = header("authorization")?;
-    let (scheme, token) = bearer.split_once(' ')?;
-    (scheme.eq_ignore_ascii_case("bearer") && !token.trim().is_empty())
-        .then(|| token.trim().to_owned())
-}
-
-fn query_key(query: &str) -> Option<String> {
-    query.split('&').find_map(|pair| {
-        let (name, value) = pair.split_once('=')?;
-        (name == "api_key" && !value.is_empty()).then(|| percent_decode(value))
-    })
-}
-
-fn percent_decode(text: &str) -> String {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        match bytes[i] {
-            b'%' if i + 2 < bytes.len() => {
-                let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).ok();
-                match hex.and_then(|hex| u8::from_str_radix(hex, 16).ok()) {
-                    Some(byte) => {
-                        out.push(byte);
-                        i += 3;
-                        continue;
-                    }
-                    None => out.push(b'%'),
-                }
-            }
-            b'+' => out.push(b' '),
-            byte => out.push(byte),
-        }
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 fn find(runner: &Runner, caller: &Caller, id: &str) -> Result<Arc<Session>, ApiError> {
@@ -478,7 +398,7 @@ fn info(session: &Session) -> Value {
 /// Both shapes: the seed's `meter` (per API key) and the SDK's top-level fields.
 fn stats(runner: &Runner, caller: &Caller, session: &Session) -> Value {
     let mut body = info(session);
-    let meter = runner.sessions.meter(&caller.key);
+    let meter = runner.sessions.meter(meter_key(caller));
     let usage = session.state().usage;
     body["meter"] = json!({
         "promptCount": meter.prompts,
@@ -573,11 +493,17 @@ fn events(session: &Arc<Session>) -> Response<Body> {
     response
 }
 
+/// A WebSocket's client, and the gate each of its actions passes.
+struct SocketClient {
+    caller: Caller,
+    access: Arc<Access>,
+}
+
 /// `GET …/ws`: the WebSocket handshake, then the socket in a task of its own.
 fn upgrade(
     runner: Arc<Runner>,
     session: Arc<Session>,
-    caller: Caller,
+    client: SocketClient,
     mut request: Request<Incoming>,
     limits: SocketLimits,
 ) -> Answer {
@@ -603,7 +529,7 @@ fn upgrade(
                 let io = TokioIo::new(upgraded);
                 let socket =
                     WebSocketStream::from_raw_socket(io, WsRole::Server, Some(config)).await;
-                serve_socket(runner, session, caller, socket, limits.idle).await;
+                serve_socket(runner, session, client, socket, limits.idle).await;
             }
             Err(error) => tracing::debug!("WebSocket upgrade failed: {error}"),
         }
@@ -624,7 +550,7 @@ fn upgrade(
 async fn serve_socket<S>(
     runner: Arc<Runner>,
     session: Arc<Session>,
-    caller: Caller,
+    client: SocketClient,
     mut socket: WebSocketStream<S>,
     idle: Duration,
 ) where
@@ -640,9 +566,9 @@ async fn serve_socket<S>(
             incoming = socket.next() => {
                 silence.as_mut().reset(tokio::time::Instant::now() + idle);
                 match incoming {
-                    Some(Ok(WsMessage::Text(text))) => action(&runner, &session, &caller, text.as_str()),
+                    Some(Ok(WsMessage::Text(text))) => action(&runner, &session, &client, text.as_str()),
                     Some(Ok(WsMessage::Binary(bytes))) => {
-                        action(&runner, &session, &caller, &String::from_utf8_lossy(&bytes))
+                        action(&runner, &session, &client, &String::from_utf8_lossy(&bytes))
                     }
                     Some(Err(WsError::Capacity(error))) => {
                         break Some(close_frame(CloseCode::Size, &error.to_string()))
@@ -673,7 +599,12 @@ fn close_frame(code: CloseCode, reason: &str) -> CloseFrame {
 }
 
 /// One WebSocket action, and its ack or error frame.
-fn action(runner: &Arc<Runner>, session: &Arc<Session>, caller: &Caller, text: &str) -> WsMessage {
+fn action(
+    runner: &Arc<Runner>,
+    session: &Arc<Session>,
+    client: &SocketClient,
+    text: &str,
+) -> WsMessage {
     let reply = match serde_json::from_str::<Value>(text) {
         Err(_) => json!({"error": "invalid_json", "message": "Failed to parse JSON"}),
         Ok(frame) => match frame.get("action") {
@@ -682,9 +613,9 @@ fn action(runner: &Arc<Runner>, session: &Arc<Session>, caller: &Caller, text: &
             }
             Some(action) => {
                 let name = action.as_str().unwrap_or_default().to_owned();
-                match ws_action(runner, session, caller, &name, &frame) {
+                match ws_action(runner, session, client, &name, &frame) {
                     Ok(()) => json!({"ok": true, "action": name}),
-                    Err(Some(error)) => json!({"error": error.code, "message": error.message}),
+                    Err(Some(error)) => return error.frame(),
                     Err(None) => json!({"error": "unknown_action", "action": action}),
                 }
             }
@@ -693,14 +624,20 @@ fn action(runner: &Arc<Runner>, session: &Arc<Session>, caller: &Caller, text: &
     WsMessage::text(reply.to_string())
 }
 
-/// `Err(None)`: not an action of ours.
+/// `Err(None)`: not an action of ours. Each action of ours is a request against the rate limit.
 fn ws_action(
     runner: &Arc<Runner>,
     session: &Arc<Session>,
-    caller: &Caller,
+    client: &SocketClient,
     name: &str,
     frame: &Value,
 ) -> Result<(), Option<ApiError>> {
+    if matches!(name, "prompt" | "approve" | "reject" | "respond") {
+        client
+            .access
+            .charge(&client.caller)
+            .map_err(|error| Some(ApiError::from(error)))?;
+    }
     let field = |key: &str| {
         frame
             .get(key)
@@ -712,7 +649,7 @@ fn ws_action(
             let text = field("text")
                 .or_else(|| field("prompt"))
                 .ok_or_else(|| Some(ApiError::bad_request("Missing 'text' field")))?;
-            runner.prompt(session, text.to_owned(), &caller.key);
+            runner.prompt(session, text.to_owned(), meter_key(&client.caller));
             Ok(())
         }
         "approve" | "reject" => {
@@ -790,20 +727,4 @@ fn json(status: StatusCode, body: Vec<u8>) -> Response<Body> {
 
 fn ok(body: Value) -> Response<Body> {
     json(StatusCode::OK, to_vec(&body))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn keys_come_from_either_header_or_the_query() {
-        let mut headers = HeaderMap::new();
-        headers.insert("authorization", HeaderValue::from_static("Bearer sk-1"));
-        assert_eq!(api_key(&headers).as_deref(), Some("sk-1"));
-        headers.insert("x-api-key", HeaderValue::from_static("sk-2"));
-        assert_eq!(api_key(&headers).as_deref(), Some("sk-2"));
-        assert_eq!(query_key("a=1&api_key=sk%2D3").as_deref(), Some("sk-3"));
-        assert_eq!(query_key("api_key="), None);
-    }
 }
