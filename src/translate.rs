@@ -249,7 +249,8 @@ fn read_approvals(
     words: &AnswerWords,
 ) -> Option<Interrupt> {
     for answer in resume {
-        let Some(Value::String(text)) = &answer.payload else {
+        let (ResumeStatus::Resolved, Some(Value::String(text))) = (answer.status, &answer.payload)
+        else {
             continue;
         };
         let Some(asked) = waiting
