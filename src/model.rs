@@ -459,13 +459,33 @@ pub struct Artifact {
 
 /// A fresh unique id with a readable prefix (`msg_…`, `call_…`).
 pub fn new_id(prefix: &str) -> String {
-    format!("{prefix}_{}", uuid::Uuid::new_v4().simple())
+    format!("{prefix}_{}", random_hex())
+}
+
+/// 128 random bits as 32 hex digits. On an open route the ids the proxy mints are bearer capabilities:
+/// whoever knows one may use it, so none may be guessable.
+pub fn random_hex() -> String {
+    let mut bytes = [0u8; 16];
+    if getrandom::fill(&mut bytes).is_err() {
+        // The system's randomness is not expected to fail; uuid reads it the same way (122 random bits).
+        bytes = uuid::Uuid::new_v4().into_bytes();
+    }
+    bytes.iter().map(|byte| format!("{byte:02x}")).collect()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn minted_ids_carry_128_random_bits() {
+        let (a, b) = (random_hex(), random_hex());
+        assert_eq!(a.len(), 32);
+        assert!(a.bytes().all(|c| c.is_ascii_hexdigit()));
+        assert_ne!(a, b);
+        assert!(new_id("msg").starts_with("msg_"));
+    }
 
     fn resume(status: ResumeStatus, payload: Option<Value>) -> Resume {
         Resume {

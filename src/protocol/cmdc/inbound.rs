@@ -354,7 +354,8 @@ async fn create(
     let id = create
         .session_id
         .filter(|id| !id.is_empty())
-        .unwrap_or_else(|| uuid::Uuid::new_v4().simple().to_string()[..16].to_owned());
+        // 128 random bits (the gateway mints 16 hex digits): on an open route the id is the only secret.
+        .unwrap_or_else(crate::model::random_hex);
     if id.contains(['/', '?', '#', '%']) || id.chars().any(char::is_whitespace) {
         return Err(ApiError::new(
             StatusCode::UNPROCESSABLE_ENTITY,

@@ -402,7 +402,8 @@ impl Outbound {
         }
         let token = match record.upstream.get(CALLBACK_TOKEN) {
             Some(token) => token.clone(),
-            None => new_token()?,
+            // 128 random bits: the token is the callback endpoint's only credential.
+            None => crate::model::random_hex(),
         };
         record
             .upstream
@@ -679,14 +680,6 @@ fn decision(approval_id: &str) -> Result<Bytes> {
     json_body(&wire::Decision {
         approval_id: Some(approval_id.to_owned()),
     })
-}
-
-/// A fresh callback token: 128 random bits, as 32 hex digits.
-fn new_token() -> Result<String> {
-    let mut bytes = [0u8; 16];
-    getrandom::fill(&mut bytes)
-        .map_err(|e| Error::internal(format!("no randomness for a callback token: {e}")))?;
-    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }
 
 /// The `token` parameter of a callback's query ("" when absent).
@@ -1213,9 +1206,7 @@ mod tests {
 
     #[test]
     fn a_callback_is_taken_only_with_the_sessions_token_and_for_its_tools() {
-        let token = new_token().unwrap();
-        assert_eq!(token.len(), 32);
-        assert_ne!(token, new_token().unwrap());
+        let token = crate::model::random_hex();
         let (sender, _) = mpsc::channel(1);
         let listener = Listener {
             token: Some(token.clone()),
