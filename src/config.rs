@@ -121,6 +121,9 @@ pub struct Config {
     pub connections: ConnectionLimits,
     pub store: StoreConfig,
     pub routes: Vec<RouteConfig>,
+    /// `trusted_proxies`: the peers (IPs or CIDR blocks) whose `X-Forwarded-*` and `Forwarded` headers are
+    /// believed; default none, so a client cannot name its own address or the proxy's public URL.
+    pub trusted_proxies: Vec<ipnet::IpNet>,
 }
 
 /// The server-wide keys at the top level that bound connections: no route is known before a request's
@@ -231,6 +234,8 @@ pub struct RouteConfig {
     /// no CORS headers at all, so browsers keep other origins' pages from reading the answers.
     #[serde(default, deserialize_with = "de::cors_origins")]
     pub cors_origins: Vec<String>,
+    /// `[routes.jwt]`: bearer tokens signed by an identity provider admit clients too (src/auth.rs).
+    pub jwt: Option<JwtConfig>,
     /// cmdc inbound only: where the URLs clients hand over (callback tools) may lead besides the
     /// registering client's own address (src/egress.rs): IPs, CIDR blocks or host names, each with an
     /// optional `:port`.
@@ -243,6 +248,43 @@ pub struct RouteConfig {
     /// [`DEFAULT_WS_IDLE`].
     #[serde(default, deserialize_with = "de::some_duration")]
     pub ws_idle: Option<Duration>,
+}
+
+/// `[routes.jwt]`: which signed tokens admit a client, and which claim names its tenant.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JwtConfig {
+    /// The `iss` every token must carry.
+    #[serde(deserialize_with = "de::non_empty")]
+    pub issuer: String,
+    /// A value the token's `aud` (a string or a list) must hold.
+    #[serde(deserialize_with = "de::non_empty")]
+    pub audience: String,
+    /// The identity provider's key set: https, or http to a loopback host; exactly one of this and
+    /// `public_key`.
+    #[serde(default, deserialize_with = "de::jwks_url")]
+    pub jwks_url: Option<Uri>,
+    /// One PEM public key (`${VAR}` expands).
+    #[serde(default, deserialize_with = "de::expanded")]
+    pub public_key: Option<String>,
+    /// The signature algorithms accepted (`RS256`, `ES256`, `EdDSA`, ...); never `none` or HMAC.
+    #[serde(deserialize_with = "de::jwt_algorithms")]
+    pub algorithms: Vec<jsonwebtoken::Algorithm>,
+    /// The claim whose string value is the caller's tenant (default `sub`).
+    #[serde(default = "default_tenant_claim", deserialize_with = "de::non_empty")]
+    pub tenant_claim: String,
+    /// The least time between two JWKS fetches that a token with an unknown `kid` triggers (default 60s),
+    /// so that forged `kid`s cannot make the proxy hammer the identity provider.
+    #[serde(default = "default_jwks_refresh", deserialize_with = "de::duration")]
+    pub jwks_refresh: Duration,
+}
+
+fn default_tenant_claim() -> String {
+    "sub".to_owned()
+}
+
+fn default_jwks_refresh() -> Duration {
+    Duration::from_secs(60)
 }
 
 /// `ws_idle` when absent: the CMDC gateway's own WebSocket `idle_timeout`.
@@ -413,6 +455,8 @@ struct Document {
         deserialize_with = "de::max_connections"
     )]
     max_connections: usize,
+    #[serde(default, deserialize_with = "de::trusted_proxies")]
+    trusted_proxies: Vec<ipnet::IpNet>,
     #[serde(default)]
     store: StoreConfig,
     #[serde(default)]
@@ -579,7 +623,35 @@ fn validate(document: Document) -> Result<Config, Issue> {
         },
         store: document.store,
         routes: document.routes,
+        trusted_proxies: document.trusted_proxies,
     })
+}
+
+fn check_jwt(jwt: &JwtConfig, at: &KeyPath) -> Result<(), Issue> {
+    let Some(pem) = &jwt.public_key else {
+        return match jwt.jwks_url {
+            Some(_) => Ok(()),
+            None => Err(Issue::new(
+                at.clone().key("jwks_url"),
+                "required: set jwks_url or public_key",
+            )),
+        };
+    };
+    if jwt.jwks_url.is_some() {
+        return Err(Issue::new(
+            at.clone().key("public_key"),
+            "set jwks_url or public_key, not both",
+        ));
+    }
+    for &algorithm in &jwt.algorithms {
+        if crate::auth::decoding_key(pem, algorithm).is_none() {
+            return Err(Issue::new(
+                at.clone().key("public_key"),
+                format!("not a PEM public key that {algorithm:?} tokens can be checked with"),
+            ));
+        }
+    }
+    Ok(())
 }
 
 fn check_store(store: &StoreConfig) -> Result<(), Issue> {
@@ -655,12 +727,15 @@ fn check_route(route: &RouteConfig, at: &KeyPath) -> Result<(), Issue> {
                 ),
             ));
         }
-        if route.api_keys.is_empty() {
+        if route.api_keys.is_empty() && route.jwt.is_none() {
             return Err(Issue::new(
                 at.clone().key("card_auth"),
-                "needs [routes.api_keys]: a route without keys lets every client in",
+                "needs [routes.api_keys] or [routes.jwt]: a route without either lets every client in",
             ));
         }
+    }
+    if let Some(jwt) = &route.jwt {
+        check_jwt(jwt, &at.clone().key("jwt"))?;
     }
     for (index, (key, _)) in route.api_keys.iter().enumerate() {
         if route.api_keys[..index]
@@ -991,6 +1066,82 @@ mod de {
             }
         }
         Ok(origins)
+    }
+
+    /// `trusted_proxies`: IPs or CIDR blocks.
+    pub(super) fn trusted_proxies<'de, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<Vec<ipnet::IpNet>, D::Error> {
+        Vec::<String>::deserialize(d)?
+            .iter()
+            .map(|entry| {
+                entry
+                    .parse::<ipnet::IpNet>()
+                    .or_else(|_| entry.parse::<std::net::IpAddr>().map(ipnet::IpNet::from))
+                    .map_err(|_| {
+                        D::Error::custom(format!(
+                            "invalid trusted_proxies entry {entry:?} (expected an IP or a CIDR block)"
+                        ))
+                    })
+            })
+            .collect()
+    }
+
+    /// A string with `${VAR}` expanded; not quoted in messages (it may hold a secret).
+    pub(super) fn expanded<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+        let raw = String::deserialize(d)?;
+        expand_env(&raw).map(Some).map_err(D::Error::custom)
+    }
+
+    /// `jwks_url`: https, or http only to a loopback host (a key set read in the clear could be forged on
+    /// the way).
+    pub(super) fn jwks_url<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Uri>, D::Error> {
+        let raw = String::deserialize(d)?;
+        let uri: Uri = expand_env(&raw)
+            .map_err(D::Error::custom)?
+            .parse()
+            .map_err(|err| D::Error::custom(format!("invalid URL {raw:?}: {err}")))?;
+        let loopback = |host: &str| {
+            host == "localhost"
+                || host
+                    .trim_start_matches('[')
+                    .trim_end_matches(']')
+                    .parse::<std::net::IpAddr>()
+                    .is_ok_and(|ip| ip.is_loopback())
+        };
+        match (uri.scheme_str(), uri.host()) {
+            (Some("https"), Some(_)) => Ok(Some(uri)),
+            (Some("http"), Some(host)) if loopback(host) => Ok(Some(uri)),
+            (Some("http"), Some(_)) => Err(D::Error::custom(format!(
+                "{raw:?}: a key set must come over https (http only from a loopback host)"
+            ))),
+            _ => Err(D::Error::custom(format!(
+                "{raw:?} is not an absolute https:// URL"
+            ))),
+        }
+    }
+
+    /// `algorithms`: asymmetric signatures only. `none` is no signature, and an HMAC secret would be the
+    /// public key itself, which anyone can read.
+    pub(super) fn jwt_algorithms<'de, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<Vec<jsonwebtoken::Algorithm>, D::Error> {
+        use jsonwebtoken::Algorithm::{HS256, HS384, HS512};
+        let names = Vec::<String>::deserialize(d)?;
+        if names.is_empty() {
+            return Err(D::Error::custom(
+                "name at least one algorithm, e.g. [\"RS256\"]",
+            ));
+        }
+        names
+            .iter()
+            .map(|name| match name.parse() {
+                Ok(HS256 | HS384 | HS512) | Err(_) => Err(D::Error::custom(format!(
+                    "{name:?} is not accepted: expected RS256, RS384, RS512, PS256, PS384, PS512, ES256, ES384 or EdDSA"
+                ))),
+                Ok(algorithm) => Ok(algorithm),
+            })
+            .collect()
     }
 
     pub(super) fn callback_allow<'de, D: Deserializer<'de>>(
@@ -1440,6 +1591,7 @@ mod tests {
             rate_limit_ip: None,
             card_auth: false,
             cors_origins: vec![],
+            jwt: None,
             callback_allow: vec![],
             body_timeout: Duration::from_secs(30),
             ws_idle: None,
@@ -2090,6 +2242,108 @@ mod tests {
             EXTRA,
             "routes[0].callback_allow",
             "only cmdc inbound routes",
+        );
+    }
+
+    const RSA_PUBLIC_KEY: &str = include_str!("../tests/fixtures/jwt/rsa1.pub.pem");
+
+    #[test]
+    fn jwt_is_read_with_its_defaults() {
+        let text = route_with(&format!(
+            "[routes.jwt]\nissuer = \"https://auth.example\"\naudience = \"agent-bridge\"\n\
+             algorithms = [\"RS256\", \"PS256\"]\npublic_key = '''\n{RSA_PUBLIC_KEY}'''\n"
+        ));
+        let jwt = parse(&text).unwrap_or_else(|e| panic!("{e}")).routes[0]
+            .jwt
+            .clone()
+            .expect("[routes.jwt]");
+        assert_eq!(jwt.tenant_claim, "sub");
+        assert_eq!(jwt.jwks_refresh, Duration::from_secs(60));
+        assert_eq!(
+            jwt.algorithms,
+            [
+                jsonwebtoken::Algorithm::RS256,
+                jsonwebtoken::Algorithm::PS256
+            ]
+        );
+        let jwks = route_with(
+            "[routes.jwt]\nissuer = \"i\"\naudience = \"a\"\nalgorithms = [\"ES256\"]\n\
+             jwks_url = \"http://127.0.0.1:9/jwks\"\ntenant_claim = \"org\"\n",
+        );
+        let jwt = parse(&jwks).unwrap_or_else(|e| panic!("{e}")).routes[0]
+            .jwt
+            .clone()
+            .expect("[routes.jwt]");
+        assert_eq!(jwt.tenant_claim, "org");
+        assert!(jwt.public_key.is_none());
+    }
+
+    #[test]
+    fn jwt_configs_that_would_accept_forgeries_are_refused_at_load() {
+        let jwt = |body: &str| {
+            route_with(&format!(
+                "[routes.jwt]\nissuer = \"i\"\naudience = \"a\"\n{body}"
+            ))
+        };
+        let key = EXTRA + 3;
+        for algorithms in ["[\"none\"]", "[\"HS256\"]", "[\"RS256\", \"HS512\"]", "[]"] {
+            assert_error(
+                &jwt(&format!(
+                    "algorithms = {algorithms}\njwks_url = \"https://auth.example/jwks\"\n"
+                )),
+                key,
+                "routes[0].jwt.algorithms",
+                "",
+            );
+        }
+        assert_error(
+            &jwt("algorithms = [\"RS256\"]\njwks_url = \"http://auth.example/jwks\"\n"),
+            key + 1,
+            "routes[0].jwt.jwks_url",
+            "https",
+        );
+        assert_error(
+            &jwt("algorithms = [\"RS256\"]\n"),
+            EXTRA,
+            "routes[0].jwt.jwks_url",
+            "set jwks_url or public_key",
+        );
+        // An RSA key cannot check ES256 signatures.
+        assert_error(
+            &jwt(&format!(
+                "algorithms = [\"ES256\"]\npublic_key = '''\n{RSA_PUBLIC_KEY}'''\n"
+            )),
+            key + 1,
+            "routes[0].jwt.public_key",
+            "ES256",
+        );
+        assert_error(
+            &jwt("algorithms = [\"RS256\"]\npublic_key = \"x\"\njwks_url = \"https://a/j\"\n"),
+            key + 1,
+            "routes[0].jwt.public_key",
+            "not both",
+        );
+    }
+
+    #[test]
+    fn trusted_proxies_take_ips_and_cidr_blocks() {
+        let config = parse(&format!(
+            "trusted_proxies = [\"127.0.0.1\", \"10.0.0.0/8\", \"::1\"]\n{}",
+            route_with("")
+        ))
+        .unwrap_or_else(|e| panic!("{e}"));
+        let proxies: Vec<String> = config
+            .trusted_proxies
+            .iter()
+            .map(|p| p.to_string())
+            .collect();
+        assert_eq!(proxies, ["127.0.0.1/32", "10.0.0.0/8", "::1/128"]);
+        assert!(parse(&route_with("")).unwrap().trusted_proxies.is_empty());
+        assert_error(
+            &format!("trusted_proxies = [\"10.0.0.0/33\"]\n{}", route_with("")),
+            1,
+            "trusted_proxies",
+            "invalid trusted_proxies entry",
         );
     }
 

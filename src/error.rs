@@ -35,6 +35,8 @@ enum Kind {
     RateLimited {
         retry_after: u64,
     },
+    /// What decides whether a client is let in (the identity provider's key set) cannot be reached.
+    AuthUnavailable,
     Unreachable,
     Timeout,
     Status(u16),
@@ -112,6 +114,10 @@ impl Error {
         )
     }
     /// The upstream could not be reached (refused, DNS, TLS, connect timeout).
+    /// The proxy cannot tell whether the client may come in (its identity provider is unreachable).
+    pub fn auth_unavailable(message: impl Into<String>) -> Self {
+        Self::new(Kind::AuthUnavailable, message)
+    }
     pub fn upstream_unreachable(message: impl Into<String>) -> Self {
         Self::new(Kind::Unreachable, message)
     }
@@ -171,7 +177,7 @@ impl Error {
             | Kind::Agent(_)
             | Kind::Cancelled => Source::Upstream,
             Kind::Config => Source::Config,
-            Kind::Internal => Source::Internal,
+            Kind::Internal | Kind::AuthUnavailable => Source::Internal,
         }
     }
 
@@ -230,6 +236,7 @@ impl Error {
             Kind::PayloadTooLarge => "PAYLOAD_TOO_LARGE",
             Kind::RequestTimeout => "REQUEST_TIMEOUT",
             Kind::RateLimited { .. } => "RATE_LIMITED",
+            Kind::AuthUnavailable => "AUTH_UNAVAILABLE",
             Kind::Unreachable => "UPSTREAM_UNREACHABLE",
             Kind::Timeout => "UPSTREAM_TIMEOUT",
             Kind::Status(_) => "UPSTREAM_HTTP_ERROR",
@@ -259,7 +266,7 @@ impl Error {
             Kind::Unreachable | Kind::Status(_) | Kind::Malformed | Kind::Eof | Kind::Agent(_) => {
                 S::BAD_GATEWAY
             }
-            Kind::Cancelled => S::SERVICE_UNAVAILABLE,
+            Kind::Cancelled | Kind::AuthUnavailable => S::SERVICE_UNAVAILABLE,
             Kind::Config | Kind::Internal => S::INTERNAL_SERVER_ERROR,
         }
     }

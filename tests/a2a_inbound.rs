@@ -168,8 +168,14 @@ async fn a2a_card_is_served_at_both_well_known_paths_with_the_route_url() {
     assert_eq!(modern["protocolVersion"], "0.3.0");
     assert_eq!(modern["url"], base);
 
+    // Behind a proxy it trusts, the url is the one the client reached.
+    let behind = Proxy::start(&format!(
+        "trusted_proxies = [\"127.0.0.1\"]\n[[routes]]\nname = \"a2a-echo\"\npath = \"{PATH}\"\n\
+         inbound = \"a2a\"\noutbound = \"echo\"\n"
+    ))
+    .await;
     let forwarded = get(
-        &format!("{base}/.well-known/agent.json"),
+        &behind.url(&format!("{PATH}/.well-known/agent.json")),
         &[
             ("x-forwarded-proto", "https"),
             ("x-forwarded-host", "agents.example.com"),

@@ -22,6 +22,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio::sync::watch;
 
+use crate::auth::TrustedProxies;
 use crate::body::{error_response, json_response, Body};
 use crate::config::{Config, ConnectionLimits};
 use crate::error::{Error, Result};
@@ -36,9 +37,9 @@ use limits::{AcceptFailures, Slot};
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LocalAddr(pub SocketAddr);
 
-/// The remote address of the connection a request came in on (the socket's peer; `X-Forwarded-*` is not
-/// consulted), in the request's extensions: where a URL the client hands over may lead by default
-/// (src/egress.rs).
+/// The client's address, in the request's extensions: the socket's peer, or, behind one of `trusted_proxies`,
+/// the client it forwarded for (src/auth.rs, [`TrustedProxies`]). Rate limits count by it, and a URL the
+/// client hands over may lead there by default (src/egress.rs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PeerAddr(pub SocketAddr);
 
@@ -236,14 +237,14 @@ impl Connections {
     ) -> std::result::Result<(), Box<dyn std::error::Error + Send + Sync>> {
         let _ = stream.set_nodelay(true);
         let local = stream.local_addr().ok().map(LocalAddr);
-        let peer = stream.peer_addr().ok().map(PeerAddr);
+        let peer = stream.peer_addr().ok();
         let routes = Arc::clone(&self.routes);
         let service = service_fn(move |mut request: Request<Incoming>| {
             if let Some(local) = local {
                 request.extensions_mut().insert(local);
             }
             if let Some(peer) = peer {
-                request.extensions_mut().insert(peer);
+                routes.trusted_proxies.resolve(&mut request, peer);
             }
             let routes = Arc::clone(&routes);
             // Boxed: hyper keeps room for the service's future for as long as the connection lives,
@@ -398,6 +399,7 @@ pub fn shutdown_signal() -> impl Future<Output = ()> {
 /// Every route, longest path first so the most specific mount point wins.
 struct Routes {
     routes: Vec<Route>,
+    trusted_proxies: TrustedProxies,
 }
 
 impl Routes {
@@ -412,7 +414,10 @@ impl Routes {
         for route in &routes {
             tracing::info!(route = %route.name, path = %route.path, "route ready");
         }
-        Ok(Self { routes })
+        Ok(Self {
+            routes,
+            trusted_proxies: TrustedProxies::new(config.trusted_proxies.clone()),
+        })
     }
 
     async fn dispatch(&self, request: Request<Incoming>) -> Response<Body> {

@@ -6,8 +6,9 @@
 //! skill without tags gets its id as the one tag (the seed vendor shows tags; the schema requires the field).
 //!
 //! A route with `[routes.api_keys]` advertises the vendor's scheme (§4.1): `securitySchemes: {"apiKey":
-//! {"type":"apiKey","in":"header","name":"X-API-KEY"}}` and `security: [{"apiKey": []}]`; an open route says
-//! `security: []`.
+//! {"type":"apiKey","in":"header","name":"X-API-KEY"}}` and `security: [{"apiKey": []}]`; one with
+//! `[routes.jwt]` `"bearer": {"type":"http","scheme":"bearer","bearerFormat":"JWT"}`, and with both either
+//! serves (two alternatives in `security`); an open route says `security: []`.
 
 use http::header::HOST;
 use http::{HeaderMap, Request};
@@ -46,12 +47,15 @@ pub struct CardTemplate {
     description: String,
     version: String,
     skills: Vec<wire::AgentSkill>,
-    /// The route takes only clients with an API key.
+    /// The route takes clients with an API key.
     api_key: bool,
+    /// The route takes clients with a JWT bearer token.
+    bearer: bool,
 }
 
-/// The name of the card's one security scheme.
+/// The names of the card's security schemes.
 const API_KEY_SCHEME: &str = "apiKey";
+const BEARER_SCHEME: &str = "bearer";
 
 impl CardTemplate {
     pub fn new(route: &RouteConfig) -> Self {
@@ -103,6 +107,7 @@ impl CardTemplate {
             version,
             skills,
             api_key: !route.api_keys.is_empty(),
+            bearer: route.jwt.is_some(),
         }
     }
 
@@ -123,20 +128,31 @@ impl CardTemplate {
             default_output_modes: vec!["text/plain".to_owned()],
             skills: self.skills.clone(),
             preferred_transport: Some("JSONRPC".to_owned()),
-            security_schemes: self.api_key.then(|| {
-                let scheme = json!({"type": "apiKey", "in": "header", "name": "X-API-KEY"});
-                Map::from_iter([(API_KEY_SCHEME.to_owned(), scheme)])
-            }),
-            security: Some(if self.api_key {
-                vec![json!({ API_KEY_SCHEME: [] })]
-            } else {
-                Vec::new()
-            }),
+            security_schemes: (self.api_key || self.bearer).then(|| Map::from_iter(self.schemes())),
+            security: Some(
+                self.schemes()
+                    .map(|(name, _)| json!({ name: [] }))
+                    .collect(),
+            ),
         }
+    }
+
+    /// The route's security schemes by name; any one admits a client.
+    fn schemes(&self) -> impl Iterator<Item = (String, serde_json::Value)> {
+        let api_key = self.api_key.then(|| {
+            let scheme = json!({"type": "apiKey", "in": "header", "name": "X-API-KEY"});
+            (API_KEY_SCHEME.to_owned(), scheme)
+        });
+        let bearer = self.bearer.then(|| {
+            let scheme = json!({"type": "http", "scheme": "bearer", "bearerFormat": "JWT"});
+            (BEARER_SCHEME.to_owned(), scheme)
+        });
+        api_key.into_iter().chain(bearer)
     }
 }
 
-/// `scheme://host` as the client reached the proxy: `X-Forwarded-Proto`/`X-Forwarded-Host`, else
+/// `scheme://host` as the client reached the proxy: `X-Forwarded-Proto`/`X-Forwarded-Host` (which the server
+/// keeps only from `trusted_proxies`, src/auth.rs), else
 /// `Forwarded` (RFC 7239), else the request's own scheme and `Host` (or HTTP/2 authority), else the
 /// connection's local address. Values that are not a plausible scheme or host are ignored.
 pub fn origin<B>(request: &Request<B>) -> String {

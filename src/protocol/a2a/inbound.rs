@@ -103,7 +103,7 @@ impl Inbound {
         };
         match endpoint {
             Endpoint::Rpc => self.rpc_endpoint(request, route).await,
-            Endpoint::Card(version) => self.card_endpoint(&request, route, version),
+            Endpoint::Card(version) => self.card_endpoint(&request, route, version).await,
             Endpoint::Unknown => plain_error(
                 &Error::not_found(format!("no A2A endpoint at {}", request.uri().path())),
                 "GET",
@@ -111,7 +111,7 @@ impl Inbound {
         }
     }
 
-    fn card_endpoint(
+    async fn card_endpoint(
         &self,
         request: &Request<Incoming>,
         route: &Route,
@@ -121,7 +121,7 @@ impl Inbound {
             return plain_error(&error, "GET");
         }
         if self.card_auth {
-            if let Err(error) = route.access.admit(request, KeySources::Headers) {
+            if let Err(error) = route.access.admit(request, KeySources::Headers).await {
                 return plain_error(&error, "GET");
             }
         }
@@ -131,7 +131,7 @@ impl Inbound {
     }
 
     async fn rpc_endpoint(&self, request: Request<Incoming>, route: &Route) -> Response<Body> {
-        let caller = match route.access.admit(&request, KeySources::Headers) {
+        let caller = match route.access.admit(&request, KeySources::Headers).await {
             Ok(caller) => caller,
             Err(error) => return http_rpc_error(&error),
         };
@@ -692,6 +692,8 @@ fn http_rpc_error(error: &Error) -> Response<Body> {
         RpcError::unauthorized(error.message())
     } else if error.retry_after().is_some() {
         RpcError::rate_limited(error.message())
+    } else if !error.is_client() {
+        RpcError::internal(error.message())
     } else {
         RpcError::invalid_request(error.message())
     };

@@ -84,7 +84,7 @@ impl Inbound {
                 request.uri().path()
             )));
         }
-        let caller = route.access.admit(&request, KeySources::Headers)?;
+        let caller = route.access.admit(&request, KeySources::Headers).await?;
         body::expect_method(&request, Method::POST)?;
         body::expect_json(request.headers())?;
         let bytes = body::read_request(request.into_body(), route.body_limit).await?;

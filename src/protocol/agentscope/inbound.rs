@@ -72,7 +72,7 @@ impl Inbound {
         if !matches!(route.subpath(request.uri().path()), Some("" | "/process")) {
             return detail(StatusCode::NOT_FOUND, "Not Found");
         }
-        let caller = match route.access.admit(&request, KeySources::Headers) {
+        let caller = match route.access.admit(&request, KeySources::Headers).await {
             Ok(caller) => caller,
             Err(error) => {
                 let refused = detail(error.http_status(), error.message());

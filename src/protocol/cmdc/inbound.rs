@@ -211,7 +211,7 @@ impl Inbound {
         } else {
             KeySources::Headers
         };
-        let caller = route.access.admit(&request, sources)?;
+        let caller = route.access.admit(&request, sources).await?;
         let runner = self.runner(route);
         match (&method, &segments[2..]) {
             (&Method::POST, []) => create(&runner, &caller, request, route.body_limit).await,
