@@ -201,6 +201,10 @@ impl Error {
             _ => None,
         }
     }
+    /// Whether the client could not be checked (its identity provider unreachable): a 503, never a 401.
+    pub fn is_auth_unavailable(&self) -> bool {
+        self.inner.kind == Kind::AuthUnavailable
+    }
     pub fn is_forbidden(&self) -> bool {
         self.inner.kind == Kind::Forbidden
     }

@@ -912,3 +912,443 @@ async fn the_rate_limit_counts_websocket_actions_and_refuses_those_over_it() {
     tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     assert_eq!(user_messages().await, 5);
 }
+
+// --- Bearer tokens ([routes.jwt]) -----------------------------------------------------------------------------
+
+const ISSUER: &str = "https://auth.test";
+const AUDIENCE: &str = "agent-bridge";
+
+fn fixture(name: &str) -> String {
+    let path = format!("{}/tests/fixtures/jwt/{name}", env!("CARGO_MANIFEST_DIR"));
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+fn now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64
+}
+
+/// Claims good for an hour for tenant `org`, with `changes` applied (a null removes a claim).
+fn claims(org: &str, changes: Value) -> Value {
+    let mut claims = json!({"iss": ISSUER, "aud": [AUDIENCE, "other"], "sub": "user-1", "org": org,
+                            "iat": now(), "exp": now() + 3600});
+    for (name, value) in changes.as_object().unwrap() {
+        if value.is_null() {
+            claims.as_object_mut().unwrap().remove(name);
+        } else {
+            claims[name] = value.clone();
+        }
+    }
+    claims
+}
+
+/// A token signed with the private key of fixture `key` (`rsa1`, `rsa2`, `ec1`) by `algorithm`, naming `kid`.
+fn token(
+    key: &str,
+    algorithm: jsonwebtoken::Algorithm,
+    kid: Option<&str>,
+    claims: &Value,
+) -> String {
+    use jsonwebtoken::{Algorithm, EncodingKey, Header};
+    let pem = fixture(&format!("{key}.key.pem"));
+    let key = match algorithm {
+        Algorithm::ES256 => EncodingKey::from_ec_pem(pem.as_bytes()).unwrap(),
+        _ => EncodingKey::from_rsa_pem(pem.as_bytes()).unwrap(),
+    };
+    let mut header = Header::new(algorithm);
+    header.kid = kid.map(str::to_owned);
+    jsonwebtoken::encode(&header, claims, &key).unwrap()
+}
+
+fn rs256(org: &str) -> String {
+    token(
+        "rsa1",
+        jsonwebtoken::Algorithm::RS256,
+        Some("rsa1"),
+        &claims(org, json!({})),
+    )
+}
+
+/// `[routes.jwt]` with the tenant in `org`, keys from `keys` (`public_key = ...` or `jwks_url = ...`).
+fn jwt_route(algorithms: &str, keys: &str) -> String {
+    format!(
+        "[routes.jwt]\nissuer = \"{ISSUER}\"\naudience = \"{AUDIENCE}\"\nalgorithms = {algorithms}\n\
+         tenant_claim = \"org\"\n{keys}\n"
+    )
+}
+
+fn pem_key(name: &str) -> String {
+    format!(
+        "public_key = '''\n{}'''",
+        fixture(&format!("{name}.pub.pem"))
+    )
+}
+
+async fn bearer(proxy: &Proxy, face: &Face, token: &str) -> Response {
+    let authorization = format!("Bearer {token}");
+    call_with(
+        proxy,
+        Method::POST,
+        face.path,
+        &[("authorization", authorization.as_str())],
+        &face.body,
+    )
+    .await
+}
+
+#[tokio::test]
+async fn every_inbound_admits_a_valid_token_and_refuses_a_bad_one_in_its_own_shape() {
+    use jsonwebtoken::Algorithm::{ES256, HS256, RS256};
+    let rsa_public = fixture("rsa1.pub.pem");
+    let hmac_with_public_key = {
+        let header = jsonwebtoken::Header::new(HS256);
+        let key = jsonwebtoken::EncodingKey::from_secret(rsa_public.as_bytes());
+        jsonwebtoken::encode(&header, &claims("acme", json!({})), &key).unwrap()
+    };
+    let unsigned = {
+        // `{"alg":"none","typ":"JWT"}`, a good token's claims, no signature.
+        let payload = rs256("acme").split('.').nth(1).unwrap().to_owned();
+        format!("eyJhbGciOiJub25lIiwidHlwIjoiSldUIn0.{payload}.")
+    };
+    let hostile = [
+        (
+            "expired",
+            token(
+                "rsa1",
+                RS256,
+                None,
+                &claims("acme", json!({"exp": now() - 120})),
+            ),
+        ),
+        (
+            "not yet valid",
+            token(
+                "rsa1",
+                RS256,
+                None,
+                &claims("acme", json!({"nbf": now() + 120})),
+            ),
+        ),
+        (
+            "without exp",
+            token("rsa1", RS256, None, &claims("acme", json!({"exp": null}))),
+        ),
+        (
+            "wrong audience",
+            token(
+                "rsa1",
+                RS256,
+                None,
+                &claims("acme", json!({"aud": "someone-else"})),
+            ),
+        ),
+        (
+            "wrong issuer",
+            token(
+                "rsa1",
+                RS256,
+                None,
+                &claims("acme", json!({"iss": "https://evil.test"})),
+            ),
+        ),
+        (
+            "wrong key",
+            token("rsa2", RS256, None, &claims("acme", json!({}))),
+        ),
+        (
+            "no tenant",
+            token("rsa1", RS256, None, &claims("acme", json!({"org": null}))),
+        ),
+        ("alg none", unsigned),
+        ("HS256 signed with the public key", hmac_with_public_key),
+        (
+            "an ES256 token",
+            token("ec1", ES256, None, &claims("acme", json!({}))),
+        ),
+        ("garbage", "not.a.token".to_owned()),
+    ];
+    for face in faces() {
+        let proxy = echo_route(face.inbound, &jwt_route("[\"RS256\"]", &pem_key("rsa1"))).await;
+        for (what, token) in &hostile {
+            let refused = bearer(&proxy, &face, token).await;
+            assert_eq!(
+                refused.status,
+                StatusCode::UNAUTHORIZED,
+                "{} {what}",
+                face.inbound
+            );
+            assert_eq!(
+                refused.header("www-authenticate"),
+                r#"Bearer realm="agent-bridge", error="invalid_token""#,
+                "{} {what}",
+                face.inbound
+            );
+            assert_eq!(
+                refused.json().await,
+                face.unauthorized,
+                "{} {what}",
+                face.inbound
+            );
+        }
+        // Within the 60 s leeway both ways.
+        for fresh in [
+            rs256("acme"),
+            token(
+                "rsa1",
+                RS256,
+                None,
+                &claims("acme", json!({"exp": now() - 30, "nbf": now() + 30})),
+            ),
+        ] {
+            let served = bearer(&proxy, &face, &fresh).await;
+            assert_eq!(served.status, face.served, "{}", face.inbound);
+        }
+    }
+}
+
+#[tokio::test]
+async fn an_es256_key_admits_its_tokens_and_api_keys_still_work_beside_jwt() {
+    let face = &faces()[0];
+    let proxy = echo_route(
+        face.inbound,
+        &format!("{KEYS}{}", jwt_route("[\"ES256\"]", &pem_key("ec1"))),
+    )
+    .await;
+    let es256 = token(
+        "ec1",
+        jsonwebtoken::Algorithm::ES256,
+        None,
+        &claims("acme", json!({})),
+    );
+    assert_eq!(bearer(&proxy, face, &es256).await.status, StatusCode::OK);
+    assert_eq!(bearer(&proxy, face, "sk-a").await.status, StatusCode::OK);
+    assert_eq!(
+        bearer(&proxy, face, &rs256("acme")).await.status,
+        StatusCode::UNAUTHORIZED
+    );
+    let missing = call_with(&proxy, Method::POST, "", &[], &face.body).await;
+    assert_eq!(
+        missing.header("www-authenticate"),
+        r#"Bearer realm="agent-bridge""#
+    );
+}
+
+#[tokio::test]
+async fn token_tenants_are_isolated_from_each_other() {
+    let proxy = &echo_route("a2a", &jwt_route("[\"RS256\"]", &pem_key("rsa1"))).await;
+    let rpc = |org: &'static str, body: Value| async move {
+        let authorization = format!("Bearer {}", rs256(org));
+        call_with(
+            proxy,
+            Method::POST,
+            "",
+            &[("authorization", authorization.as_str())],
+            &body,
+        )
+        .await
+        .json()
+        .await
+    };
+    let sent = rpc(
+        "acme",
+        a2a_call("message/send", json!({"message": a2a_message("hi")})),
+    )
+    .await;
+    let task_id = sent["result"]["id"].as_str().expect("a task").to_owned();
+    let get = a2a_call("tasks/get", json!({"id": task_id}));
+    assert_eq!(rpc("globex", get.clone()).await["error"]["code"], -32001);
+    assert_eq!(rpc("acme", get).await["result"]["id"], json!(task_id));
+}
+
+fn jwks(keys: &[&str]) -> Reply {
+    let keys: Vec<Value> = keys
+        .iter()
+        .map(|name| serde_json::from_str(&fixture(&format!("{name}.jwk.json"))).unwrap())
+        .collect();
+    Reply::status(200)
+        .header("content-type", "application/json")
+        .body(&json!({ "keys": keys }).to_string())
+}
+
+#[tokio::test]
+async fn jwks_keys_are_fetched_cached_and_refetched_for_a_new_kid() {
+    use jsonwebtoken::Algorithm::RS256;
+    // The provider rotates: rsa1 first, then rsa1 and rsa2.
+    let provider = Upstream::serve([jwks(&["rsa1"]), jwks(&["rsa1", "rsa2"])]).await;
+    let keys = format!("jwks_url = \"{}\"\njwks_refresh = \"1ms\"", provider.url());
+    let face = &faces()[0];
+    let proxy = echo_route(face.inbound, &jwt_route("[\"RS256\"]", &keys)).await;
+    let signed_by = |key: &str| token(key, RS256, Some(key), &claims("acme", json!({})));
+
+    for _ in 0..3 {
+        assert_eq!(
+            bearer(&proxy, face, &signed_by("rsa1")).await.status,
+            StatusCode::OK
+        );
+    }
+    assert_eq!(provider.received().len(), 1, "the key set is cached");
+    assert_eq!(
+        bearer(&proxy, face, &signed_by("rsa2")).await.status,
+        StatusCode::OK
+    );
+    assert_eq!(
+        provider.received().len(),
+        2,
+        "a new kid fetches the set again"
+    );
+    // A kid the provider does not have is refused, not trusted.
+    let forged = token("rsa2", RS256, Some("rsa9"), &claims("acme", json!({})));
+    assert_eq!(
+        bearer(&proxy, face, &forged).await.status,
+        StatusCode::UNAUTHORIZED
+    );
+}
+
+#[tokio::test]
+async fn unknown_kids_refetch_the_key_set_at_most_once_per_jwks_refresh() {
+    let provider = Upstream::serve([jwks(&["rsa1"])]).await;
+    let keys = format!("jwks_url = \"{}\"", provider.url());
+    let face = &faces()[0];
+    let proxy = echo_route(face.inbound, &jwt_route("[\"RS256\"]", &keys)).await;
+    for kid in ["a", "b", "c", "d"] {
+        let forged = token(
+            "rsa1",
+            jsonwebtoken::Algorithm::RS256,
+            Some(kid),
+            &claims("acme", json!({})),
+        );
+        assert_eq!(
+            bearer(&proxy, face, &forged).await.status,
+            StatusCode::UNAUTHORIZED
+        );
+    }
+    assert_eq!(provider.received().len(), 1);
+}
+
+#[tokio::test]
+async fn an_unreachable_jwks_is_a_503_in_each_inbounds_shape_never_acceptance() {
+    let keys = format!("jwks_url = \"{}\"", Upstream::refused_url().await);
+    for face in faces() {
+        let proxy = echo_route(face.inbound, &jwt_route("[\"RS256\"]", &keys)).await;
+        let answer = bearer(&proxy, &face, &rs256("acme")).await;
+        assert_eq!(
+            answer.status,
+            StatusCode::SERVICE_UNAVAILABLE,
+            "{}",
+            face.inbound
+        );
+        let body = answer.json().await;
+        let shaped = match face.inbound {
+            "a2a" => body["error"]["code"] == -32603 && body["id"].is_null(),
+            "agentscope" => body["detail"].is_string(),
+            "cmdc" => body["error"].is_string(),
+            _ => body["error"]["code"] == "AUTH_UNAVAILABLE",
+        };
+        assert!(shaped, "{}: {body}", face.inbound);
+    }
+}
+
+#[tokio::test]
+async fn the_a2a_card_advertises_the_bearer_scheme_when_jwt_is_set() {
+    let jwt = jwt_route("[\"RS256\"]", &pem_key("rsa1"));
+    let bearer_only = echo_route("a2a", &jwt).await;
+    let both = echo_route("a2a", &format!("{KEYS}{jwt}")).await;
+    let card = |proxy| async move {
+        call_with(
+            proxy,
+            Method::GET,
+            "/.well-known/agent-card.json",
+            &[],
+            &Value::Null,
+        )
+        .await
+        .json()
+        .await
+    };
+    let bearer_scheme = json!({"type": "http", "scheme": "bearer", "bearerFormat": "JWT"});
+    let only = card(&bearer_only).await;
+    assert_eq!(only["securitySchemes"], json!({ "bearer": bearer_scheme }));
+    assert_eq!(only["security"], json!([{"bearer": []}]));
+    let either = card(&both).await;
+    assert_eq!(either["securitySchemes"]["bearer"], bearer_scheme);
+    assert_eq!(either["security"], json!([{"apiKey": []}, {"bearer": []}]));
+}
+
+// --- Forwarded headers (trusted_proxies) ----------------------------------------------------------------------
+
+/// [`echo_route`] behind `trusted_proxies = [proxy]`.
+async fn echo_route_behind(proxy: &str, inbound: &str, extra: &str) -> Proxy {
+    Proxy::start(&format!(
+        "trusted_proxies = [\"{proxy}\"]\n[[routes]]\nname = \"r\"\npath = \"/r\"\ninbound = \"{inbound}\"\n\
+         outbound = \"echo\"\n{extra}"
+    ))
+    .await
+}
+
+#[tokio::test]
+async fn forwarded_headers_steer_the_card_url_only_from_a_trusted_proxy() {
+    let forged = [
+        ("x-forwarded-proto", "https"),
+        ("x-forwarded-host", "evil.example"),
+    ];
+    let untrusted = echo_route("a2a", "").await;
+    let card = "/.well-known/agent.json";
+    let url = call_with(&untrusted, Method::GET, card, &forged, &Value::Null)
+        .await
+        .json()
+        .await["url"]
+        .clone();
+    assert_eq!(url, json!(untrusted.url("/r")));
+    let rfc = [("forwarded", "proto=https;host=evil.example")];
+    let url = call_with(&untrusted, Method::GET, card, &rfc, &Value::Null)
+        .await
+        .json()
+        .await["url"]
+        .clone();
+    assert_eq!(url, json!(untrusted.url("/r")));
+
+    let trusted = echo_route_behind("127.0.0.0/8", "a2a", "").await;
+    let url = call_with(&trusted, Method::GET, card, &forged, &Value::Null)
+        .await
+        .json()
+        .await["url"]
+        .clone();
+    assert_eq!(url, json!("https://evil.example/r"));
+}
+
+#[tokio::test]
+async fn rate_limits_count_the_forwarded_client_only_behind_a_trusted_proxy() {
+    let body = &faces()[0].body;
+    let from = |client: &'static str| [("x-forwarded-for", client)];
+    // Untrusted: a forged X-Forwarded-For buys no fresh budget.
+    let untrusted = echo_route("ag-ui", "rate_limit = 1\n").await;
+    let first = call_with(&untrusted, Method::POST, "", &from("192.0.2.1"), body).await;
+    assert_eq!(first.status, StatusCode::OK);
+    let second = call_with(&untrusted, Method::POST, "", &from("192.0.2.2"), body).await;
+    assert_eq!(second.status, StatusCode::TOO_MANY_REQUESTS);
+
+    // Trusted: each forwarded client has a budget of its own, and a client cannot pose as another by
+    // prepending addresses (the right-most untrusted one counts).
+    let trusted = echo_route_behind(
+        "127.0.0.1",
+        "ag-ui",
+        "rate_limit = 1
+",
+    )
+    .await;
+    for client in ["192.0.2.1", "192.0.2.2"] {
+        let served = call_with(&trusted, Method::POST, "", &from(client), body).await;
+        assert_eq!(served.status, StatusCode::OK, "{client}");
+    }
+    let again = call_with(
+        &trusted,
+        Method::POST,
+        "",
+        &from("192.0.2.3, 192.0.2.1"),
+        body,
+    )
+    .await;
+    assert_eq!(again.status, StatusCode::TOO_MANY_REQUESTS);
+}

@@ -143,6 +143,8 @@ impl From<Error> for ApiError {
             answer
         } else if error.is_client() {
             Self::new(error.http_status(), "bad_request", error.message())
+        } else if error.is_auth_unavailable() {
+            Self::new(error.http_status(), "unavailable", error.message())
         } else {
             Self::new(
                 StatusCode::INTERNAL_SERVER_ERROR,
