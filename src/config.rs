@@ -236,6 +236,9 @@ pub struct RouteConfig {
     pub cors_origins: Vec<String>,
     /// `[routes.jwt]`: bearer tokens signed by an identity provider admit clients too (src/auth.rs).
     pub jwt: Option<JwtConfig>,
+    /// `[routes.quota]`: what one tenant may hold at once.
+    #[serde(default)]
+    pub quota: Quota,
     /// cmdc inbound only: where the URLs clients hand over (callback tools) may lead besides the
     /// registering client's own address (src/egress.rs): IPs, CIDR blocks or host names, each with an
     /// optional `:port`.
@@ -277,6 +280,19 @@ pub struct JwtConfig {
     /// so that forged `kid`s cannot make the proxy hammer the identity provider.
     #[serde(default = "default_jwks_refresh", deserialize_with = "de::duration")]
     pub jwks_refresh: Duration,
+}
+
+/// `[routes.quota]`: per tenant of the route; absent keys: only the route-wide bounds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Quota {
+    /// cmdc inbound: sessions one tenant keeps (beyond: 422 `create_failed` `:too_many_sessions`).
+    #[serde(deserialize_with = "de::quota")]
+    pub sessions: Option<std::num::NonZeroUsize>,
+    /// a2a inbound: tasks one tenant keeps; its least recently used finished task makes room, and while every
+    /// one of them runs a new one is refused (-32051).
+    #[serde(deserialize_with = "de::quota")]
+    pub tasks: Option<std::num::NonZeroUsize>,
 }
 
 fn default_tenant_claim() -> String {
@@ -734,6 +750,20 @@ fn check_route(route: &RouteConfig, at: &KeyPath) -> Result<(), Issue> {
             ));
         }
     }
+    let quota_of = |key: &str, set: bool, inbound: Protocol| {
+        if set && route.inbound != inbound {
+            return Err(Issue::new(
+                at.clone().key("quota").key(key),
+                format!(
+                    "only {inbound} inbound routes keep {key}, not {}",
+                    route.inbound
+                ),
+            ));
+        }
+        Ok(())
+    };
+    quota_of("sessions", route.quota.sessions.is_some(), Protocol::Cmdc)?;
+    quota_of("tasks", route.quota.tasks.is_some(), Protocol::A2a)?;
     if let Some(jwt) = &route.jwt {
         check_jwt(jwt, &at.clone().key("jwt"))?;
     }
@@ -1066,6 +1096,18 @@ mod de {
             }
         }
         Ok(origins)
+    }
+
+    /// A positive count of things one tenant may hold.
+    pub(super) fn quota<'de, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<Option<std::num::NonZeroUsize>, D::Error> {
+        let n = i64::deserialize(d)?;
+        usize::try_from(n)
+            .ok()
+            .and_then(std::num::NonZeroUsize::new)
+            .map(Some)
+            .ok_or_else(|| D::Error::custom(format!("expected a positive number, not {n}")))
     }
 
     /// `trusted_proxies`: IPs or CIDR blocks.
@@ -1592,6 +1634,7 @@ mod tests {
             card_auth: false,
             cors_origins: vec![],
             jwt: None,
+            quota: Quota::default(),
             callback_allow: vec![],
             body_timeout: Duration::from_secs(30),
             ws_idle: None,
@@ -2322,6 +2365,34 @@ mod tests {
             key + 1,
             "routes[0].jwt.public_key",
             "not both",
+        );
+    }
+
+    #[test]
+    fn quotas_are_read_for_the_inbounds_that_keep_them() {
+        let cmdc = |extra: &str| route_with(extra).replace("ag-ui", "cmdc");
+        let route = &parse(&cmdc("[routes.quota]\nsessions = 3\n"))
+            .unwrap()
+            .routes[0];
+        assert_eq!(route.quota.sessions.map(|n| n.get()), Some(3));
+        assert_eq!(route.quota.tasks, None);
+        assert_error(
+            &cmdc("[routes.quota]\nsessions = 0\n"),
+            EXTRA + 1,
+            "routes[0].quota.sessions",
+            "positive",
+        );
+        assert_error(
+            &cmdc("[routes.quota]\ntasks = 3\n"),
+            EXTRA + 1,
+            "routes[0].quota.tasks",
+            "only a2a inbound routes keep tasks",
+        );
+        assert_error(
+            &cmdc("[routes.quota]\nstreams = 3\n"),
+            EXTRA + 1,
+            "routes[0].quota.streams",
+            "unknown field",
         );
     }
 

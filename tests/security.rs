@@ -1352,3 +1352,46 @@ async fn rate_limits_count_the_forwarded_client_only_behind_a_trusted_proxy() {
     .await;
     assert_eq!(again.status, StatusCode::TOO_MANY_REQUESTS);
 }
+
+// --- Quotas per tenant ([routes.quota]) -----------------------------------------------------------------------
+
+#[tokio::test]
+async fn a_tenant_over_its_session_quota_gets_cmdcs_too_many_sessions_and_others_do_not() {
+    let proxy = echo_route("cmdc", &format!("{KEYS}[routes.quota]\nsessions = 2\n")).await;
+    let create = |key: &'static str, id: &'static str| {
+        let body = json!({"model": "m", "sessionId": id});
+        let proxy = &proxy;
+        async move {
+            call_with(
+                proxy,
+                Method::POST,
+                "/v1/sessions",
+                &[("x-api-key", key)],
+                &body,
+            )
+            .await
+        }
+    };
+    for id in ["a1", "a2"] {
+        assert_eq!(create("sk-a", id).await.status, StatusCode::CREATED, "{id}");
+    }
+    // Another key of the same tenant counts against the same quota.
+    let over = create("sk-a2", "a3").await;
+    assert_eq!(over.status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(
+        over.json().await,
+        json!({"error": "create_failed", "message": ":too_many_sessions"})
+    );
+    assert_eq!(create("sk-b", "b1").await.status, StatusCode::CREATED);
+
+    let closed = call_with(
+        &proxy,
+        Method::DELETE,
+        "/v1/sessions/a1",
+        &[("x-api-key", "sk-a")],
+        &Value::Null,
+    )
+    .await;
+    assert!(closed.status.is_success(), "{}", closed.status);
+    assert_eq!(create("sk-a", "a3").await.status, StatusCode::CREATED);
+}

@@ -45,7 +45,7 @@ use super::card::{self, CardTemplate, CardVersion};
 use super::encoder::{CancelReason, EncodeOptions, Encoder};
 use super::message_from_wire;
 use super::rpc::{self, Envelope, RpcError};
-use super::tasks::{self, Cancel, Registry, Started, Subscription, Update};
+use super::tasks::{self, Bounds, Cancel, Registry, Started, Subscription, Update};
 use super::wire::{self, RequestId, StreamResult};
 use crate::auth::{self, KeySources};
 use crate::body::{self, Body};
@@ -90,7 +90,10 @@ impl Inbound {
                 tool_activity: false,
             },
             cancel_on_disconnect: true,
-            tasks: Arc::new(Registry::new()),
+            tasks: Arc::new(Registry::bounded(Bounds {
+                per_tenant: route.quota.tasks.map_or(usize::MAX, |n| n.get()),
+                ..Bounds::default()
+            })),
         }
     }
 

@@ -9,7 +9,11 @@
 //!   and a live run (its cancel handle, its subscribers) cannot outlive the process anyway.
 //! - Bounded: an entry expires after [`IDLE_TTL`] without use, and the registry holds at most [`MAX_TASKS`];
 //!   when full, the least recently used task that is not running makes room (running tasks are never
-//!   dropped; when every task runs, a new one is refused with -32603).
+//!   dropped; when every task runs, a new one is refused with -32603). The new task's tenant's own tasks go
+//!   first, so that one tenant cannot push out another's; finished tasks go before paused ones (a person may
+//!   still answer those).
+//! - Per tenant (`[routes.quota]` tasks): a tenant at its quota makes room among its own tasks the same way;
+//!   when every one of them runs, its new task is refused with -32051.
 //! - The fan-out is a broadcast channel per run, made for its first subscriber (most runs have none, and
 //!   its slots are about 10 KiB) and dropped with the run so a finished task keeps no buffer. A subscriber
 //!   that falls behind (more than [`FANOUT`] updates) is resynchronised from the stored task.
@@ -39,8 +43,27 @@ pub struct Registry {
     inner: Mutex<Tasks>,
 }
 
+/// How many tasks a registry keeps.
+#[derive(Debug, Clone, Copy)]
+pub struct Bounds {
+    /// In all.
+    pub total: usize,
+    /// Of one tenant.
+    pub per_tenant: usize,
+}
+
+impl Default for Bounds {
+    fn default() -> Self {
+        Self {
+            total: MAX_TASKS,
+            per_tenant: usize::MAX,
+        }
+    }
+}
+
 struct Tasks {
     tasks: HashMap<String, Entry>,
+    bounds: Bounds,
     /// The latest task of each (tenant, context).
     contexts: HashMap<(String, String), String>,
     next_generation: u64,
@@ -132,9 +155,14 @@ impl Default for Registry {
 
 impl Registry {
     pub fn new() -> Self {
+        Self::bounded(Bounds::default())
+    }
+
+    pub fn bounded(bounds: Bounds) -> Self {
         Self {
             inner: Mutex::new(Tasks {
                 tasks: HashMap::new(),
+                bounds,
                 contexts: HashMap::new(),
                 next_generation: 0,
                 last_sweep: Instant::now(),
@@ -186,7 +214,7 @@ impl Registry {
         let task_id = match continued {
             Some(task_id) => task_id,
             None => {
-                tasks.make_room()?;
+                tasks.make_room(tenant)?;
                 let task_id = message_task.unwrap_or_else(|| new_id("task"));
                 let context_id = message_context.unwrap_or_else(|| new_id("ctx"));
                 tasks.tasks.insert(
@@ -404,28 +432,49 @@ impl Tasks {
             .retain(|_, task_id| tasks.contains_key(task_id));
     }
 
-    /// Makes room for one more task: the least recently used task that is not running goes.
-    fn make_room(&mut self) -> Result<(), RpcError> {
-        if self.tasks.len() < MAX_TASKS {
-            return Ok(());
-        }
-        let oldest = self
-            .tasks
-            .iter()
-            .filter(|(_, entry)| entry.run.is_none())
-            .min_by_key(|(_, entry)| entry.touched)
-            .map(|(id, _)| id.clone())
-            .ok_or_else(|| {
-                RpcError::internal(format!("{MAX_TASKS} tasks are running; try again later"))
+    /// Makes room for one more task of `tenant`, within its quota and the registry's: a task that is not
+    /// running goes, `tenant`'s own before others', finished before paused, least recently used first.
+    fn make_room(&mut self, tenant: &str) -> Result<(), RpcError> {
+        let Bounds { total, per_tenant } = self.bounds;
+        let own = self.tasks.values().filter(|e| e.tenant == tenant).count();
+        if own >= per_tenant {
+            let oldest = self
+                .evictable(|entry| entry.tenant == tenant, tenant)
+                .ok_or_else(|| {
+                    RpcError::rate_limited(&format!(
+                    "{per_tenant} tasks of this client are running (its quota); try again later"
+                ))
+                })?;
+            self.drop_task(&oldest);
+        } else if self.tasks.len() >= total {
+            let oldest = self.evictable(|_| true, tenant).ok_or_else(|| {
+                RpcError::internal(format!("{total} tasks are running; try again later"))
             })?;
+            self.drop_task(&oldest);
+        }
+        Ok(())
+    }
+
+    /// The task to drop first among those `eligible` that are not running, for room for `tenant`.
+    fn evictable(&self, eligible: impl Fn(&Entry) -> bool, tenant: &str) -> Option<String> {
+        self.tasks
+            .iter()
+            .filter(|(_, entry)| entry.run.is_none() && eligible(entry))
+            .min_by_key(|(_, entry)| {
+                let paused = entry.task.status.state.is_paused();
+                (entry.tenant != tenant, paused, entry.touched)
+            })
+            .map(|(id, _)| id.clone())
+    }
+
+    fn drop_task(&mut self, oldest: &str) {
         tracing::debug!(task_id = %oldest, "a2a: task registry full; least recently used task dropped");
-        if let Some(entry) = self.tasks.remove(&oldest) {
+        if let Some(entry) = self.tasks.remove(oldest) {
             let context = (entry.tenant, entry.task.context_id);
-            if self.contexts.get(&context) == Some(&oldest) {
+            if self.contexts.get(&context).map(String::as_str) == Some(oldest) {
                 self.contexts.remove(&context);
             }
         }
-        Ok(())
     }
 }
 
@@ -655,6 +704,58 @@ mod tests {
             task.history[0].task_id.as_deref(),
             Some(started.task_id.as_str())
         );
+    }
+
+    /// Begins task `id` of `tenant` and ends its run in `state`.
+    fn ended(registry: &Registry, tenant: &str, id: &str, state: TaskState) {
+        let started = registry
+            .begin(tenant, with_ids(user("x"), Some(id), None))
+            .unwrap();
+        let end = status(id, &started.context_id, state, true);
+        assert!(registry.apply(id, started.generation, &end, Some("int")));
+    }
+
+    #[test]
+    fn a_tenant_at_its_task_quota_makes_room_among_its_own_finished_tasks_else_is_refused() {
+        let registry = Registry::bounded(Bounds {
+            total: 100,
+            per_tenant: 2,
+        });
+        let first = registry.begin("acme", user("1")).unwrap();
+        registry.begin("acme", user("2")).unwrap();
+        let refused = registry.begin("acme", user("3")).err().unwrap();
+        assert_eq!(refused.code, wire::code::RATE_LIMITED);
+        registry.begin("globex", user("other")).unwrap();
+
+        let done = status(
+            &first.task_id,
+            &first.context_id,
+            TaskState::Completed,
+            true,
+        );
+        assert!(registry.apply(&first.task_id, first.generation, &done, None));
+        registry.begin("acme", user("3")).unwrap();
+        assert!(registry.get("acme", &first.task_id, None).is_err());
+    }
+
+    #[test]
+    fn a_full_registry_drops_the_new_tasks_tenants_own_first_and_others_paused_tasks_last() {
+        let registry = Registry::bounded(Bounds {
+            total: 3,
+            per_tenant: usize::MAX,
+        });
+        ended(&registry, "globex", "g-paused", TaskState::InputRequired);
+        ended(&registry, "globex", "g-done", TaskState::Completed);
+        ended(&registry, "acme", "a-done", TaskState::Completed);
+        let present = |tenant, id| registry.get(tenant, id, None).is_ok();
+
+        registry.begin("acme", user("new")).unwrap();
+        assert!(!present("acme", "a-done"), "acme's own goes first");
+        assert!(present("globex", "g-paused") && present("globex", "g-done"));
+
+        registry.begin("acme", user("newer")).unwrap();
+        assert!(!present("globex", "g-done"), "then another's finished task");
+        assert!(present("globex", "g-paused"), "another's paused task last");
     }
 
     #[test]

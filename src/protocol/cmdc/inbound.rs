@@ -62,6 +62,8 @@ pub struct Inbound {
     /// Where the session's callback tools are called: checked against the route's `callback_allow`.
     callbacks: Egress,
     socket: SocketLimits,
+    /// `[routes.quota]` sessions.
+    sessions_per_tenant: Option<std::num::NonZeroUsize>,
 }
 
 /// What bounds a WebSocket: the client's silence (`ws_idle`), and its messages' size (`max_body`).
@@ -170,6 +172,7 @@ impl Inbound {
                 idle: route.ws_idle.unwrap_or(DEFAULT_WS_IDLE),
                 max_message: route.max_body,
             },
+            sessions_per_tenant: route.quota.sessions,
         }
     }
 
@@ -177,7 +180,7 @@ impl Inbound {
     fn runner(&self, route: &Route) -> Arc<Runner> {
         Arc::clone(self.runner.get_or_init(|| {
             Arc::new(Runner {
-                sessions: Sessions::default(),
+                sessions: Sessions::with_quota(self.sessions_per_tenant),
                 translator: Arc::clone(&route.translator),
                 callbacks: self.callbacks.clone(),
             })

@@ -32,6 +32,7 @@ const MAX_SESSIONS: usize = 10_000;
 #[derive(Debug, PartialEq, Eq)]
 pub enum CreateError {
     Exists,
+    /// The route holds [`MAX_SESSIONS`], or the tenant its `[routes.quota]` sessions.
     Full,
 }
 
@@ -40,6 +41,8 @@ pub enum CreateError {
 pub struct Sessions {
     sessions: Mutex<HashMap<(String, String), Arc<Session>>>,
     meters: Mutex<HashMap<String, Meter>>,
+    /// `[routes.quota]` sessions: how many one tenant may keep.
+    per_tenant: Option<std::num::NonZeroUsize>,
 }
 
 /// What one API key used, across its sessions.
@@ -50,6 +53,13 @@ pub struct Meter {
 }
 
 impl Sessions {
+    pub fn with_quota(per_tenant: Option<std::num::NonZeroUsize>) -> Self {
+        Self {
+            per_tenant,
+            ..Self::default()
+        }
+    }
+
     /// Registers a new session, first forgetting sessions idle for longer than a day.
     pub fn create(
         &self,
@@ -70,7 +80,10 @@ impl Sessions {
         if sessions.contains_key(&key) {
             return Err(CreateError::Exists);
         }
-        if sessions.len() >= MAX_SESSIONS {
+        let tenant_full = self.per_tenant.is_some_and(|quota| {
+            sessions.keys().filter(|(owner, _)| owner == tenant).count() >= quota.get()
+        });
+        if sessions.len() >= MAX_SESSIONS || tenant_full {
             return Err(CreateError::Full);
         }
         let session = Arc::new(Session::new(tenant, id, model, system_prompt));
