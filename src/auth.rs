@@ -1,6 +1,7 @@
 //! Who may use a route, and how often: `[routes.api_keys]`, `[routes.jwt]`, `rate_limit` and
-//! `rate_limit_ip`, the same for every inbound; and who the client is behind `trusted_proxies`. Protocol-free: a refusal is an [`Error`] (`unauthorized`, `rate_limited`) that each inbound
-//! answers in its own shape, with the headers [`refusal_headers`] adds.
+//! `rate_limit_ip`, the same for every inbound; and who the client is behind `trusted_proxies`. Protocol-free:
+//! a refusal is an [`Error`] (`unauthorized`, `rate_limited`, `auth_unavailable`) that each inbound answers
+//! in its own shape, with the headers [`refusal_headers`] adds.
 //!
 //! - The key: `X-API-Key` (header names are case-insensitive, so A2A's `X-API-KEY` too), else
 //!   `Authorization: Bearer <key>`, else, where the inbound reads it (the CMDC WebSocket), `?api_key=`.
@@ -41,7 +42,7 @@ const CHALLENGE_INVALID: &str = r#"Bearer realm="agent-bridge", error="invalid_t
 /// the clients of the last minute, not every address ever seen.
 const FORGET_EVERY: usize = 4096;
 
-/// A route's gate: its API keys and rate limits.
+/// A route's gate: its API keys, its token verifier and its rate limits.
 pub struct Access {
     /// API key → tenant.
     keys: HashMap<String, String>,
