@@ -91,6 +91,14 @@ impl Error {
     pub fn rate_limited(retry_after: u64) -> Self {
         Self::new(Kind::RateLimited { retry_after }, "Rate limit exceeded")
     }
+    /// The proxy holds as much conversation state as it may, all of it runs waiting on their users: a new
+    /// conversation must wait (answered as each protocol answers "too many").
+    pub fn store_full() -> Self {
+        Self::new(
+            Kind::RateLimited { retry_after: 60 },
+            "The conversation store is full of paused runs; try again later",
+        )
+    }
     /// The client asked the proxy to reach somewhere the route's policy does not allow.
     pub fn forbidden(message: impl Into<String>) -> Self {
         Self::new(Kind::Forbidden, message)

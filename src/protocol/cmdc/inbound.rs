@@ -41,7 +41,7 @@ use super::sessions::{CreateError, RegisteredTool, Session, Sessions};
 use super::wire;
 use crate::auth::{self, Access, Caller, KeySources};
 use crate::body::{self, Body, BodyLimit};
-use crate::config::{RouteConfig, DEFAULT_WS_IDLE};
+use crate::config::{RouteConfig, DEFAULT_RUN_BUFFER, DEFAULT_WS_IDLE};
 use crate::egress::{Egress, Policy, Requester};
 use crate::error::Error;
 use crate::route::Route;
@@ -62,6 +62,8 @@ pub struct Inbound {
     /// Where the session's callback tools are called: checked against the route's `callback_allow`.
     callbacks: Egress,
     socket: SocketLimits,
+    /// The bytes of events each run keeps for late subscribers (`run_buffer`).
+    run_buffer: usize,
 }
 
 /// What bounds a WebSocket: the client's silence (`ws_idle`), and its messages' size (`max_body`).
@@ -168,6 +170,7 @@ impl Inbound {
                 idle: route.ws_idle.unwrap_or(DEFAULT_WS_IDLE),
                 max_message: route.max_body,
             },
+            run_buffer: route.run_buffer.unwrap_or(DEFAULT_RUN_BUFFER),
         }
     }
 
@@ -175,7 +178,7 @@ impl Inbound {
     fn runner(&self, route: &Route) -> Arc<Runner> {
         Arc::clone(self.runner.get_or_init(|| {
             Arc::new(Runner {
-                sessions: Sessions::default(),
+                sessions: Sessions::new(self.run_buffer),
                 translator: Arc::clone(&route.translator),
                 callbacks: self.callbacks.clone(),
             })
