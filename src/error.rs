@@ -129,7 +129,7 @@ impl Error {
     }
     /// The upstream answered with a non-success HTTP status.
     pub fn upstream_status(status: u16, body: &str) -> Self {
-        let body = truncate(body.trim(), 512);
+        let body = crate::logging::char_prefix(body.trim(), 512);
         let message = if body.is_empty() {
             format!("upstream answered HTTP {status}")
         } else {
@@ -271,17 +271,6 @@ impl Error {
             Kind::Config | Kind::Internal => S::INTERNAL_SERVER_ERROR,
         }
     }
-}
-
-fn truncate(text: &str, max: usize) -> &str {
-    if text.len() <= max {
-        return text;
-    }
-    let mut end = max;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    &text[..end]
 }
 
 impl fmt::Debug for Error {

@@ -667,11 +667,7 @@ fn truncate(text: &str, limit: usize) -> String {
     if text.len() <= limit {
         return text.to_owned();
     }
-    let mut end = limit;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}...[truncated]", &text[..end])
+    format!("{}...[truncated]", crate::logging::char_prefix(text, limit))
 }
 
 /// `2026-04-08T12:00:00.000000Z` (with `micros`) or `2026-04-08T12:00:00Z`.
