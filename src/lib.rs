@@ -18,6 +18,7 @@ pub mod normalize;
 pub mod protocol;
 pub mod route;
 pub mod server;
+pub mod size;
 pub mod sse;
 pub mod store;
 pub mod translate;

@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 use crate::config::{StoreBackend, StoreConfig};
 use crate::error::{Error, Result};
 use crate::model::{Interrupt, Message};
+use crate::size::json_len;
 
 pub use memory::MemoryStore;
 
@@ -56,23 +57,6 @@ pub struct Record {
 /// The bytes a record takes: its JSON length (what a persistent backend would write; memory is close).
 pub fn record_bytes(record: &Record) -> usize {
     json_len(record)
-}
-
-fn json_len(value: &impl Serialize) -> usize {
-    struct Count(usize);
-    impl std::io::Write for Count {
-        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-            self.0 += bytes.len();
-            Ok(bytes.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let mut count = Count(0);
-    // A record is plain data: serializing it cannot fail.
-    let _ = serde_json::to_writer(&mut count, value);
-    count.0
 }
 
 /// Fits a record within `max_record` bytes by dropping the oldest messages of its log (and a tool result

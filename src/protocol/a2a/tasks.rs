@@ -29,6 +29,7 @@ use super::encoder::{self, CancelReason};
 use super::rpc::RpcError;
 use super::wire::{self, StreamResult, TaskState};
 use crate::model::new_id;
+use crate::size::json_len;
 
 /// How long a task is kept without being used.
 pub const IDLE_TTL: Duration = Duration::from_secs(24 * 60 * 60);
@@ -557,10 +558,6 @@ fn push_history(history: &mut Vec<wire::Message>, message: wire::Message) {
         drop += 1;
     }
     history.drain(..drop);
-}
-
-fn json_len(value: &impl serde::Serialize) -> usize {
-    serde_json::to_vec(value).map_or(0, |json| json.len())
 }
 
 fn part_bytes(part: &wire::Part) -> usize {

@@ -26,11 +26,14 @@ use tokio::sync::{mpsc, watch};
 use super::wire::{self, CallbackTool, Event};
 use crate::egress::Requester;
 use crate::model::Resume;
+use crate::size::json_len;
 
 /// How long a finished run's buffer waits for a subscriber to read it.
 pub const FINISHED_RUN_TTL: Duration = Duration::from_secs(300);
 /// A session nobody used this long (and that is not running) is forgotten.
 const SESSION_IDLE_TTL: Duration = Duration::from_secs(24 * 3600);
+/// The bytes of a session's message log (`GET …/messages`) kept: the oldest messages go first.
+pub const MESSAGE_LOG_BYTES: usize = 8 << 20;
 /// The most sessions a route keeps.
 const MAX_SESSIONS: usize = 10_000;
 
@@ -222,14 +225,34 @@ pub struct State {
     pub pending: Vec<Pending>,
     pub answers: Option<mpsc::UnboundedSender<Resume>>,
     pub tools: Vec<RegisteredTool>,
-    /// The conversation as CMDC messages (`GET …/messages`).
+    /// The conversation as CMDC messages (`GET …/messages`), its latest [`MESSAGE_LOG_BYTES`]; add with
+    /// [`State::log_message`].
     pub messages: Vec<Value>,
+    /// The JSON bytes of `messages`.
+    messages_bytes: usize,
+    /// Every message logged, kept or not (`agent_end.message_count`).
+    pub messages_logged: u64,
     /// Whether a run is going on (running or paused).
     pub busy: bool,
     /// The runtime of the latest subscriber. A run is driven there, on the thread that streams its events,
     /// rather than on the one its prompt came in on: its events then cross no thread (src/workers.rs).
     pub subscriber_runtime: Option<Handle>,
     next_run: u64,
+}
+
+impl State {
+    /// Adds a message to the session's log; beyond [`MESSAGE_LOG_BYTES`] the oldest go (never the latest).
+    pub fn log_message(&mut self, message: Value) {
+        self.messages_bytes += json_len(&message);
+        self.messages.push(message);
+        self.messages_logged += 1;
+        let mut drop = 0;
+        while self.messages_bytes > MESSAGE_LOG_BYTES && drop + 1 < self.messages.len() {
+            self.messages_bytes -= json_len(&self.messages[drop]);
+            drop += 1;
+        }
+        self.messages.drain(..drop);
+    }
 }
 
 /// The run subscribers attach to, and whether the session is gone.
@@ -394,20 +417,7 @@ fn too_late() -> Event {
 
 /// What an event costs the buffer: its JSON length plus the event itself (a cheap, stable estimate).
 fn kept_bytes(event: &Event) -> usize {
-    struct Count(usize);
-    impl std::io::Write for Count {
-        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-            self.0 += bytes.len();
-            Ok(bytes.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let mut count = Count(0);
-    // Serializing our own wire types cannot fail.
-    let _ = serde_json::to_writer(&mut count, event);
-    count.0 + std::mem::size_of::<Event>()
+    json_len(event) + std::mem::size_of::<Event>()
 }
 
 impl Run {
@@ -644,6 +654,19 @@ mod tests {
             other => panic!("expected the run_buffer error, got {other:?}"),
         }
         assert!(late.next().await.is_none(), "and no part of the run");
+    }
+
+    #[test]
+    fn the_message_log_keeps_its_latest_bytes_and_counts_every_message() {
+        let mut state = State::default();
+        let big = "m".repeat(MESSAGE_LOG_BYTES / 3);
+        for i in 0..5 {
+            state.log_message(serde_json::json!({"id": i, "content": big}));
+        }
+        assert_eq!(state.messages_logged, 5);
+        assert_eq!(state.messages.len(), 2, "the oldest went");
+        assert_eq!(state.messages[1]["id"], 4);
+        assert!(state.messages_bytes <= MESSAGE_LOG_BYTES);
     }
 
     #[tokio::test]
