@@ -151,9 +151,16 @@ impl Store for MemoryStore {
             if let Some(old) = records.entries.remove(key) {
                 records.bytes -= old.bytes;
             }
+            if bytes > self.max_record {
+                return Err(Error::internal(format!(
+                    "the conversation record takes {bytes} bytes without its messages, more than \
+                     store.max_record ({}); it is not kept",
+                    self.max_record
+                )));
+            }
             let paused = !record.pending_interrupts.is_empty();
             // A paused run's record is kept even over max_bytes: its user's answer must find it.
-            if bytes > self.max_record || !self.make_room(records, bytes, key) && !paused {
+            if !self.make_room(records, bytes, key) && !paused {
                 return Err(Error::store_full());
             }
             records.bytes += bytes;
@@ -255,7 +262,9 @@ mod tests {
         // What is not a log cannot be trimmed: such a record is not kept.
         let mut huge = Record::default();
         huge.sent.push("x".repeat(2_000));
-        assert!(store.save(&key("h"), huge).await.is_err());
+        let refused = store.save(&key("h"), huge).await.unwrap_err();
+        assert!(refused.message().contains("store.max_record"), "{refused}");
+        assert_eq!(store.load(&key("h")).await.unwrap(), None);
     }
 
     #[tokio::test]
