@@ -161,6 +161,12 @@ pub struct StoreConfig {
     /// Records idle this long expire; default 24h.
     #[serde(deserialize_with = "de::duration")]
     pub idle_ttl: Duration,
+    /// The largest conversation record (default 8 MiB): a larger one loses its oldest messages.
+    #[serde(deserialize_with = "de::byte_size")]
+    pub max_record: usize,
+    /// The whole store (default 1 GiB): beyond, the oldest idle records go, never a paused run's.
+    #[serde(deserialize_with = "de::byte_size")]
+    pub max_bytes: usize,
 }
 
 impl Default for StoreConfig {
@@ -170,6 +176,8 @@ impl Default for StoreConfig {
             path: None,
             url: None,
             idle_ttl: Duration::from_secs(24 * 60 * 60),
+            max_record: 8 << 20,
+            max_bytes: 1 << 30,
         }
     }
 }
@@ -251,6 +259,10 @@ pub struct RouteConfig {
     /// [`DEFAULT_WS_IDLE`].
     #[serde(default, deserialize_with = "de::some_duration")]
     pub ws_idle: Option<Duration>,
+    /// cmdc inbound only: the bytes of a run's events kept for subscribers that arrive late (or fall
+    /// behind); absent: [`DEFAULT_RUN_BUFFER`].
+    #[serde(default, deserialize_with = "de::some_byte_size")]
+    pub run_buffer: Option<usize>,
 }
 
 /// `[routes.jwt]`: which signed tokens admit a client, and which claim names its tenant.
@@ -305,6 +317,8 @@ fn default_jwks_refresh() -> Duration {
 
 /// `ws_idle` when absent: the CMDC gateway's own WebSocket `idle_timeout`.
 pub const DEFAULT_WS_IDLE: Duration = Duration::from_secs(300);
+/// `run_buffer` when absent.
+pub const DEFAULT_RUN_BUFFER: usize = 8 << 20;
 
 fn default_timeout() -> Duration {
     Duration::from_secs(120)
@@ -672,6 +686,12 @@ fn check_jwt(jwt: &JwtConfig, at: &KeyPath) -> Result<(), Issue> {
 
 fn check_store(store: &StoreConfig) -> Result<(), Issue> {
     let at = |key: &str| KeyPath::default().key("store").key(key);
+    if store.max_record > store.max_bytes {
+        return Err(Issue::new(
+            at("max_record"),
+            "larger than store.max_bytes: no record that size could be kept",
+        ));
+    }
     match (store.backend, &store.path) {
         (StoreBackend::Redb, None) => return Err(Issue::new(at("path"), "required for redb")),
         (StoreBackend::Redb, Some(path)) if path.as_os_str().is_empty() => {
@@ -728,6 +748,15 @@ fn check_route(route: &RouteConfig, at: &KeyPath) -> Result<(), Issue> {
                 at.clone().key("ws_idle"),
                 format!(
                     "only cmdc inbound routes serve a WebSocket, not {}",
+                    route.inbound
+                ),
+            ));
+        }
+        if route.run_buffer.is_some() {
+            return Err(Issue::new(
+                at.clone().key("run_buffer"),
+                format!(
+                    "only cmdc inbound routes keep a run's events for late subscribers, not {}",
                     route.inbound
                 ),
             ));
@@ -1342,6 +1371,12 @@ mod de {
         duration(d).map(Some)
     }
 
+    pub(super) fn some_byte_size<'de, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<Option<usize>, D::Error> {
+        byte_size(d).map(Some)
+    }
+
     pub(super) fn parse_duration(s: &str) -> Option<Duration> {
         let (count, unit) = split_number(s)?;
         let millis_per_unit: u64 = match unit {
@@ -1638,6 +1673,7 @@ mod tests {
             callback_allow: vec![],
             body_timeout: Duration::from_secs(30),
             ws_idle: None,
+            run_buffer: None,
         };
         assert_eq!(*weather, expected);
 
@@ -1729,6 +1765,45 @@ mod tests {
             EXTRA,
             "routes[0].ws_idle",
             "only cmdc inbound routes serve a WebSocket",
+        );
+    }
+
+    #[test]
+    fn store_sizes_are_read_and_checked() {
+        let store = parse("[store]\nmax_record = \"1MiB\"\nmax_bytes = \"64MiB\"\n")
+            .unwrap()
+            .store;
+        assert_eq!((store.max_record, store.max_bytes), (1 << 20, 64 << 20));
+        assert_error(
+            "[store]\nmax_record = \"2MiB\"\nmax_bytes = \"1MiB\"\n",
+            2,
+            "store.max_record",
+            "larger than store.max_bytes",
+        );
+        assert_error(
+            "[store]\nmax_bytes = 0\n",
+            2,
+            "store.max_bytes",
+            "greater than zero",
+        );
+    }
+
+    #[test]
+    fn run_buffer_is_a_cmdc_byte_size() {
+        let cmdc = |extra: &str| route_with(extra).replace("ag-ui", "cmdc");
+        let route = &parse(&cmdc("run_buffer = \"2MiB\"\n")).unwrap().routes[0];
+        assert_eq!(route.run_buffer, Some(2 << 20));
+        assert_error(
+            &cmdc("run_buffer = 0\n"),
+            EXTRA,
+            "routes[0].run_buffer",
+            "greater than zero",
+        );
+        assert_error(
+            &route_with("run_buffer = \"1MiB\"\n"),
+            EXTRA,
+            "routes[0].run_buffer",
+            "only cmdc inbound routes keep a run's events",
         );
     }
 

@@ -93,6 +93,14 @@ impl Error {
     pub fn rate_limited(retry_after: u64) -> Self {
         Self::new(Kind::RateLimited { retry_after }, "Rate limit exceeded")
     }
+    /// The proxy holds as much conversation state as it may, all of it runs waiting on their users: a new
+    /// conversation must wait (answered as each protocol answers "too many").
+    pub fn store_full() -> Self {
+        Self::new(
+            Kind::RateLimited { retry_after: 60 },
+            "The conversation store is full of paused runs; try again later",
+        )
+    }
     /// The client asked the proxy to reach somewhere the route's policy does not allow.
     pub fn forbidden(message: impl Into<String>) -> Self {
         Self::new(Kind::Forbidden, message)
@@ -127,7 +135,7 @@ impl Error {
     }
     /// The upstream answered with a non-success HTTP status.
     pub fn upstream_status(status: u16, body: &str) -> Self {
-        let body = truncate(body.trim(), 512);
+        let body = crate::logging::char_prefix(body.trim(), 512);
         let message = if body.is_empty() {
             format!("upstream answered HTTP {status}")
         } else {
@@ -274,17 +282,6 @@ impl Error {
             Kind::Config | Kind::Internal => S::INTERNAL_SERVER_ERROR,
         }
     }
-}
-
-fn truncate(text: &str, max: usize) -> &str {
-    if text.len() <= max {
-        return text;
-    }
-    let mut end = max;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    &text[..end]
 }
 
 impl fmt::Debug for Error {

@@ -129,7 +129,12 @@ impl Translator {
         match self.run_outbound(&turn, &mut context).await {
             Some(result) => {
                 if let Err(error) = &result {
-                    tracing::warn!(route = %self.route, code = error.code(), "run failed: {error}");
+                    tracing::warn!(
+                        route = %self.route,
+                        code = error.code(),
+                        "run failed: {}",
+                        crate::logging::clipped(error.message())
+                    );
                 }
                 context.finish(result).await;
             }

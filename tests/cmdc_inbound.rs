@@ -113,6 +113,23 @@ async fn wait_state(proxy: &Proxy, key: &str, session: &str, state: &str) -> Val
 }
 
 #[tokio::test]
+async fn a_subscriber_too_late_for_a_run_past_run_buffer_gets_an_error_not_part_of_it() {
+    let proxy = Proxy::start(&echo_route("run_buffer = \"4KiB\"\n")).await;
+    let session = create(&proxy, "sk-a", json!({"model": "m"})).await;
+    // The echo answers a delta per word: far more than 4 KiB of events.
+    prompt(&proxy, "sk-a", &session, &"word ".repeat(2_000)).await;
+    wait_state(&proxy, "sk-a", &session, "idle").await;
+
+    let mut events = subscribe(&proxy, "sk-a", &session).await;
+    let seen = all(&mut events).await;
+
+    assert_eq!(names(&seen), ["error"], "{seen:?}");
+    let reason = seen[0].1["reason"].as_str().unwrap();
+    assert!(reason.starts_with("run_buffer_exceeded: "), "{reason}");
+    assert!(reason.contains("too late to replay this run"), "{reason}");
+}
+
+#[tokio::test]
 async fn a_subscriber_connecting_after_the_prompt_gets_the_whole_run() {
     let proxy = echo_gateway().await;
     let session = create(

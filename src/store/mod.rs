@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 use crate::config::{StoreBackend, StoreConfig};
 use crate::error::{Error, Result};
 use crate::model::{Interrupt, Message};
+use crate::size::json_len;
 
 pub use memory::MemoryStore;
 
@@ -53,6 +54,44 @@ pub struct Record {
     pub produced: Vec<String>,
 }
 
+/// The bytes a record takes: its JSON length (what a persistent backend would write; memory is close).
+pub fn record_bytes(record: &Record) -> usize {
+    json_len(record)
+}
+
+/// Fits a record within `max_record` bytes by dropping the oldest messages of its log (and a tool result
+/// left first without its call): the conversation goes on with a shorter memory rather than not at all.
+/// The record's size after; more than `max_record` only when what is left besides the log is that large.
+pub fn fit_record(record: &mut Record, max_record: usize) -> usize {
+    let mut bytes = record_bytes(record);
+    if bytes <= max_record {
+        return bytes;
+    }
+    let before = record.log.len();
+    let mut drop = 0;
+    while bytes > max_record && drop < record.log.len() {
+        // The message and its comma.
+        bytes = bytes.saturating_sub(json_len(&record.log[drop]) + 1);
+        drop += 1;
+    }
+    while record
+        .log
+        .get(drop)
+        .is_some_and(|message| message.role == crate::model::Role::Tool)
+    {
+        bytes = bytes.saturating_sub(json_len(&record.log[drop]) + 1);
+        drop += 1;
+    }
+    record.log.drain(..drop);
+    tracing::warn!(
+        max_record,
+        dropped = drop,
+        kept = before - drop,
+        "a conversation outgrew store.max_record; its oldest messages were dropped"
+    );
+    record_bytes(record)
+}
+
 /// A conversation store backend.
 pub trait Store: Send + Sync {
     fn load<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, Result<Option<Record>>>;
@@ -62,7 +101,9 @@ pub trait Store: Send + Sync {
 /// Opens the configured backend.
 pub fn open(config: &StoreConfig) -> Result<Arc<dyn Store>> {
     match config.backend {
-        StoreBackend::Memory => Ok(Arc::new(MemoryStore::new(config.idle_ttl))),
+        StoreBackend::Memory => Ok(Arc::new(
+            MemoryStore::new(config.idle_ttl).with_limits(config.max_record, config.max_bytes),
+        )),
         StoreBackend::Redb | StoreBackend::Redis => Err(Error::config(
             "store backends redb and redis are not available yet; use backend = \"memory\"",
         )),

@@ -107,7 +107,10 @@ impl Encoder {
     /// Appends what `event` becomes (usually nothing or one result).
     pub fn encode(&mut self, event: Event, out: &mut Vec<StreamResult>) {
         if self.done {
-            debug!(?event, "a2a: event after the final status dropped");
+            debug!(
+                event = %crate::logging::clipped(&format!("{event:?}")),
+                "a2a: event after the final status dropped"
+            );
             return;
         }
         match event {
@@ -188,7 +191,10 @@ impl Encoder {
             }
             Event::RunFinished { outcome, .. } => self.finish(outcome, out),
             Event::RunError(error) => self.fail(&error, out),
-            other => debug!(event = ?other, "a2a: event with no A2A form dropped"),
+            other => debug!(
+                event = %crate::logging::clipped(&format!("{other:?}")),
+                "a2a: event with no A2A form dropped"
+            ),
         }
     }
 

@@ -769,7 +769,10 @@ impl Decoder {
         match serde_json::from_str::<wire::RawResponse<wire::Task>>(data) {
             Ok(wire::RawResponse {
                 error: Some(error), ..
-            }) => debug!("tasks/get answered an error: {}", error.message),
+            }) => debug!(
+                "tasks/get answered an error: {}",
+                crate::logging::clipped(&error.message)
+            ),
             Ok(wire::RawResponse {
                 result: Some(task), ..
             }) => {

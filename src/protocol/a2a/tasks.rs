@@ -14,6 +14,11 @@
 //!   still answer those).
 //! - Per tenant (`[routes.quota]` tasks): a tenant at its quota makes room among its own tasks the same way;
 //!   when every one of them runs, its new task is refused with -32051.
+//! - Bounded in bytes too: a task keeps the latest [`MAX_HISTORY_BYTES`] of history (the oldest messages go,
+//!   the latest always stays) and [`MAX_ARTIFACT_BYTES`] of artifacts (text beyond is cut and ends with
+//!   [`ARTIFACT_TRUNCATED`]; later chunks of it are not kept). Live subscribers still get every chunk; what is
+//!   bounded is what `tasks/get` and a resubscription read back. Sizes: text by its bytes, other parts and
+//!   messages by their JSON length.
 //! - The fan-out is a broadcast channel per run, made for its first subscriber (most runs have none, and
 //!   its slots are about 10 KiB) and dropped with the run so a finished task keeps no buffer. A subscriber
 //!   that falls behind (more than [`FANOUT`] updates) is resynchronised from the stored task.
@@ -28,6 +33,7 @@ use super::encoder::{self, CancelReason};
 use super::rpc::RpcError;
 use super::wire::{self, StreamResult, TaskState};
 use crate::model::new_id;
+use crate::size::json_len;
 
 /// How long a task is kept without being used.
 pub const IDLE_TTL: Duration = Duration::from_secs(24 * 60 * 60);
@@ -35,6 +41,13 @@ pub const IDLE_TTL: Duration = Duration::from_secs(24 * 60 * 60);
 pub const MAX_TASKS: usize = 10_000;
 /// How many updates a live subscriber may fall behind before it is resynchronised.
 pub const FANOUT: usize = 256;
+/// The bytes of history a task keeps.
+pub const MAX_HISTORY_BYTES: usize = 1 << 20;
+/// The bytes of artifacts a task keeps.
+pub const MAX_ARTIFACT_BYTES: usize = 1 << 20;
+/// Ends an artifact's kept text when the rest of it was not kept.
+pub const ARTIFACT_TRUNCATED: &str =
+    "…[truncated: the task's artifacts exceeded what the proxy keeps]";
 /// How often expired tasks are swept (on the next new task).
 const SWEEP_EVERY: Duration = Duration::from_secs(60);
 
@@ -233,7 +246,7 @@ impl Registry {
         let context_id = entry.task.context_id.clone();
         message.task_id = Some(task_id.clone());
         message.context_id = Some(context_id.clone());
-        entry.task.history.push(message);
+        push_history(&mut entry.task.history, message);
         entry.task.status = encoder::status(TaskState::Submitted, None);
         entry.touched = now;
         let (cancel_sender, cancel) = oneshot::channel();
@@ -530,7 +543,7 @@ impl Entry {
                 self.task.status = update.status.clone();
                 if update.is_final {
                     if let Some(message) = &update.status.message {
-                        self.task.history.push(message.clone());
+                        push_history(&mut self.task.history, message.clone());
                     }
                 }
             }
@@ -583,6 +596,65 @@ impl Entry {
     }
 }
 
+/// Appends a message, then drops the oldest ones beyond [`MAX_HISTORY_BYTES`] (never the latest).
+fn push_history(history: &mut Vec<wire::Message>, message: wire::Message) {
+    history.push(message);
+    let sizes: Vec<usize> = history.iter().map(json_len).collect();
+    let mut total: usize = sizes.iter().sum();
+    let mut drop = 0;
+    while total > MAX_HISTORY_BYTES && drop + 1 < history.len() {
+        total -= sizes[drop];
+        drop += 1;
+    }
+    history.drain(..drop);
+}
+
+fn part_bytes(part: &wire::Part) -> usize {
+    match part {
+        wire::Part::Text { text, .. } => text.len(),
+        other => json_len(other),
+    }
+}
+
+/// Keeps a task's artifacts within [`MAX_ARTIFACT_BYTES`]: the parts of artifact `index` that do not fit go,
+/// a text part is cut and marked [`ARTIFACT_TRUNCATED`].
+fn bound_artifacts(artifacts: &mut [wire::Artifact], index: usize) {
+    let total: usize = artifacts
+        .iter()
+        .flat_map(|artifact| &artifact.parts)
+        .map(part_bytes)
+        .sum();
+    let mut over = total.saturating_sub(MAX_ARTIFACT_BYTES);
+    let parts = &mut artifacts[index].parts;
+    while over > 0 {
+        match parts.last_mut() {
+            Some(wire::Part::Text { text, .. }) if text.ends_with(ARTIFACT_TRUNCATED) => {
+                let keep = text.len() - ARTIFACT_TRUNCATED.len();
+                let cut = crate::logging::char_prefix(text, keep.saturating_sub(over)).len();
+                text.truncate(cut);
+                text.push_str(ARTIFACT_TRUNCATED);
+                return;
+            }
+            Some(wire::Part::Text { text, .. }) if text.len() > over => {
+                let keep = text.len() - over;
+                let cut = crate::logging::char_prefix(
+                    text,
+                    keep.saturating_sub(ARTIFACT_TRUNCATED.len()),
+                )
+                .len();
+                text.truncate(cut);
+                text.push_str(ARTIFACT_TRUNCATED);
+                return;
+            }
+            Some(part) => {
+                over = over.saturating_sub(part_bytes(part));
+                parts.pop();
+            }
+            None => return,
+        }
+    }
+}
+
 /// Merges a chunk into the task's artifacts: one artifact per id; `append` adds parts (a text part joins the
 /// text part before it), otherwise the chunk replaces the artifact. Appending to an unknown id creates it.
 pub fn merge_artifact(artifacts: &mut Vec<wire::Artifact>, chunk: &wire::Artifact, append: bool) {
@@ -594,6 +666,8 @@ pub fn merge_artifact(artifacts: &mut Vec<wire::Artifact>, chunk: &wire::Artifac
         artifact.parts = Vec::new();
         push_parts(&mut artifact.parts, &chunk.parts);
         artifacts.push(artifact);
+        let last = artifacts.len() - 1;
+        bound_artifacts(artifacts, last);
         return;
     };
     if !append {
@@ -608,6 +682,12 @@ pub fn merge_artifact(artifacts: &mut Vec<wire::Artifact>, chunk: &wire::Artifac
     }
     if chunk.metadata.is_some() {
         existing.metadata.clone_from(&chunk.metadata);
+    }
+    if let Some(index) = artifacts
+        .iter()
+        .position(|a| a.artifact_id == chunk.artifact_id)
+    {
+        bound_artifacts(artifacts, index);
     }
 }
 
@@ -676,6 +756,39 @@ mod tests {
             parts: vec![wire::Part::text(text)],
             metadata: None,
         }
+    }
+
+    #[test]
+    fn a_task_keeps_its_artifacts_within_the_bound_marked_where_cut() {
+        let mut artifacts = Vec::new();
+        let piece = "y".repeat(300_000);
+        for _ in 0..8 {
+            merge_artifact(&mut artifacts, &chunk("a", &piece), true);
+        }
+        let wire::Part::Text { text, .. } = &artifacts[0].parts[0] else {
+            panic!("a text part");
+        };
+        assert!(text.len() <= MAX_ARTIFACT_BYTES, "{} bytes", text.len());
+        assert!(
+            text.len() > MAX_ARTIFACT_BYTES - 1000,
+            "no more is cut than needed"
+        );
+        assert!(text.ends_with(ARTIFACT_TRUNCATED));
+        assert!(text.starts_with("yyy"), "the start is kept");
+    }
+
+    #[test]
+    fn a_task_keeps_its_latest_history_within_the_bound() {
+        let mut history = Vec::new();
+        for i in 0..8 {
+            push_history(&mut history, user(&format!("{i}{}", "z".repeat(300_000))));
+        }
+        let total: usize = history.iter().map(json_len).sum();
+        assert!(total <= MAX_HISTORY_BYTES, "{total} bytes");
+        let wire::Part::Text { text, .. } = &history.last().unwrap().parts[0] else {
+            panic!("a text part");
+        };
+        assert!(text.starts_with('7'), "the latest message stays");
     }
 
     #[test]

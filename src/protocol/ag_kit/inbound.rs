@@ -304,7 +304,10 @@ impl Encoder {
             | Event::TextDelta { .. }
             | Event::TextEnd { .. }
             | Event::ToolCallArgs { .. } => {}
-            other => debug!(event = ?other, "AG-Kit v0 has no event for this; not sent"),
+            other => debug!(
+                event = %crate::logging::clipped(&format!("{other:?}")),
+                "AG-Kit v0 has no event for this; not sent"
+            ),
         }
         self.buf.split().freeze()
     }

@@ -384,7 +384,10 @@ impl Decoder {
                 true
             }
             Err(_) => {
-                warn!("skipping an upstream AG-Kit frame that is not a v0 event ({cause}): {data}");
+                warn!(
+                    "skipping an upstream AG-Kit frame that is not a v0 event ({cause}): {}",
+                    crate::logging::clipped(data)
+                );
                 false
             }
         }

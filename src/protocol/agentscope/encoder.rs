@@ -152,7 +152,10 @@ impl<G> Encoder<G> {
             Event::Usage(usage) => self.usage = Some(usage),
             Event::RunFinished { outcome, usage } => self.finish(outcome, usage),
             Event::RunError(error) => self.fail(&error),
-            other => debug!(event = ?other, "agentscope: no AgentScope form; not sent"),
+            other => debug!(
+                event = %crate::logging::clipped(&format!("{other:?}")),
+                "agentscope: no AgentScope form; not sent"
+            ),
         }
     }
 

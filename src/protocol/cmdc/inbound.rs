@@ -41,7 +41,7 @@ use super::sessions::{CreateError, RegisteredTool, Session, Sessions};
 use super::wire;
 use crate::auth::{self, Access, Caller, KeySources};
 use crate::body::{self, Body, BodyLimit};
-use crate::config::{RouteConfig, DEFAULT_WS_IDLE};
+use crate::config::{RouteConfig, DEFAULT_RUN_BUFFER, DEFAULT_WS_IDLE};
 use crate::egress::{Egress, Policy, Requester};
 use crate::error::Error;
 use crate::route::Route;
@@ -64,6 +64,8 @@ pub struct Inbound {
     socket: SocketLimits,
     /// `[routes.quota]` sessions.
     sessions_per_tenant: Option<std::num::NonZeroUsize>,
+    /// The bytes of events each run keeps for late subscribers (`run_buffer`).
+    run_buffer: usize,
 }
 
 /// What bounds a WebSocket: the client's silence (`ws_idle`), and its messages' size (`max_body`).
@@ -173,6 +175,7 @@ impl Inbound {
                 max_message: route.max_body,
             },
             sessions_per_tenant: route.quota.sessions,
+            run_buffer: route.run_buffer.unwrap_or(DEFAULT_RUN_BUFFER),
         }
     }
 
@@ -180,7 +183,7 @@ impl Inbound {
     fn runner(&self, route: &Route) -> Arc<Runner> {
         Arc::clone(self.runner.get_or_init(|| {
             Arc::new(Runner {
-                sessions: Sessions::with_quota(self.sessions_per_tenant),
+                sessions: Sessions::new(self.run_buffer, self.sessions_per_tenant),
                 translator: Arc::clone(&route.translator),
                 callbacks: self.callbacks.clone(),
             })

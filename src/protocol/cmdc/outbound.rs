@@ -517,7 +517,7 @@ impl Outbound {
             })?;
             let Some(event) = event else {
                 debug!(
-                    event = name,
+                    event = %crate::logging::clipped(name),
                     "dropping a CMDC event this proxy does not translate"
                 );
                 continue;

@@ -113,14 +113,10 @@ impl Runner {
             state.answers = Some(answers);
             let mut messages = Vec::new();
             if let Some(system) = state.system_prompt.take().filter(|s| !s.is_empty()) {
-                state
-                    .messages
-                    .push(log_message(Role::System, Some(&system)));
+                state.log_message(log_message(Role::System, Some(&system)));
                 messages.push(Message::text_message(new_id("msg"), Role::System, system));
             }
-            state
-                .messages
-                .push(log_message(Role::User, Some(&prompt.text)));
+            state.log_message(log_message(Role::User, Some(&prompt.text)));
             messages.push(Message::text_message(
                 new_id("msg"),
                 Role::User,
@@ -218,7 +214,7 @@ impl Runner {
             End::Completed | End::Interrupted => {
                 state.turns += 1;
                 Cmdc::AgentEnd {
-                    message_count: state.messages.len() as u64,
+                    message_count: state.messages_logged,
                     last_message: last_text.map(|content| wire::LastMessage {
                         content: Some(content),
                         role: "assistant".into(),
@@ -352,7 +348,7 @@ impl Runner {
             logged["callId"] = json!(call.id);
             logged["name"] = json!(call.name);
             logged["isError"] = json!(is_error);
-            state.messages.push(logged);
+            state.log_message(logged);
             drop(state);
             messages.push(message);
         }
@@ -425,7 +421,7 @@ impl Runner {
             if !calls.is_empty() {
                 message["toolCalls"] = Value::Array(calls);
             }
-            state.messages.push(message);
+            state.log_message(message);
         }
         state.tool_calls += encoder.server_results.len() as u64;
         for (call_id, name, content, is_error) in std::mem::take(&mut encoder.server_results) {
@@ -433,7 +429,7 @@ impl Runner {
             message["callId"] = json!(call_id);
             message["name"] = json!(name);
             message["isError"] = json!(is_error);
-            state.messages.push(message);
+            state.log_message(message);
         }
     }
 }
@@ -667,11 +663,7 @@ fn truncate(text: &str, limit: usize) -> String {
     if text.len() <= limit {
         return text.to_owned();
     }
-    let mut end = limit;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}...[truncated]", &text[..end])
+    format!("{}...[truncated]", crate::logging::char_prefix(text, limit))
 }
 
 /// `2026-04-08T12:00:00.000000Z` (with `micros`) or `2026-04-08T12:00:00Z`.

@@ -8,6 +8,12 @@
 //! waits for a subscriber, a slow subscriber only falls behind in the buffer, and nothing is buffered per
 //! subscriber. A finished run's buffer stays until a subscriber has read its terminal event, or until the
 //! idle TTL drops it.
+//!
+//! The buffer keeps at most the route's `run_buffer` bytes (an estimate: each event's JSON length plus the
+//! size of the event itself, so that a run of many one-word deltas counts what it costs). Beyond it the
+//! oldest events go, never the newest: subscribers that keep up read every event. A subscriber that needs
+//! an event no longer kept (it arrived late, or fell that far behind) gets one `error` event
+//! (`run_buffer_exceeded: …`) and no more of that run: never a partial run presented as whole.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -20,11 +26,14 @@ use tokio::sync::{mpsc, watch};
 use super::wire::{self, CallbackTool, Event};
 use crate::egress::Requester;
 use crate::model::Resume;
+use crate::size::json_len;
 
 /// How long a finished run's buffer waits for a subscriber to read it.
 pub const FINISHED_RUN_TTL: Duration = Duration::from_secs(300);
 /// A session nobody used this long (and that is not running) is forgotten.
 const SESSION_IDLE_TTL: Duration = Duration::from_secs(24 * 3600);
+/// The bytes of a session's message log (`GET …/messages`) kept: the oldest messages go first.
+pub const MESSAGE_LOG_BYTES: usize = 8 << 20;
 /// The most sessions a route keeps.
 const MAX_SESSIONS: usize = 10_000;
 
@@ -37,12 +46,19 @@ pub enum CreateError {
 }
 
 /// Every session of a route, and the per-API-key meter.
-#[derive(Default)]
 pub struct Sessions {
     sessions: Mutex<HashMap<(String, String), Arc<Session>>>,
     meters: Mutex<HashMap<String, Meter>>,
     /// `[routes.quota]` sessions: how many one tenant may keep.
     per_tenant: Option<std::num::NonZeroUsize>,
+    /// The bytes of events each run keeps (`run_buffer`).
+    run_buffer: usize,
+}
+
+impl Default for Sessions {
+    fn default() -> Self {
+        Self::new(crate::config::DEFAULT_RUN_BUFFER, None)
+    }
 }
 
 /// What one API key used, across its sessions.
@@ -53,10 +69,13 @@ pub struct Meter {
 }
 
 impl Sessions {
-    pub fn with_quota(per_tenant: Option<std::num::NonZeroUsize>) -> Self {
+    /// Sessions whose runs keep `run_buffer` bytes of events, at most `per_tenant` of them per tenant.
+    pub fn new(run_buffer: usize, per_tenant: Option<std::num::NonZeroUsize>) -> Self {
         Self {
+            sessions: Mutex::default(),
+            meters: Mutex::default(),
             per_tenant,
-            ..Self::default()
+            run_buffer,
         }
     }
 
@@ -86,7 +105,13 @@ impl Sessions {
         if sessions.len() >= MAX_SESSIONS || tenant_full {
             return Err(CreateError::Full);
         }
-        let session = Arc::new(Session::new(tenant, id, model, system_prompt));
+        let session = Arc::new(Session::new(
+            tenant,
+            id,
+            model,
+            system_prompt,
+            self.run_buffer,
+        ));
         sessions.insert(key, Arc::clone(&session));
         Ok(session)
     }
@@ -179,6 +204,7 @@ pub struct Session {
     pub conversation: String,
     pub tenant: String,
     pub model: String,
+    run_buffer: usize,
     created: Instant,
     used: Mutex<Instant>,
     state: Mutex<State>,
@@ -207,14 +233,34 @@ pub struct State {
     pub pending: Vec<Pending>,
     pub answers: Option<mpsc::UnboundedSender<Resume>>,
     pub tools: Vec<RegisteredTool>,
-    /// The conversation as CMDC messages (`GET …/messages`).
+    /// The conversation as CMDC messages (`GET …/messages`), its latest [`MESSAGE_LOG_BYTES`]; add with
+    /// [`State::log_message`].
     pub messages: Vec<Value>,
+    /// The JSON bytes of `messages`.
+    messages_bytes: usize,
+    /// Every message logged, kept or not (`agent_end.message_count`).
+    pub messages_logged: u64,
     /// Whether a run is going on (running or paused).
     pub busy: bool,
     /// The runtime of the latest subscriber. A run is driven there, on the thread that streams its events,
     /// rather than on the one its prompt came in on: its events then cross no thread (src/workers.rs).
     pub subscriber_runtime: Option<Handle>,
     next_run: u64,
+}
+
+impl State {
+    /// Adds a message to the session's log; beyond [`MESSAGE_LOG_BYTES`] the oldest go (never the latest).
+    pub fn log_message(&mut self, message: Value) {
+        self.messages_bytes += json_len(&message);
+        self.messages.push(message);
+        self.messages_logged += 1;
+        let mut drop = 0;
+        while self.messages_bytes > MESSAGE_LOG_BYTES && drop + 1 < self.messages.len() {
+            self.messages_bytes -= json_len(&self.messages[drop]);
+            drop += 1;
+        }
+        self.messages.drain(..drop);
+    }
 }
 
 /// The run subscribers attach to, and whether the session is gone.
@@ -225,12 +271,19 @@ struct Current {
 }
 
 impl Session {
-    fn new(tenant: &str, id: &str, model: String, system_prompt: Option<String>) -> Self {
+    fn new(
+        tenant: &str,
+        id: &str,
+        model: String,
+        system_prompt: Option<String>,
+        run_buffer: usize,
+    ) -> Self {
         Self {
             id: id.to_owned(),
             conversation: format!("{id}:{}", uuid::Uuid::new_v4().simple()),
             tenant: tenant.to_owned(),
             model,
+            run_buffer,
             created: Instant::now(),
             used: Mutex::new(Instant::now()),
             state: Mutex::new(State {
@@ -257,7 +310,7 @@ impl Session {
     /// Starts the buffer of a new run and makes it the one subscribers attach to.
     pub fn new_run(&self, state: &mut State) -> Arc<Run> {
         state.next_run += 1;
-        let run = Arc::new(Run::new(state.next_run));
+        let run = Arc::new(Run::new(state.next_run, self.run_buffer));
         self.current
             .send_modify(|current| current.run = Some(Arc::clone(&run)));
         run
@@ -341,23 +394,53 @@ impl Session {
 pub struct Run {
     seq: u64,
     buffer: Mutex<Buffer>,
+    /// How many events the run pushed so far (kept or not).
     len: watch::Sender<usize>,
     /// Set by `POST …/abort`.
     aborted: watch::Sender<bool>,
 }
 
-#[derive(Default)]
+/// The run's latest events, within `limit` bytes: the events from index `first` on, each with its cost.
 struct Buffer {
-    events: Vec<Event>,
+    events: VecDeque<(Event, usize)>,
+    first: usize,
+    bytes: usize,
+    limit: usize,
     done: bool,
     read: bool,
 }
 
+/// A subscriber asked for an event the buffer no longer keeps.
+struct NoLongerKept;
+
+/// The event a subscriber gets instead of a run it is too late to replay.
+fn too_late() -> Event {
+    Event::Error {
+        reason:
+            "run_buffer_exceeded: this run's events went past the route's run_buffer and its start \
+                 is no longer kept; too late to replay this run"
+                .into(),
+    }
+}
+
+/// What an event costs the buffer: its JSON length plus the event itself (a cheap, stable estimate).
+fn kept_bytes(event: &Event) -> usize {
+    json_len(event) + std::mem::size_of::<Event>()
+}
+
 impl Run {
-    fn new(seq: u64) -> Self {
+    fn new(seq: u64, limit: usize) -> Self {
+        let buffer = Buffer {
+            events: VecDeque::new(),
+            first: 0,
+            bytes: 0,
+            limit,
+            done: false,
+            read: false,
+        };
         Self {
             seq,
-            buffer: Mutex::new(Buffer::default()),
+            buffer: Mutex::new(buffer),
             len: watch::channel(0).0,
             aborted: watch::channel(false).0,
         }
@@ -376,7 +459,8 @@ impl Run {
         let _ = aborted.wait_for(|aborted| *aborted).await;
     }
 
-    /// Appends an event and wakes the subscribers.
+    /// Appends an event and wakes the subscribers; beyond the buffer's limit the oldest events go (the
+    /// newest always stays, so that the subscribers that keep up read it).
     pub fn push(&self, event: Event) {
         let len = {
             let mut buffer = lock(&self.buffer);
@@ -384,8 +468,22 @@ impl Run {
                 return;
             }
             buffer.done = event.is_terminal();
-            buffer.events.push(event);
-            buffer.events.len()
+            let cost = kept_bytes(&event);
+            buffer.bytes += cost;
+            buffer.events.push_back((event, cost));
+            if buffer.bytes > buffer.limit && buffer.first == 0 {
+                tracing::warn!(
+                    run_buffer = buffer.limit,
+                    "a CMDC run outgrew its run_buffer; late subscribers can no longer replay it"
+                );
+            }
+            while buffer.bytes > buffer.limit && buffer.events.len() > 1 {
+                if let Some((_, cost)) = buffer.events.pop_front() {
+                    buffer.bytes -= cost;
+                    buffer.first += 1;
+                }
+            }
+            buffer.first + buffer.events.len()
         };
         self.len.send_replace(len);
     }
@@ -399,13 +497,15 @@ impl Run {
         buffer.done && buffer.read
     }
 
-    fn get(&self, index: usize) -> Option<Event> {
+    /// The run's event at `index`: `None` if not pushed yet.
+    fn get(&self, index: usize) -> Result<Option<Event>, NoLongerKept> {
         let mut buffer = lock(&self.buffer);
-        let event = buffer.events.get(index).cloned();
+        let kept = index.checked_sub(buffer.first).ok_or(NoLongerKept)?;
+        let event = buffer.events.get(kept).map(|(event, _)| event.clone());
         if event.as_ref().is_some_and(Event::is_terminal) {
             buffer.read = true;
         }
-        event
+        Ok(event)
     }
 }
 
@@ -424,18 +524,25 @@ impl Follower {
         loop {
             if let Some((run, index)) = &mut self.run {
                 let mut changed = run.len.subscribe();
-                if let Some(event) = run.get(*index) {
-                    *index += 1;
-                    if event.is_terminal() {
-                        self.last_seq = run.seq;
-                        self.run = None;
-                        self.finished = true;
+                let (event, ends_run) = match run.get(*index) {
+                    Ok(Some(event)) => {
+                        let terminal = event.is_terminal();
+                        (event, terminal)
                     }
-                    return Some(event);
+                    Ok(None) => {
+                        // The sender lives as long as the run we hold.
+                        let _ = changed.changed().await;
+                        continue;
+                    }
+                    Err(NoLongerKept) => (too_late(), true),
+                };
+                *index += 1;
+                if ends_run {
+                    self.last_seq = run.seq;
+                    self.run = None;
+                    self.finished = true;
                 }
-                // The sender lives as long as the run we hold.
-                let _ = changed.changed().await;
-                continue;
+                return Some(event);
             }
             if self.single && self.finished {
                 return None;
@@ -522,6 +629,52 @@ mod tests {
             caught_up += 1;
         }
         assert_eq!(caught_up, 10_001);
+    }
+
+    #[tokio::test]
+    async fn past_the_run_buffer_a_late_subscriber_gets_an_error_and_a_live_one_every_event() {
+        let sessions = Sessions::new(4096, None);
+        let session = sessions.create("t", "s", "m".into(), None).unwrap();
+        let run = session.new_run(&mut session.state());
+        let mut live = session.subscribe_run();
+        run.push(Event::AgentStart {});
+        let mut seen = 0;
+        for i in 0..1000 {
+            run.push(delta(&i.to_string()));
+            // Reading as it comes, the live subscriber never needs an event that is gone.
+            while let Ok(Some(_)) = tokio::time::timeout(Duration::ZERO, live.next()).await {
+                seen += 1;
+            }
+        }
+        let kept = lock(&run.buffer).bytes;
+        assert!(kept <= 4096, "the buffer keeps {kept} bytes");
+        let mut late = session.subscribe_run();
+        run.push(Event::AgentAbort {
+            reason: "user_cancelled".into(),
+        });
+        while live.next().await.is_some() {
+            seen += 1;
+        }
+        assert_eq!(seen, 1002, "the live subscriber read every event");
+
+        match late.next().await {
+            Some(Event::Error { reason }) => assert!(reason.starts_with("run_buffer_exceeded")),
+            other => panic!("expected the run_buffer error, got {other:?}"),
+        }
+        assert!(late.next().await.is_none(), "and no part of the run");
+    }
+
+    #[test]
+    fn the_message_log_keeps_its_latest_bytes_and_counts_every_message() {
+        let mut state = State::default();
+        let big = "m".repeat(MESSAGE_LOG_BYTES / 3);
+        for i in 0..5 {
+            state.log_message(serde_json::json!({"id": i, "content": big}));
+        }
+        assert_eq!(state.messages_logged, 5);
+        assert_eq!(state.messages.len(), 2, "the oldest went");
+        assert_eq!(state.messages[1]["id"], 4);
+        assert!(state.messages_bytes <= MESSAGE_LOG_BYTES);
     }
 
     #[tokio::test]
