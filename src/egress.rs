@@ -364,15 +364,8 @@ impl Egress {
         &self,
         addresses: Vec<SocketAddr>,
     ) -> Client<hyper_rustls::HttpsConnector<HttpConnector<Checked>>, Full<Bytes>> {
-        let mut http = HttpConnector::new_with_resolver(Checked(addresses));
-        http.set_connect_timeout(Some(self.connect_timeout));
-        http.set_nodelay(true);
-        http.enforce_http(false);
-        let connector = hyper_rustls::HttpsConnectorBuilder::new()
-            .with_webpki_roots()
-            .https_or_http()
-            .enable_http1()
-            .wrap_connector(http);
+        let http = HttpConnector::new_with_resolver(Checked(addresses));
+        let connector = crate::upstream::connector(http, self.connect_timeout);
         Client::builder(TokioExecutor::new())
             .pool_max_idle_per_host(0)
             .build(connector)

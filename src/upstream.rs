@@ -55,19 +55,9 @@ impl Upstream {
         headers: Vec<(HeaderName, HeaderValue)>,
         connect_timeout: Duration,
     ) -> Self {
-        let mut http = HttpConnector::new();
-        http.set_connect_timeout(Some(connect_timeout));
-        http.set_nodelay(true);
-        http.enforce_http(false);
-        let connector = hyper_rustls::HttpsConnectorBuilder::new()
-            .with_webpki_roots()
-            .https_or_http()
-            .enable_http1()
-            .enable_http2()
-            .wrap_connector(http);
         Self {
             pool: POOLS.fetch_add(1, Ordering::Relaxed),
-            connector,
+            connector: connector(HttpConnector::new(), connect_timeout),
             uri,
             headers,
         }
@@ -194,6 +184,23 @@ pub fn redacted(uri: &Uri) -> String {
         .rsplit_once('@')
         .map_or(authority, |(_, host)| host);
     format!("{scheme}{host}{}", uri.path())
+}
+
+/// How every client of the proxy connects, whatever resolves its names: within `connect_timeout`, without
+/// Nagle's delay, to http and https URLs (TLS by the web's roots, HTTP/1.1 or HTTP/2).
+pub fn connector<R>(
+    mut http: HttpConnector<R>,
+    connect_timeout: Duration,
+) -> HttpsConnector<HttpConnector<R>> {
+    http.set_connect_timeout(Some(connect_timeout));
+    http.set_nodelay(true);
+    http.enforce_http(false);
+    hyper_rustls::HttpsConnectorBuilder::new()
+        .with_webpki_roots()
+        .https_or_http()
+        .enable_http1()
+        .enable_http2()
+        .wrap_connector(http)
 }
 
 /// The response if its status is 2xx, else an error that carries the status and (the start of) the body.
