@@ -6,11 +6,11 @@ mod support;
 use std::time::Duration;
 
 use bytes::Bytes;
-use futures_util::{SinkExt, StreamExt};
+use futures_util::SinkExt;
 use http::{Method, Request, StatusCode};
 use http_body_util::Full;
 use serde_json::{json, Value};
-use support::cmdc::{all, frames, names, streamed_text, until};
+use support::cmdc::{all, frames, names, recv_ws, streamed_text, until, Ws};
 use support::{send, within, Proxy, Reply, Response, SseStream, Upstream};
 use tokio_tungstenite::tungstenite::Message as WsMessage;
 
@@ -428,9 +428,6 @@ async fn approvals_over_the_websocket_are_acked_by_the_next_frame() {
     );
 }
 
-type Ws =
-    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
-
 async fn connect_ws(proxy: &Proxy, session: &str, key: &str) -> Ws {
     let url = format!(
         "ws://{}/gw/v1/sessions/{session}/ws?api_key={key}",
@@ -455,19 +452,6 @@ async fn send_raw(ws: &mut Ws, text: &str) {
     ws.send(WsMessage::text(text.to_owned()))
         .await
         .expect("send");
-}
-
-/// The next data frame (pings are skipped).
-async fn recv_ws(ws: &mut Ws) -> Value {
-    loop {
-        let message = within("a WebSocket frame", ws.next())
-            .await
-            .expect("the socket is open")
-            .expect("a frame");
-        if let WsMessage::Text(text) = message {
-            return serde_json::from_str(text.as_str()).expect("JSON frames");
-        }
-    }
 }
 
 #[tokio::test]

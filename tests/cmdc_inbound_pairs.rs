@@ -20,7 +20,7 @@ use support::a2a::{self, Agent};
 use support::ag_kit as kit;
 use support::agentscope::{self as scope, Run};
 use support::cmdc::{
-    self, all, names, streamed_text, until, Gateway, History, Step, KEY as GATEWAY_KEY,
+    self, all, names, recv_ws, streamed_text, until, Gateway, History, Step, Ws, KEY as GATEWAY_KEY,
 };
 use support::{send, Proxy, Response, SseStream, Upstream};
 
@@ -1317,9 +1317,6 @@ async fn cmdc_to_agentscope_function_call_is_called_back_and_its_output_sent() {
 
 // --- The WebSocket ----------------------------------------------------------------------------------------
 
-type Ws =
-    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
-
 async fn connect_ws(proxy: &Proxy, session: &str) -> Ws {
     let url = format!(
         "ws://{}{PATH}/v1/sessions/{session}/ws?api_key={CLIENT_KEY}",
@@ -1341,20 +1338,6 @@ async fn send_ws(ws: &mut Ws, frame: Value) {
     ))
     .await
     .expect("send");
-}
-
-/// The next data frame (pings skipped).
-async fn recv_ws(ws: &mut Ws) -> Value {
-    use futures_util::StreamExt;
-    loop {
-        let message = support::within("a WebSocket frame", ws.next())
-            .await
-            .expect("the socket is open")
-            .expect("a frame");
-        if let tokio_tungstenite::tungstenite::Message::Text(text) = message {
-            return serde_json::from_str(text.as_str()).expect("JSON frames");
-        }
-    }
 }
 
 /// Event frames until one named `name`; returns them all, that one last.

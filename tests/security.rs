@@ -823,22 +823,12 @@ async fn a_wrong_key_flood_is_answered_429_once_over_rate_limit_ip() {
     assert!(served.json().await["result"]["id"].is_string());
 }
 
-type Ws =
-    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
-
 /// The next frame that answers an action (an ack or an error), skipping the run's events.
-async fn action_reply(ws: &mut Ws) -> Value {
-    use futures_util::StreamExt;
+async fn action_reply(ws: &mut gateway::Ws) -> Value {
     loop {
-        let message = support::within("a WebSocket frame", ws.next())
-            .await
-            .expect("the socket is open")
-            .expect("a frame");
-        if let tokio_tungstenite::tungstenite::Message::Text(text) = message {
-            let frame: Value = serde_json::from_str(text.as_str()).expect("JSON frames");
-            if frame.get("event").is_none() {
-                return frame;
-            }
+        let frame = gateway::recv_ws(ws).await;
+        if frame.get("event").is_none() {
+            return frame;
         }
     }
 }

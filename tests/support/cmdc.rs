@@ -1171,3 +1171,21 @@ pub fn streamed_text(frames: &[(String, Value)]) -> String {
         .map(|(_, d)| d["delta"].as_str().unwrap_or_default())
         .collect()
 }
+
+/// A client's WebSocket to a gateway.
+pub type Ws =
+    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+
+/// The next data frame of a gateway's WebSocket, as JSON (pings and other control frames skipped).
+pub async fn recv_ws(ws: &mut Ws) -> Value {
+    use futures_util::StreamExt;
+    loop {
+        let message = super::within("a WebSocket frame", ws.next())
+            .await
+            .expect("the socket is open")
+            .expect("a frame");
+        if let tokio_tungstenite::tungstenite::Message::Text(text) = message {
+            return serde_json::from_str(text.as_str()).expect("JSON frames");
+        }
+    }
+}
