@@ -199,7 +199,17 @@ pub struct Diverter {
 impl Diverter {
     /// Rewrites `out[from..]`, the events one upstream event became.
     pub fn divert(&mut self, out: &mut Vec<Event>, from: usize) {
-        if self.approval.is_none() && self.question.is_none() {
+        let is_call = |event: &Event| {
+            matches!(
+                event,
+                Event::ToolCallStart { .. }
+                    | Event::ToolCallArgs { .. }
+                    | Event::ToolCallEnd { .. }
+            )
+        };
+        // The common event (text) passes untouched, without a copy.
+        let no_pause_tools = self.approval.is_none() && self.question.is_none();
+        if no_pause_tools || !out[from..].iter().any(is_call) {
             return;
         }
         let produced: Vec<Event> = out.drain(from..).collect();
