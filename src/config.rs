@@ -305,6 +305,13 @@ pub struct Quota {
     /// one of them runs a new one is refused (-32051).
     #[serde(deserialize_with = "de::quota")]
     pub tasks: Option<std::num::NonZeroUsize>,
+    /// Every inbound: conversations one tenant keeps in the store; its least recently used one that waits on
+    /// nobody makes room, and while every one of them is paused a new one is refused (too many).
+    #[serde(deserialize_with = "de::quota")]
+    pub conversations: Option<std::num::NonZeroUsize>,
+    /// Every inbound: runs one tenant streams at once (beyond: too many, until one ends).
+    #[serde(deserialize_with = "de::quota")]
+    pub streams: Option<std::num::NonZeroUsize>,
 }
 
 fn default_tenant_claim() -> String {
@@ -2464,11 +2471,18 @@ mod tests {
             "only a2a inbound routes keep tasks",
         );
         assert_error(
-            &cmdc("[routes.quota]\nstreams = 3\n"),
+            &cmdc("[routes.quota]\nrequests = 3\n"),
             EXTRA + 1,
-            "routes[0].quota.streams",
+            "routes[0].quota.requests",
             "unknown field",
         );
+        let route = &parse(&route_with(
+            "[routes.quota]\nconversations = 5\nstreams = 2\n",
+        ))
+        .unwrap()
+        .routes[0];
+        assert_eq!(route.quota.conversations.map(|n| n.get()), Some(5));
+        assert_eq!(route.quota.streams.map(|n| n.get()), Some(2));
     }
 
     #[test]

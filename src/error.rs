@@ -96,10 +96,15 @@ impl Error {
     /// The proxy holds as much conversation state as it may, all of it runs waiting on their users: a new
     /// conversation must wait (answered as each protocol answers "too many").
     pub fn store_full() -> Self {
-        Self::new(
-            Kind::RateLimited { retry_after: 60 },
+        Self::too_many(
             "The conversation store is full of paused runs; try again later",
+            60,
         )
+    }
+    /// The client holds as much as the route lets one tenant hold (`[routes.quota]`), or the proxy as much as
+    /// it may: answered as each protocol answers "too many", to try again after `retry_after` seconds.
+    pub fn too_many(message: impl Into<String>, retry_after: u64) -> Self {
+        Self::new(Kind::RateLimited { retry_after }, message)
     }
     /// The client asked the proxy to reach somewhere the route's policy does not allow.
     pub fn forbidden(message: impl Into<String>) -> Self {

@@ -26,7 +26,8 @@ pub struct Route {
     pub translator: Arc<Translator>,
     /// Who may use the route and how often; each inbound asks it where its protocol needs a client.
     pub access: Arc<Access>,
-    cors: Cors,
+    /// Which web pages may use the route (`cors_origins`).
+    pub cors: Cors,
 }
 
 impl Route {
@@ -50,7 +51,8 @@ impl Route {
                     .with_answer_words(AnswerWords::new(
                         &config.translate.approval_words,
                         &config.translate.rejection_words,
-                    )),
+                    ))
+                    .with_quota(config.quota),
             ),
             access: Arc::new(Access::new(config)),
             cors: Cors::new(&config.cors_origins),

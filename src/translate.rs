@@ -7,9 +7,11 @@
 //! stream hands the run to a task of its own, which sees the channel closed, drops the outbound future (that
 //! closes the upstream request and sends the upstream's cancel) and saves what the run learned.
 
+use std::collections::HashMap;
 use std::future::Future;
+use std::num::NonZeroUsize;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -18,6 +20,7 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 
 use crate::answers::{AnswerWords, Decision};
+use crate::config::Quota;
 use crate::error::{Error, Result};
 use crate::history::{self, ReplyLog};
 use crate::model::{
@@ -38,6 +41,10 @@ pub struct Translator {
     timeout: Duration,
     /// How the route reads a person's free-text answer to an approval.
     answer_words: AnswerWords,
+    /// `[routes.quota]` conversations: how many one tenant keeps in the store.
+    conversations_per_tenant: Option<NonZeroUsize>,
+    /// `[routes.quota]` streams: the runs of each tenant under way.
+    streams: OpenStreams,
 }
 
 impl Translator {
@@ -53,7 +60,16 @@ impl Translator {
             store,
             timeout,
             answer_words: AnswerWords::default(),
+            conversations_per_tenant: None,
+            streams: OpenStreams::default(),
         }
+    }
+
+    /// Holds each tenant to the route's `[routes.quota]` conversations and streams.
+    pub fn with_quota(mut self, quota: Quota) -> Self {
+        self.conversations_per_tenant = quota.conversations;
+        self.streams.per_tenant = quota.streams;
+        self
     }
 
     /// Reads free-text answers to approvals with `words` (the built-in lists and the route's own).
@@ -108,8 +124,12 @@ impl Translator {
     async fn run(&self, mut turn: Turn, sender: mpsc::Sender<Event>) {
         let key = self.key(&turn.tenant, &turn.conversation);
         let mut context = RunContext::new(&turn, sender);
-        context.record = match self.store.load(&key).await {
-            Ok(record) => record.unwrap_or_default(),
+        let _stream = match self.streams.enter(&turn.tenant) {
+            Ok(slot) => slot,
+            Err(error) => return context.finish(Err(error)).await,
+        };
+        context.record = match self.load_or_admit(&key).await {
+            Ok(record) => record,
             Err(error) => return context.finish(Err(error)).await,
         };
         if let Err(error) = check_answers(&turn, &context.record) {
@@ -150,6 +170,17 @@ impl Translator {
         }
     }
 
+    /// The conversation's record, or an empty one for a new conversation if its tenant has room for one.
+    async fn load_or_admit(&self, key: &Key) -> Result<Record> {
+        if let Some(record) = self.store.load(key).await? {
+            return Ok(record);
+        }
+        if let Some(quota) = self.conversations_per_tenant {
+            self.store.admit(key, quota.get()).await?;
+        }
+        Ok(Record::default())
+    }
+
     /// Runs the outbound within the route's timeout. `None` when the client went away first.
     async fn run_outbound(&self, turn: &Turn, context: &mut RunContext) -> Option<Result<()>> {
         let closed = context.sender.clone();
@@ -159,6 +190,63 @@ impl Translator {
                 "upstream run took longer than the route's timeout of {:?}", self.timeout
             ))))),
             () = closed.closed() => None,
+        }
+    }
+}
+
+/// The runs under way per tenant, held to `[routes.quota]` streams.
+#[derive(Default)]
+struct OpenStreams {
+    per_tenant: Option<NonZeroUsize>,
+    open: Mutex<HashMap<String, usize>>,
+}
+
+impl OpenStreams {
+    /// Counts one more run of `tenant` until the slot is dropped; too many when the tenant is at its quota.
+    fn enter(&self, tenant: &str) -> Result<StreamSlot<'_>> {
+        let Some(quota) = self.per_tenant else {
+            return Ok(StreamSlot {
+                streams: self,
+                tenant: None,
+            });
+        };
+        let mut open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
+        let count = open.entry(tenant.to_owned()).or_default();
+        if *count >= quota.get() {
+            return Err(Error::too_many(
+                format!(
+                    "this client's runs under way reached its quota ({quota}); try again when one ends"
+                ),
+                1,
+            ));
+        }
+        *count += 1;
+        Ok(StreamSlot {
+            streams: self,
+            tenant: Some(tenant.to_owned()),
+        })
+    }
+}
+
+/// One run counted in [`OpenStreams`] (none when the route sets no quota).
+struct StreamSlot<'a> {
+    streams: &'a OpenStreams,
+    tenant: Option<String>,
+}
+
+impl Drop for StreamSlot<'_> {
+    fn drop(&mut self) {
+        let Some(tenant) = &self.tenant else { return };
+        let mut open = self
+            .streams
+            .open
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(count) = open.get_mut(tenant) {
+            *count -= 1;
+            if *count == 0 {
+                open.remove(tenant);
+            }
         }
     }
 }

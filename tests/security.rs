@@ -1385,3 +1385,126 @@ async fn a_tenant_over_its_session_quota_gets_cmdcs_too_many_sessions_and_others
     assert!(closed.status.is_success(), "{}", closed.status);
     assert_eq!(create("sk-a", "a3").await.status, StatusCode::CREATED);
 }
+
+/// `text` said in AG-Kit conversation `conversation` as the tenant of `key`.
+async fn ag_kit_say(proxy: &Proxy, key: &str, conversation: &str, text: &str) -> Response {
+    let body =
+        json!({"messages": [{"role": "user", "content": text}], "conversationId": conversation});
+    call_with(
+        proxy,
+        Method::POST,
+        "/send-message",
+        &[("x-api-key", key)],
+        &body,
+    )
+    .await
+}
+
+/// A refusal as "too many": 429, `Retry-After`, the message naming the quota.
+async fn assert_too_many(refused: Response, what: &str) {
+    assert_eq!(refused.status, StatusCode::TOO_MANY_REQUESTS, "{what}");
+    assert!(!refused.header("retry-after").is_empty(), "{what}");
+    let body = refused.json().await;
+    assert_eq!(body["error"]["code"], "RATE_LIMITED", "{what}: {body}");
+    assert!(
+        body["error"]["message"].as_str().unwrap().contains("quota"),
+        "{what}: {body}"
+    );
+}
+
+/// Answers the pause of AG-Kit conversation `conversation` (whose interrupt frame is `asked`) with `answer`;
+/// what the agent said back.
+async fn ag_kit_answer(
+    proxy: &Proxy,
+    conversation: &str,
+    asked: &[String],
+    answer: &str,
+) -> String {
+    let interrupt: Value = serde_json::from_str(&asked[0]).expect("an interrupt frame");
+    let body = json!({"resume": {"interruptId": interrupt["id"], "payload": json!({"response": answer}).to_string()},
+                      "conversationId": conversation});
+    let answered = call_with(
+        proxy,
+        Method::POST,
+        "/send-message",
+        &[("x-api-key", "sk-a")],
+        &body,
+    )
+    .await;
+    data_frames(answered)
+        .await
+        .iter()
+        .filter_map(|data| serde_json::from_str::<Value>(data).ok())
+        .filter_map(|frame| frame["content"].as_str().map(str::to_owned))
+        .collect()
+}
+
+#[tokio::test]
+async fn a_tenant_at_its_conversation_quota_makes_room_among_its_own_idle_ones_else_is_refused() {
+    let proxy = &echo_route(
+        "ag-kit",
+        &format!("{KEYS}[routes.quota]\nconversations = 2\n"),
+    )
+    .await;
+    let mut asked = Vec::new();
+    for conversation in ["paused-1", "paused-2"] {
+        let frames =
+            data_frames(ag_kit_say(proxy, "sk-a", conversation, "/ask Which city?").await).await;
+        assert!(frames[0].contains("\"interrupt\""), "{frames:?}");
+        asked.push(frames);
+    }
+    // Both of acme's conversations wait on their user: a third is refused, to either of its keys.
+    for key in ["sk-a", "sk-a2"] {
+        assert_too_many(ag_kit_say(proxy, key, "third", "hi").await, key).await;
+    }
+    // Another tenant's quota is its own, and its idle conversations make room for its new ones.
+    for conversation in ["b-1", "b-2", "b-3"] {
+        let said = ag_kit_say(proxy, "sk-b", conversation, "hi").await;
+        assert_eq!(said.status, StatusCode::OK, "{conversation}");
+        said.bytes().await;
+    }
+    // Answered, the first waits on nobody: it makes room, and the paused second is kept.
+    assert_eq!(
+        ag_kit_answer(proxy, "paused-1", &asked[0], "Paris").await,
+        "You answered: Paris"
+    );
+    let third = ag_kit_say(proxy, "sk-a", "third", "hi").await;
+    assert_eq!(third.status, StatusCode::OK);
+    third.bytes().await;
+    assert_eq!(
+        ag_kit_answer(proxy, "paused-2", &asked[1], "Lyon").await,
+        "You answered: Lyon"
+    );
+}
+
+#[tokio::test]
+async fn a_tenant_at_its_stream_quota_is_refused_until_one_of_its_runs_ends() {
+    let agent = Reply::sse()
+        .events([ag_ui::started()])
+        .events(ag_ui::text("m1", &["slow"]))
+        .gate()
+        .event(ag_ui::finished())
+        .serve()
+        .await;
+    let proxy = &Proxy::start(&format!(
+        "[[routes]]\nname = \"r\"\npath = \"/r\"\ninbound = \"ag-kit\"\noutbound = \"ag-ui\"\n\
+         upstream = \"{}\"\n{KEYS}[routes.quota]\nstreams = 1\n",
+        agent.url()
+    ))
+    .await;
+    let first = ag_kit_say(proxy, "sk-a", "c1", "hi").await;
+    assert_eq!(first.status, StatusCode::OK);
+    let mut first = first.sse();
+    assert!(first.next_data().await.unwrap().contains("slow"));
+
+    assert_too_many(ag_kit_say(proxy, "sk-a2", "c2", "hi").await, "a second run").await;
+    let other = ag_kit_say(proxy, "sk-b", "c1", "hi").await;
+    assert_eq!(other.status, StatusCode::OK, "another tenant streams");
+
+    agent.release();
+    while first.next_data().await.is_some() {}
+    other.bytes().await;
+    let after = ag_kit_say(proxy, "sk-a", "c2", "hi").await;
+    assert_eq!(after.status, StatusCode::OK, "the first run ended");
+    after.bytes().await;
+}

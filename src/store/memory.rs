@@ -121,6 +121,43 @@ impl MemoryStore {
         }
         fits(records)
     }
+
+    /// Drops the oldest records of `key`'s tenant on its route that wait on nobody, until fewer than
+    /// `per_tenant` are left. Whether they are. One pass over the records: quotas are per route and tenant,
+    /// and a new conversation is rare next to the turns of existing ones.
+    fn make_room_for_tenant(records: &mut Records, key: &Key, per_tenant: usize) -> bool {
+        let same_tenant = |other: &Key| other.route == key.route && other.tenant == key.tenant;
+        let mut own: Vec<(bool, Instant, Key)> = records
+            .entries
+            .iter()
+            .filter(|(other, _)| same_tenant(other) && *other != key)
+            .map(|(other, entry)| {
+                let paused = !entry.record.pending_interrupts.is_empty();
+                (paused, entry.touched, other.clone())
+            })
+            .collect();
+        if own.len() < per_tenant {
+            return true;
+        }
+        own.sort_unstable_by_key(|(paused, touched, _)| (*paused, *touched));
+        let excess = own.len() + 1 - per_tenant;
+        let idle = own.iter().take_while(|(paused, ..)| !paused).count();
+        if idle < excess {
+            return false;
+        }
+        for (_, _, other) in own.into_iter().take(excess) {
+            if let Some(entry) = records.entries.remove(&other) {
+                records.bytes -= entry.bytes;
+            }
+        }
+        tracing::info!(
+            route = %key.route,
+            evicted = excess,
+            per_tenant,
+            "a tenant reached its conversations quota; its oldest idle conversations were dropped"
+        );
+        true
+    }
 }
 
 impl Store for MemoryStore {
@@ -173,6 +210,23 @@ impl Store for MemoryStore {
             Ok(())
         });
         Box::pin(future::ready(saved.and_then(|saved| saved)))
+    }
+
+    fn admit<'a>(&'a self, key: &'a Key, per_tenant: usize) -> BoxFuture<'a, Result<()>> {
+        let admitted = self.with_records(|records| {
+            if Self::make_room_for_tenant(records, key, per_tenant) {
+                Ok(())
+            } else {
+                Err(Error::too_many(
+                    format!(
+                        "{per_tenant} conversations of this client wait on their users (its quota); \
+                         answer or abandon one first"
+                    ),
+                    60,
+                ))
+            }
+        });
+        Box::pin(future::ready(admitted.and_then(|admitted| admitted)))
     }
 }
 
@@ -239,6 +293,32 @@ mod tests {
         let refused = store.load(&key("another")).await.unwrap_err();
         assert_eq!(refused.code(), "RATE_LIMITED");
         assert!(refused.message().contains("store is full"));
+    }
+
+    #[tokio::test]
+    async fn a_tenant_at_its_conversations_quota_makes_room_among_its_own_idle_ones_else_is_refused(
+    ) {
+        let store = MemoryStore::new(Duration::from_secs(60));
+        let of = |tenant: &str, conversation: &str| Key {
+            tenant: tenant.into(),
+            ..key(conversation)
+        };
+        store.save(&of("a", "paused"), paused(10)).await.unwrap();
+        store.save(&of("a", "old"), with_text(10)).await.unwrap();
+        store.save(&of("b", "theirs"), with_text(10)).await.unwrap();
+        store.save(&of("a", "recent"), with_text(10)).await.unwrap();
+
+        store.admit(&of("a", "new"), 3).await.unwrap();
+        assert_eq!(store.load(&of("a", "old")).await.unwrap(), None, "evicted");
+        for kept in [of("a", "paused"), of("a", "recent"), of("b", "theirs")] {
+            assert!(store.load(&kept).await.unwrap().is_some(), "{kept:?}");
+        }
+
+        store.save(&of("a", "recent"), paused(10)).await.unwrap();
+        let refused = store.admit(&of("a", "new"), 2).await.unwrap_err();
+        assert_eq!(refused.code(), "RATE_LIMITED");
+        assert!(refused.message().contains("quota"), "{refused}");
+        store.admit(&of("b", "new"), 2).await.unwrap();
     }
 
     #[tokio::test]

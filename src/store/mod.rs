@@ -96,6 +96,10 @@ pub fn fit_record(record: &mut Record, max_record: usize) -> usize {
 pub trait Store: Send + Sync {
     fn load<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, Result<Option<Record>>>;
     fn save<'a>(&'a self, key: &'a Key, record: Record) -> BoxFuture<'a, Result<()>>;
+    /// Makes room for the new conversation `key` within `per_tenant` conversations of its tenant on its
+    /// route (`[routes.quota]` conversations): the tenant's own record touched longest ago goes, never one
+    /// with pending interrupts; when all of them are paused the new conversation is refused (too many).
+    fn admit<'a>(&'a self, key: &'a Key, per_tenant: usize) -> BoxFuture<'a, Result<()>>;
 }
 
 /// Opens the configured backend.
