@@ -5,11 +5,28 @@
 use bytes::Bytes;
 use http::header::{
     ACCESS_CONTROL_ALLOW_HEADERS, ACCESS_CONTROL_ALLOW_METHODS, ACCESS_CONTROL_ALLOW_ORIGIN,
-    ACCESS_CONTROL_MAX_AGE, ACCESS_CONTROL_REQUEST_METHOD, ORIGIN, VARY,
+    ACCESS_CONTROL_MAX_AGE, ACCESS_CONTROL_REQUEST_METHOD, HOST, ORIGIN, VARY,
 };
 use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode};
 
 use crate::body::{self, Body};
+use crate::error::{Error, Result};
+
+/// Whether `origin` (`scheme://host[:port]`) names the host the request was sent to.
+fn is_same_origin(origin: &HeaderValue, host: Option<&HeaderValue>) -> bool {
+    let origin_host = origin
+        .to_str()
+        .ok()
+        .and_then(|origin| origin.parse::<http::Uri>().ok())
+        .and_then(|uri| {
+            uri.authority()
+                .map(|authority| authority.as_str().to_owned())
+        });
+    match (origin_host, host.and_then(|host| host.to_str().ok())) {
+        (Some(origin_host), Some(host)) => origin_host.eq_ignore_ascii_case(host),
+        _ => false,
+    }
+}
 
 /// What a preflight of a listed origin is allowed: every method and request header an inbound reads.
 const ALLOWED_METHODS: &str = "GET, POST, DELETE, OPTIONS";
@@ -37,6 +54,22 @@ impl Cors {
             .iter()
             .any(|listed| listed == text)
             .then(|| origin.clone())
+    }
+
+    /// Refuses a WebSocket handshake from a web page of an unlisted origin. Browsers apply no CORS to
+    /// WebSockets: without this, any page could open one from its visitor's browser. A page of the proxy's
+    /// own origin (the `Host` it was asked for) may; clients that are not browsers send no `Origin`.
+    pub fn check_websocket(&self, headers: &HeaderMap) -> Result<()> {
+        let Some(origin) = headers.get(ORIGIN) else {
+            return Ok(());
+        };
+        if self.allowed_origin(headers).is_some() || is_same_origin(origin, headers.get(HOST)) {
+            return Ok(());
+        }
+        Err(Error::forbidden(format!(
+            "a WebSocket from origin {} is not allowed on this route (cors_origins)",
+            String::from_utf8_lossy(origin.as_bytes())
+        )))
     }
 
     /// The answer to a preflight of a listed origin; `None` for every other request, served as usual (an
@@ -99,6 +132,25 @@ mod tests {
             .header(ACCESS_CONTROL_REQUEST_METHOD, "POST")
             .body(())
             .unwrap()
+    }
+
+    #[test]
+    fn a_websocket_is_refused_only_to_a_page_of_another_unlisted_origin() {
+        let cors = Cors::new(&["https://app.example".to_owned()]);
+        let handshake = |origin: Option<&str>| {
+            let mut request = Request::builder().header(HOST, "proxy.example:8080");
+            if let Some(origin) = origin {
+                request = request.header(ORIGIN, origin);
+            }
+            cors.check_websocket(request.body(()).unwrap().headers())
+        };
+        assert!(handshake(None).is_ok());
+        assert!(handshake(Some("https://app.example")).is_ok());
+        assert!(handshake(Some("http://PROXY.example:8080")).is_ok());
+        for foreign in ["https://evil.example", "http://proxy.example:9090", "null"] {
+            let refused = handshake(Some(foreign)).unwrap_err();
+            assert!(refused.is_forbidden(), "{foreign}");
+        }
     }
 
     #[test]

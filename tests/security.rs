@@ -424,6 +424,43 @@ async fn cmdc_posts_must_be_json() {
     );
 }
 
+/// Opens the CMDC WebSocket of `session` as a page of `origin` would (`None`: a client that is no browser);
+/// the handshake's status.
+async fn websocket_from(proxy: &Proxy, session: &str, origin: Option<&str>) -> StatusCode {
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+    use tokio_tungstenite::tungstenite::Error as WsError;
+    let url = format!("ws://{}/gw/v1/sessions/{session}/ws", proxy.addr());
+    let mut request = url.into_client_request().unwrap();
+    if let Some(origin) = origin {
+        request
+            .headers_mut()
+            .insert("origin", origin.parse().unwrap());
+    }
+    match support::within("the handshake", tokio_tungstenite::connect_async(request)).await {
+        Ok((_, response)) => response.status(),
+        Err(WsError::Http(response)) => response.status(),
+        Err(other) => panic!("the handshake failed: {other}"),
+    }
+}
+
+#[tokio::test]
+async fn a_cmdc_websocket_is_opened_only_by_pages_of_listed_origins_or_the_proxys_own() {
+    let proxy = cmdc_gateway("cors_origins = [\"https://app.example\"]").await;
+    let session = new_session(&proxy).await;
+    assert_eq!(
+        websocket_from(&proxy, &session, Some("https://evil.example")).await,
+        StatusCode::FORBIDDEN
+    );
+    let own = format!("http://{}", proxy.addr());
+    for origin in [None, Some("https://app.example"), Some(own.as_str())] {
+        assert_eq!(
+            websocket_from(&proxy, &session, origin).await,
+            StatusCode::SWITCHING_PROTOCOLS,
+            "{origin:?}"
+        );
+    }
+}
+
 // --- Secrets in errors --------------------------------------------------------------------------------------
 
 /// Everything the proxy logged in this test binary, at every level.

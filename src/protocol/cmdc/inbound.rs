@@ -145,6 +145,8 @@ impl From<Error> for ApiError {
             let mut answer = Self::new(error.http_status(), code, error.message());
             answer.refusal = Some(error);
             answer
+        } else if error.is_forbidden() {
+            Self::new(error.http_status(), "forbidden", error.message())
         } else if error.is_client() {
             Self::new(error.http_status(), "bad_request", error.message())
         } else if error.is_auth_unavailable() {
@@ -304,6 +306,7 @@ impl Inbound {
                 Ok(ok(json!({"sessionId": session.id, "messages": messages})))
             }
             (&Method::GET, [id, "ws"]) => {
+                route.cors.check_websocket(request.headers())?;
                 let session = runner.sessions.get(&caller.tenant, id).ok_or_else(|| {
                     ApiError::new(
                         StatusCode::NOT_FOUND,
