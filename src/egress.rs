@@ -4,7 +4,7 @@
 //! By default a URL may lead only back to the client that handed it over: the exact IP its connection came
 //! from (the socket peer; `X-Forwarded-*` is not trusted), on a port >= 1024, and only when that IP is not
 //! loopback, link-local, unspecified, multicast or broadcast, nor an address of this host (the connection's
-//! local address and the listen address; other interfaces' addresses are not enumerated). Anything else
+//! local address, the listen address and every interface's address, read at each check). Anything else
 //! needs an entry of the route's `callback_allow`. The proxy's own listen address is never allowed.
 //!
 //! A name is resolved once, every address it resolves to is checked, and the connection goes only to those
@@ -245,6 +245,22 @@ impl Policy {
             && !is_special(ip)
             && ip != requester.local.ip().to_canonical()
             && ip != self.listen.ip().to_canonical()
+            && !is_an_interface_address(ip)
+    }
+}
+
+/// Whether `ip` is an address of one of this host's interfaces. Read at each check: interfaces come and go,
+/// and a callback registration is rare. When they cannot be read, every address counts as this host's, so
+/// the default admits nothing.
+fn is_an_interface_address(ip: IpAddr) -> bool {
+    match if_addrs::get_if_addrs() {
+        Ok(interfaces) => interfaces
+            .iter()
+            .any(|interface| interface.ip().to_canonical() == ip),
+        Err(e) => {
+            tracing::warn!("this host's interface addresses could not be read ({e}); callbacks need callback_allow");
+            true
+        }
     }
 }
 
@@ -589,6 +605,26 @@ mod tests {
                 .await
                 .is_err()
         );
+    }
+
+    #[tokio::test]
+    async fn a_client_on_another_interface_of_this_host_gets_no_default() {
+        let interface = if_addrs::get_if_addrs()
+            .expect("this host's interfaces")
+            .into_iter()
+            .map(|interface| interface.ip())
+            .find(|ip| !is_special(*ip))
+            .expect("a host with an interface besides loopback");
+        // The proxy listens on loopback; the client came from the host's other interface.
+        let client = Requester {
+            peer: interface,
+            local: LISTEN.parse().unwrap(),
+        };
+        let url = format!("http://{}/", SocketAddr::new(interface, 9000));
+        let refused = verdict(&policy(&[]), &url, &client, &Table::with(&[]))
+            .await
+            .unwrap_err();
+        assert!(refused.message().contains("refused"), "{refused}");
     }
 
     #[tokio::test]
