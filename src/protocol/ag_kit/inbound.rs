@@ -169,7 +169,7 @@ fn turn_from_input(input: wire::SendMessageInput) -> Result<Turn> {
     let conversation = match input.conversation_id.filter(|id| !id.is_empty()) {
         Some(id) => id,
         None => {
-            let minted = uuid::Uuid::new_v4().to_string();
+            let minted = crate::model::random_hex();
             debug!(conversation = %minted, "send-message without conversationId; minted one");
             minted
         }

@@ -118,7 +118,7 @@ fn request(turn: &Turn, record: &mut Record) -> Result<wire::SendMessageInput> {
     let conversation_id = record
         .upstream
         .entry(CONVERSATION_ID.to_owned())
-        .or_insert_with(|| uuid::Uuid::new_v4().to_string())
+        .or_insert_with(crate::model::random_hex)
         .clone();
     // The agent's interrupt is answered now or lapses: the client moved on.
     let waiting = record.upstream.remove(INTERRUPT_ID);

@@ -280,7 +280,7 @@ impl Session {
     ) -> Self {
         Self {
             id: id.to_owned(),
-            conversation: format!("{id}:{}", uuid::Uuid::new_v4().simple()),
+            conversation: format!("{id}:{}", crate::model::random_hex()),
             tenant: tenant.to_owned(),
             model,
             run_buffer,
