@@ -1545,3 +1545,62 @@ async fn a_tenant_at_its_stream_quota_is_refused_until_one_of_its_runs_ends() {
     assert_eq!(after.status, StatusCode::OK, "the first run ended");
     after.bytes().await;
 }
+
+// --- Ids reused across tenants ------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn an_ag_ui_thread_or_agentscope_session_of_one_tenant_is_not_anothers() {
+    let agent = Reply::sse()
+        .event(json!({"type": "text", "content": "ok"}))
+        .frame("data: [DONE]\n\n")
+        .serve()
+        .await;
+    let upstream = format!(
+        "outbound = \"ag-kit\"\nupstream = \"{}\"\n{KEYS}",
+        agent.url()
+    );
+    let faces = [
+        (
+            "ag-ui",
+            "",
+            json!({"threadId": "same-id", "runId": "r1", "messages": [{"id": "u1", "role": "user", "content": "secret of acme"}]}),
+            json!({"threadId": "same-id", "runId": "r2", "messages": [{"id": "u9", "role": "user", "content": "hello from globex"}]}),
+        ),
+        (
+            "agentscope",
+            "/process",
+            json!({"input": [{"type": "message", "role": "user", "content": [{"type": "text", "text": "secret of acme"}]}],
+                   "session_id": "same-id", "user_id": "u"}),
+            json!({"input": [{"type": "message", "role": "user", "content": [{"type": "text", "text": "hello from globex"}]}],
+                   "session_id": "same-id", "user_id": "u"}),
+        ),
+    ];
+    for (inbound, path, acme, globex) in faces {
+        let proxy = Proxy::start(&format!(
+            "[[routes]]\nname = \"r\"\npath = \"/r\"\ninbound = \"{inbound}\"\n{upstream}"
+        ))
+        .await;
+        let before = agent.received().len();
+        for (key, body) in [("sk-a", &acme), ("sk-b", &globex)] {
+            let said = call_with(&proxy, Method::POST, path, &[("x-api-key", key)], body).await;
+            assert_eq!(said.status, StatusCode::OK, "{inbound} {key}");
+            said.bytes().await;
+        }
+        let received = agent.received();
+        let [acme_sent, globex_sent] = &received[before..] else {
+            panic!(
+                "{inbound}: two requests upstream, not {:?}",
+                &received[before..]
+            );
+        };
+        assert_ne!(
+            acme_sent.body["conversationId"], globex_sent.body["conversationId"],
+            "{inbound}: one upstream conversation for two tenants"
+        );
+        assert!(
+            !globex_sent.body.to_string().contains("secret of acme"),
+            "{inbound}: {}",
+            globex_sent.body
+        );
+    }
+}
