@@ -686,16 +686,8 @@ async fn data_frames(response: Response) -> Vec<String> {
 #[tokio::test]
 async fn an_ag_kit_conversation_id_of_one_tenant_does_not_reach_anothers_conversation() {
     let proxy = &echo_route("ag-kit", KEYS).await;
-    let as_tenant = |key: &'static str, body: Value| async move {
-        call_with(
-            proxy,
-            Method::POST,
-            "/send-message",
-            &[("x-api-key", key)],
-            &body,
-        )
-        .await
-    };
+    let as_tenant =
+        |key: &'static str, body: Value| async move { ag_kit_send(proxy, key, &body).await };
     let asked = as_tenant(
         "sk-a",
         json!({"messages": [{"role": "user", "content": "/ask Which city?"}], "conversationId": "c1"}),
@@ -1423,18 +1415,23 @@ async fn a_tenant_over_its_session_quota_gets_cmdcs_too_many_sessions_and_others
     assert_eq!(create("sk-a", "a3").await.status, StatusCode::CREATED);
 }
 
-/// `text` said in AG-Kit conversation `conversation` as the tenant of `key`.
-async fn ag_kit_say(proxy: &Proxy, key: &str, conversation: &str, text: &str) -> Response {
-    let body =
-        json!({"messages": [{"role": "user", "content": text}], "conversationId": conversation});
+/// A send-message request of the tenant of `key` to the AG-Kit route.
+async fn ag_kit_send(proxy: &Proxy, key: &str, body: &Value) -> Response {
     call_with(
         proxy,
         Method::POST,
         "/send-message",
         &[("x-api-key", key)],
-        &body,
+        body,
     )
     .await
+}
+
+/// `text` said in AG-Kit conversation `conversation` as the tenant of `key`.
+async fn ag_kit_say(proxy: &Proxy, key: &str, conversation: &str, text: &str) -> Response {
+    let body =
+        json!({"messages": [{"role": "user", "content": text}], "conversationId": conversation});
+    ag_kit_send(proxy, key, &body).await
 }
 
 /// A refusal as "too many": 429, `Retry-After`, the message naming the quota.
@@ -1460,15 +1457,7 @@ async fn ag_kit_answer(
     let interrupt: Value = serde_json::from_str(&asked[0]).expect("an interrupt frame");
     let body = json!({"resume": {"interruptId": interrupt["id"], "payload": json!({"response": answer}).to_string()},
                       "conversationId": conversation});
-    let answered = call_with(
-        proxy,
-        Method::POST,
-        "/send-message",
-        &[("x-api-key", "sk-a")],
-        &body,
-    )
-    .await;
-    data_frames(answered)
+    data_frames(ag_kit_send(proxy, "sk-a", &body).await)
         .await
         .iter()
         .filter_map(|data| serde_json::from_str::<Value>(data).ok())
