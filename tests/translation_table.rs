@@ -15,7 +15,7 @@ use agent_bridge::config::Protocol;
 const DOC: &str = "docs/translation.md";
 const README: &str = "README.md";
 const MODEL: &str = "src/model.rs";
-const CONFIG: &str = "src/config.rs";
+const CONFIG: &str = "src/config/route.rs";
 const PROTOCOLS_DIR: &str = "src/protocol";
 
 /// The echo agent: an outbound that is no protocol.
@@ -344,11 +344,11 @@ fn every_record_key_of_an_outbound_is_documented_and_every_documented_key_exists
 
 // --- Rule 3: [routes.translate] options -----------------------------------------------------------------------
 
-/// The fields of `pub struct Translate` in src/config.rs.
+/// The fields of `pub struct Translate` in src/config/route.rs.
 fn translate_fields(config: &str) -> Vec<String> {
     let start = config
         .find("pub struct Translate {")
-        .expect("src/config.rs has no `pub struct Translate {`");
+        .expect("src/config/route.rs has no `pub struct Translate {`");
     let mut fields = Vec::new();
     for line in config[start..].lines().skip(1) {
         let line = line.trim();

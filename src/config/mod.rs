@@ -1,0 +1,268 @@
+//! `routes.toml`: parsed once into typed, validated structs (DESIGN §5); nothing after
+//! [`Config::parse`] looks at TOML again.
+//!
+//! Every error names the file, the 1-based line and the key path (`routes[1].translate.model`).
+//! Errors found while deserializing carry toml's byte span; errors found afterwards (duplicates,
+//! cross-field rules) carry a key path. A second, span-only pass over the same text (`spans`) turns
+//! either one into the other, so neither kind of check has to track positions by hand.
+//!
+//! Choices the design leaves open, made here:
+//! - `${VAR}` expands from the environment in `upstream`, `upstream_headers` values and `store.url`;
+//!   `$$` is an escaped `$` (so `$${X}` is the literal `${X}`); any other `$` is literal.
+//! - One route may be mounted at `/` (A2A 0.2.5 clients and the TCK find the card at the origin's
+//!   `/.well-known/agent.json`). It serves only its inbound's own mounts; `/healthz` and every longer
+//!   route path win over it.
+//! - Zero is rejected for every duration (`timeout`, `connect_timeout`, `store.idle_ttl`) and for
+//!   `max_body`: each would make the proxy refuse all work.
+//! - Keys that the chosen setting would ignore are errors, never dropped silently: `upstream` or
+//!   `upstream_headers` on an `echo` route, `store.path` unless redb, `store.url` unless redis.
+//!   `[routes.card]` is the exception: DESIGN §5's own example puts one on an ag-ui route, so it is
+//!   accepted on any route and used by a2a inbound ones.
+//! - Upstream headers that the proxy itself must own (framing and hop-by-hop) are rejected, and all
+//!   configured header values are marked sensitive because they usually carry credentials.
+//! - A file with no routes is valid (the caller decides whether to serve an embedded default).
+
+mod checks;
+mod de;
+mod error;
+mod route;
+mod spans;
+#[cfg(test)]
+mod tests;
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use checks::{validate, KeyPath, Segment};
+pub use error::ConfigError;
+use error::Issue;
+pub use route::{
+    AguiInterrupts, Card, JwtConfig, Quota, RouteConfig, Skill, Translate, DEFAULT_RUN_BUFFER,
+    DEFAULT_WS_IDLE,
+};
+
+/// The default `listen` address.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
+
+/// An agent protocol, spelled in routes.toml as `ag-ui`, `a2a`, `agentscope`, `ag-kit`, `cmdc`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Protocol {
+    AgUi,
+    A2a,
+    Agentscope,
+    AgKit,
+    Cmdc,
+}
+
+impl Protocol {
+    /// Every protocol, in the order the design lists them.
+    pub const ALL: [Protocol; 5] = [
+        Protocol::AgUi,
+        Protocol::A2a,
+        Protocol::Agentscope,
+        Protocol::AgKit,
+        Protocol::Cmdc,
+    ];
+
+    /// The routes.toml spelling.
+    pub fn name(self) -> &'static str {
+        match self {
+            Protocol::AgUi => "ag-ui",
+            Protocol::A2a => "a2a",
+            Protocol::Agentscope => "agentscope",
+            Protocol::AgKit => "ag-kit",
+            Protocol::Cmdc => "cmdc",
+        }
+    }
+
+    /// The protocol spelled `name` in routes.toml, if any.
+    pub fn from_name(name: &str) -> Option<Protocol> {
+        Protocol::ALL.into_iter().find(|p| p.name() == name)
+    }
+}
+
+impl fmt::Display for Protocol {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// What a route talks to: an upstream speaking a protocol, or the built-in echo agent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outbound {
+    Protocol(Protocol),
+    Echo,
+}
+
+impl Outbound {
+    /// The routes.toml spelling: a protocol name or `echo`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Outbound::Protocol(protocol) => protocol.name(),
+            Outbound::Echo => "echo",
+        }
+    }
+}
+
+impl fmt::Display for Outbound {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl<'de> Deserialize<'de> for Outbound {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        const NAMES: &[&str] = &["ag-ui", "a2a", "agentscope", "ag-kit", "cmdc", "echo"];
+        let name = String::deserialize(deserializer)?;
+        match name.as_str() {
+            "echo" => Ok(Outbound::Echo),
+            other => Protocol::from_name(other)
+                .map(Outbound::Protocol)
+                .ok_or_else(|| serde::de::Error::unknown_variant(other, NAMES)),
+        }
+    }
+}
+
+/// The whole file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    pub listen: SocketAddr,
+    pub connections: ConnectionLimits,
+    pub store: StoreConfig,
+    pub routes: Vec<RouteConfig>,
+    /// `trusted_proxies`: the peers (IPs or CIDR blocks) whose `X-Forwarded-*` and `Forwarded` headers are
+    /// believed; default none, so a client cannot name its own address or the proxy's public URL.
+    pub trusted_proxies: Vec<ipnet::IpNet>,
+}
+
+/// The server-wide keys at the top level that bound connections: no route is known before a request's
+/// headers have arrived.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConnectionLimits {
+    /// `header_read_timeout`: how long a connection may take to send a request's headers (default 10s).
+    pub header_read_timeout: Duration,
+    /// `keepalive_idle`: a connection with no bytes either way for this long is closed (default 60s).
+    pub keepalive_idle: Duration,
+    /// `max_connections`: open connections beyond this many are answered 503 and closed (default 10000).
+    pub max_connections: usize,
+}
+
+impl Default for ConnectionLimits {
+    fn default() -> Self {
+        ConnectionLimits {
+            header_read_timeout: Duration::from_secs(10),
+            keepalive_idle: Duration::from_secs(60),
+            max_connections: 10_000,
+        }
+    }
+}
+
+/// `[store]`: where conversation state lives.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct StoreConfig {
+    pub backend: StoreBackend,
+    /// The redb file; required for, and only allowed with, `backend = "redb"`.
+    pub path: Option<PathBuf>,
+    /// `redis://` or `rediss://`; required for, and only allowed with, `backend = "redis"`.
+    #[serde(deserialize_with = "de::redis_url")]
+    pub url: Option<String>,
+    /// Records idle this long expire; default 24h.
+    #[serde(deserialize_with = "de::duration")]
+    pub idle_ttl: Duration,
+    /// The largest conversation record (default 8 MiB): a larger one loses its oldest messages.
+    #[serde(deserialize_with = "de::byte_size")]
+    pub max_record: usize,
+    /// The whole store (default 1 GiB): beyond, the oldest idle records go, never a paused run's.
+    #[serde(deserialize_with = "de::byte_size")]
+    pub max_bytes: usize,
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        StoreConfig {
+            backend: StoreBackend::Memory,
+            path: None,
+            url: None,
+            idle_ttl: Duration::from_secs(24 * 60 * 60),
+            max_record: 8 << 20,
+            max_bytes: 1 << 30,
+        }
+    }
+}
+
+/// `store.backend`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StoreBackend {
+    #[default]
+    Memory,
+    Redb,
+    Redis,
+}
+
+/// The file's top level as written; becomes a [`Config`] only after validation, so a `Config`
+/// cannot be deserialized around the checks.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct Document {
+    #[serde(default = "default_listen", deserialize_with = "de::socket_addr")]
+    pub(super) listen: SocketAddr,
+    #[serde(
+        default = "default_header_read_timeout",
+        deserialize_with = "de::duration"
+    )]
+    pub(super) header_read_timeout: Duration,
+    #[serde(default = "default_keepalive_idle", deserialize_with = "de::duration")]
+    pub(super) keepalive_idle: Duration,
+    #[serde(
+        default = "default_max_connections",
+        deserialize_with = "de::max_connections"
+    )]
+    pub(super) max_connections: usize,
+    #[serde(default, deserialize_with = "de::trusted_proxies")]
+    pub(super) trusted_proxies: Vec<ipnet::IpNet>,
+    #[serde(default)]
+    pub(super) store: StoreConfig,
+    #[serde(default)]
+    pub(super) routes: Vec<RouteConfig>,
+}
+
+/// [`DEFAULT_LISTEN`] as an address (a test keeps the two equal).
+fn default_listen() -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], 8080))
+}
+
+fn default_header_read_timeout() -> Duration {
+    ConnectionLimits::default().header_read_timeout
+}
+
+fn default_keepalive_idle() -> Duration {
+    ConnectionLimits::default().keepalive_idle
+}
+
+fn default_max_connections() -> usize {
+    ConnectionLimits::default().max_connections
+}
+
+impl Config {
+    /// Reads and parses the file at `path`; errors name it as given.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let file = path.display().to_string();
+        let text = std::fs::read_to_string(path)
+            .map_err(|err| ConfigError::unreadable(file.clone(), &err))?;
+        Config::parse(&text, &file)
+    }
+
+    /// Parses and validates `text`; `file` names the source in errors.
+    pub fn parse(text: &str, file: &str) -> Result<Config, ConfigError> {
+        let document: Document =
+            toml::from_str(text).map_err(|err| ConfigError::from_toml(&err, text, file))?;
+        validate(document).map_err(|issue| issue.locate(text, file))
+    }
+}
