@@ -12,6 +12,7 @@ pub mod cors;
 pub mod egress;
 pub mod error;
 pub mod history;
+pub mod json;
 pub mod logging;
 pub mod model;
 pub mod normalize;

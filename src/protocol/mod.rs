@@ -146,12 +146,3 @@ impl Outbound {
         }
     }
 }
-
-/// Reads `null` as the type's default: peers write `null` for absent fields.
-pub(crate) fn null_as_default<'de, D, T>(deserializer: D) -> std::result::Result<T, D::Error>
-where
-    D: serde::Deserializer<'de>,
-    T: Default + serde::Deserialize<'de>,
-{
-    Ok(<Option<T> as serde::Deserialize>::deserialize(deserializer)?.unwrap_or_default())
-}

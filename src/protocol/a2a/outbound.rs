@@ -25,11 +25,11 @@ use tracing::{debug, info};
 use super::{part_from_wire, part_to_wire, wire};
 use crate::config::Translate;
 use crate::error::{Error, Result, Source};
+use crate::json::null_as_default;
 use crate::model::{
     new_id, Artifact, Event, Interrupt, InterruptKind, Message, Outcome, Part, Resume,
     ResumeStatus, Role, Turn,
 };
-use crate::protocol::null_as_default;
 use crate::sse::{self, SseReadError, SseReader};
 use crate::store::Record;
 use crate::translate::RunContext;

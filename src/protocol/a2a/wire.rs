@@ -8,7 +8,7 @@ use std::borrow::Cow;
 
 use serde::{Deserialize, Serialize};
 
-use crate::protocol::null_as_default;
+use crate::json::null_as_default;
 use serde_json::{Map, Value};
 
 /// The protocol version this module speaks.

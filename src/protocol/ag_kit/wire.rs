@@ -6,7 +6,7 @@ use std::borrow::Cow;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::protocol::null_as_default;
+use crate::json::null_as_default;
 
 /// One request: a turn (`messages`, only what is new) or the answer to an interrupt (`resume`).
 #[derive(Debug, Default, Serialize, Deserialize)]

@@ -9,7 +9,7 @@ use std::borrow::Cow;
 
 use serde::{Deserialize, Serialize};
 
-use crate::protocol::null_as_default;
+use crate::json::null_as_default;
 use serde_json::Value;
 
 /// The body of a run request.

@@ -25,7 +25,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::{Map, Value};
 
-use crate::protocol::null_as_default;
+use crate::json::null_as_default;
 
 // --- Request ----------------------------------------------------------------------------------------------
 

@@ -5,7 +5,7 @@ use bytes::BytesMut;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use crate::protocol::null_as_default;
+use crate::json::null_as_default;
 use crate::sse;
 
 /// `POST /v1/sessions`. Only `model` is required; the kernel's own fields (`tools`, `plugins`, `blueprint`,
