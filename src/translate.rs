@@ -39,6 +39,7 @@ pub struct Translator {
     timeout: Duration,
     /// How the route reads a person's free-text answer to an approval.
     answer_words: AnswerWords,
+    /// Where the route's runs are counted, and what ends them when a shutdown's grace is over.
     runs: Runs,
 }
 
