@@ -45,13 +45,13 @@ enum Fault {
     HtmlError,
     /// A healthy start, then a frame that is not JSON.
     Malformed,
-    /// A healthy start, then one frame larger than any event cap.
+    /// A healthy start, then one frame just past the outbound's event cap.
     Oversized,
     /// A healthy start, then the body ends cleanly before the run did.
     EofMidRun,
     /// A healthy start, then a frame one byte a second.
     Drip,
-    /// A healthy start, then nothing; the client leaves after its first event.
+    /// A healthy start, then nothing; the client leaves after the agent's first word.
     ClientLeaves,
 }
 
