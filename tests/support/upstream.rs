@@ -1,6 +1,7 @@
 //! Scripted upstreams: an in-process HTTP/1.1 server that answers each request with the next scripted
 //! [`Reply`] (or the one a handler picks for it, [`Upstream::answer_with`]), records what it received, and
-//! notices when the client leaves before a reply ended.
+//! notices when the client leaves before a reply ended; and [`Silent`], an upstream that accepts connections
+//! and never answers.
 //!
 //! ```ignore
 //! let upstream = Reply::sse()
