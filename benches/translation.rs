@@ -156,7 +156,7 @@ impl Decode for ag_kit::Decoder {
         self.decode(&frame.data, out);
     }
     fn finish(&mut self, out: &mut Vec<Event>) {
-        self.finish(out);
+        self.end_of_stream(out);
     }
 }
 

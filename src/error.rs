@@ -13,7 +13,7 @@ pub enum Source {
     Upstream,
     /// The configuration is wrong.
     Config,
-    /// A bug or resource failure inside the proxy.
+    /// A bug or resource failure inside the proxy, or the proxy shutting down.
     Internal,
 }
 
@@ -45,6 +45,8 @@ enum Kind {
     /// The upstream agent reported a failure of its own, with its own code.
     Agent(String),
     Cancelled,
+    /// The proxy is shutting down and ended the run.
+    ShuttingDown,
     Config,
     Internal,
 }
@@ -164,6 +166,13 @@ impl Error {
     pub fn cancelled(message: impl Into<String>) -> Self {
         Self::new(Kind::Cancelled, message)
     }
+    /// The proxy is shutting down: a run still going at the end of its grace is ended with this.
+    pub fn shutting_down() -> Self {
+        Self::new(
+            Kind::ShuttingDown,
+            "the proxy is shutting down; the run was ended before it finished",
+        )
+    }
     pub fn config(message: impl Into<String>) -> Self {
         Self::new(Kind::Config, message)
     }
@@ -190,7 +199,7 @@ impl Error {
             | Kind::Agent(_)
             | Kind::Cancelled => Source::Upstream,
             Kind::Config => Source::Config,
-            Kind::Internal | Kind::AuthUnavailable => Source::Internal,
+            Kind::Internal | Kind::AuthUnavailable | Kind::ShuttingDown => Source::Internal,
         }
     }
 
@@ -261,6 +270,7 @@ impl Error {
             Kind::Eof => "UPSTREAM_EOF",
             Kind::Agent(code) => code,
             Kind::Cancelled => "cancelled",
+            Kind::ShuttingDown => "SHUTTING_DOWN",
             Kind::Config => "CONFIG_ERROR",
             Kind::Internal => "INTERNAL_ERROR",
         }
@@ -283,7 +293,7 @@ impl Error {
             Kind::Unreachable | Kind::Status(_) | Kind::Malformed | Kind::Eof | Kind::Agent(_) => {
                 S::BAD_GATEWAY
             }
-            Kind::Cancelled | Kind::AuthUnavailable => S::SERVICE_UNAVAILABLE,
+            Kind::Cancelled | Kind::AuthUnavailable | Kind::ShuttingDown => S::SERVICE_UNAVAILABLE,
             Kind::Config | Kind::Internal => S::INTERNAL_SERVER_ERROR,
         }
     }

@@ -11,6 +11,7 @@ pub mod config;
 pub mod cors;
 pub mod egress;
 pub mod error;
+pub mod gauges;
 pub mod history;
 pub mod json;
 pub mod logging;

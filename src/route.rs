@@ -14,7 +14,7 @@ use crate::cors::Cors;
 use crate::error::Result;
 use crate::protocol::{Inbound, Outbound};
 use crate::store::Store;
-use crate::translate::Translator;
+use crate::translate::{Runs, Translator};
 
 pub struct Route {
     pub name: String,
@@ -31,11 +31,13 @@ pub struct Route {
 }
 
 impl Route {
-    /// Builds the route; `local` is the address the proxy listens on (for upstreams that call back).
+    /// Builds the route; `local` is the address the proxy listens on (for upstreams that call back), `runs`
+    /// the server's hold on the runs of every route.
     pub fn from_config(
         config: &RouteConfig,
         store: Arc<dyn Store>,
         local: SocketAddr,
+        runs: &Runs,
     ) -> Result<Self> {
         let outbound = Outbound::from_config(config, local)?;
         Ok(Self {
@@ -52,7 +54,8 @@ impl Route {
                         &config.translate.approval_words,
                         &config.translate.rejection_words,
                     ))
-                    .with_quota(config.quota),
+                    .with_quota(config.quota)
+                    .with_runs(runs.clone()),
             ),
             access: Arc::new(Access::new(config)),
             cors: Cors::new(&config.cors_origins),

@@ -9,7 +9,8 @@
 //! - `id` belongs to the event that carries it and is not inherited by later events (callers that
 //!   resume with `Last-Event-ID` track the last one themselves);
 //! - an event still open when the stream ends is delivered by [`SseDecoder::finish`] instead of
-//!   being dropped, since some upstreams close without the final blank line;
+//!   being dropped, since some upstreams close without the final blank line (the decoder tells,
+//!   for protocols where that cut matters);
 //! - invalid UTF-8 in a field we keep is an error rather than being replaced with U+FFFD, so a
 //!   corrupt upstream is reported instead of silently forwarded.
 
@@ -67,6 +68,8 @@ pub struct SseDecoder {
     after_cr: bool,
     /// `finish` was called: an unterminated last line counts as complete.
     at_eof: bool,
+    /// The input ended after fields of an event but before its blank line.
+    ended_inside_event: bool,
     pending: PendingEvent,
 }
 
@@ -85,6 +88,7 @@ impl SseDecoder {
             at_stream_start: true,
             after_cr: false,
             at_eof: false,
+            ended_inside_event: false,
             pending: PendingEvent::default(),
         }
     }
@@ -123,6 +127,13 @@ impl SseDecoder {
     pub fn finish(&mut self) -> Result<Option<SseEvent>, SseError> {
         self.at_eof = true;
         self.next_event()
+    }
+
+    /// Whether the input ended inside an event: fields arrived after the last blank line. That event, if it
+    /// had data, was delivered by [`finish`](Self::finish); a protocol without an end marker of its own may
+    /// still read the cut as the stream breaking off.
+    pub fn ended_inside_event(&self) -> bool {
+        self.ended_inside_event
     }
 
     /// Drops a leading UTF-8 BOM. False when the buffer is a strict prefix of one and more bytes
@@ -192,6 +203,7 @@ impl SseDecoder {
             self.scanned = 0;
         }
         self.event_bytes = 0;
+        self.ended_inside_event |= self.pending.has_fields();
         Ok(self.pending.dispatch())
     }
 
@@ -251,6 +263,11 @@ impl PendingEvent {
             _ => {}
         }
         Ok(None)
+    }
+
+    /// Whether any field of the event arrived yet (comments are no fields).
+    fn has_fields(&self) -> bool {
+        self.has_data || self.event.is_some() || self.id.is_some()
     }
 
     /// Ends the event: returns it if it had data, and starts the next one empty either way.
@@ -334,6 +351,11 @@ where
                 None => self.body_done = true,
             }
         }
+    }
+
+    /// Whether the body ended inside an event (see [`SseDecoder::ended_inside_event`]).
+    pub fn ended_inside_event(&self) -> bool {
+        self.decoder.ended_inside_event()
     }
 }
 
@@ -712,6 +734,22 @@ mod tests {
         );
         assert_eq!(decode(b"data: a\n\n: trailing comment"), vec![data("a")]);
         assert_eq!(decode(b""), vec![]);
+    }
+
+    #[test]
+    fn the_decoder_tells_whether_the_input_ended_inside_an_event() {
+        let ended_inside = |input: &[u8]| {
+            let mut decoder = SseDecoder::new(LIMIT);
+            decoder.push(input);
+            while decoder.finish().expect("valid SSE").is_some() {}
+            decoder.ended_inside_event()
+        };
+        assert!(!ended_inside(b"data: a\n\n"));
+        assert!(!ended_inside(b"data: a\n\n: trailing comment"));
+        assert!(!ended_inside(b""));
+        assert!(ended_inside(b"data: a\n\ndata: b\n"));
+        assert!(ended_inside(b"data: a\n\ndata: {\"trunc"));
+        assert!(ended_inside(b"event: e\n"), "fields without data count too");
     }
 
     #[test]

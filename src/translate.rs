@@ -17,11 +17,12 @@ use std::time::Duration;
 
 use futures_util::Stream;
 use serde_json::Value;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 
 use crate::answers::{AnswerWords, Decision};
 use crate::config::Quota;
 use crate::error::{Error, Result};
+use crate::gauges::Gauges;
 use crate::history::{self, ReplyLog};
 use crate::model::{
     Event, History, Interrupt, InterruptKind, Outcome, Resume, ResumeStatus, Role, Turn,
@@ -45,6 +46,8 @@ pub struct Translator {
     conversations_per_tenant: Option<NonZeroUsize>,
     /// `[routes.quota]` streams: the runs of each tenant under way.
     streams: OpenStreams,
+    /// Where the route's runs are counted, and what ends them when a shutdown's grace is over.
+    runs: Runs,
 }
 
 impl Translator {
@@ -62,6 +65,7 @@ impl Translator {
             answer_words: AnswerWords::default(),
             conversations_per_tenant: None,
             streams: OpenStreams::default(),
+            runs: Runs::unowned(),
         }
     }
 
@@ -69,6 +73,12 @@ impl Translator {
     pub fn with_quota(mut self, quota: Quota) -> Self {
         self.conversations_per_tenant = quota.conversations;
         self.streams.per_tenant = quota.streams;
+        self
+    }
+
+    /// Counts the route's runs among `runs`, and ends them when `runs` are ended.
+    pub fn with_runs(mut self, runs: Runs) -> Self {
+        self.runs = runs;
         self
     }
 
@@ -83,9 +93,13 @@ impl Translator {
     pub fn start(self: &Arc<Self>, turn: Turn) -> EventStream {
         let (sender, receiver) = mpsc::channel(EVENT_BUFFER);
         let translator = Arc::clone(self);
+        let in_flight = self.runs.gauges.start_run();
         EventStream {
             receiver,
-            run: Some(Box::pin(async move { translator.run(turn, sender).await })),
+            run: Some(Box::pin(async move {
+                let _in_flight = in_flight;
+                translator.run(turn, sender).await;
+            })),
         }
     }
 
@@ -181,7 +195,8 @@ impl Translator {
         Ok(Record::default())
     }
 
-    /// Runs the outbound within the route's timeout. `None` when the client went away first.
+    /// Runs the outbound within the route's timeout, unless the proxy ends its runs first (its shutdown's
+    /// grace is over). `None` when the client went away first.
     async fn run_outbound(&self, turn: &Turn, context: &mut RunContext) -> Option<Result<()>> {
         let closed = context.sender.clone();
         let run = tokio::time::timeout(self.timeout, self.outbound.run(turn, context));
@@ -190,6 +205,7 @@ impl Translator {
                 "upstream run took longer than the route's timeout of {:?}", self.timeout
             ))))),
             () = closed.closed() => None,
+            () = self.runs.ended() => Some(Err(Error::shutting_down())),
         }
     }
 }
@@ -248,6 +264,46 @@ impl Drop for StreamSlot<'_> {
                 open.remove(tenant);
             }
         }
+    }
+}
+
+/// The runs of every route, as the server holds them: counted in its [`Gauges`], and ended by its
+/// [`RunsEnder`] at the end of a shutdown's grace. An ended run's last event is a `SHUTTING_DOWN` error, which
+/// each inbound tells its client in its own protocol before its stream closes.
+#[derive(Clone)]
+pub struct Runs {
+    gauges: Arc<Gauges>,
+    ended: watch::Receiver<bool>,
+}
+
+/// Ends every run of a [`Runs`].
+pub struct RunsEnder(watch::Sender<bool>);
+
+impl Runs {
+    /// The runs counted in `gauges`, and what ends them.
+    pub fn new(gauges: Arc<Gauges>) -> (Runs, RunsEnder) {
+        let (ender, ended) = watch::channel(false);
+        (Runs { gauges, ended }, RunsEnder(ender))
+    }
+
+    /// Runs nobody counts or ends early: a hub outside a server.
+    pub(crate) fn unowned() -> Runs {
+        Runs::new(Arc::default()).0
+    }
+
+    /// Resolves once the runs are ended; never, for runs nobody can end.
+    async fn ended(&self) {
+        let mut ended = self.ended.clone();
+        if ended.wait_for(|ended| *ended).await.is_err() {
+            std::future::pending().await
+        }
+    }
+}
+
+impl RunsEnder {
+    /// Ends every run going now, and every run started from now on.
+    pub fn end_all(&self) {
+        self.0.send_replace(true);
     }
 }
 

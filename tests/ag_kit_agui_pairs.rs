@@ -1035,6 +1035,77 @@ async fn agui_to_agkit_http_500_is_a_run_error_naming_the_status_and_body() {
     );
 }
 
+/// An AG-UI run against an AG-Kit agent answering `reply`: the events the client saw.
+async fn agui_run_against(reply: Reply) -> Vec<Value> {
+    let upstream = reply.serve().await;
+    let proxy = proxy("ag-ui", "ag-kit", &upstream).await;
+    let run = ag_ui::input("thread-1", "run-1", json!([ag_ui::user("u1", "Hi")]));
+    ag_ui::run(&agui(&proxy), &run).await
+}
+
+#[tokio::test]
+async fn agui_to_agkit_clean_end_without_done_finishes_the_run() {
+    let events = agui_run_against(Reply::sse().event(kit::text("Hello"))).await;
+
+    assert_eq!(ag_ui::text_of(&events), "Hello");
+    assert_eq!(
+        events.last().unwrap()["type"],
+        "RUN_FINISHED",
+        "{events:#?}"
+    );
+}
+
+#[tokio::test]
+async fn agui_to_agkit_frame_that_is_not_json_is_a_run_error_upstream_malformed() {
+    let events = agui_run_against(
+        Reply::sse()
+            .event(kit::text("Let me"))
+            .frame("data: <html>Bad Gateway</html>\n\n")
+            .event(kit::text(" never sent")),
+    )
+    .await;
+
+    assert_eq!(ag_ui::run_error(&events)["code"], "UPSTREAM_MALFORMED");
+    assert_eq!(
+        ag_ui::text_of(&events),
+        "Let me",
+        "what came before is kept"
+    );
+}
+
+#[tokio::test]
+async fn agui_to_agkit_stream_ending_inside_a_tool_call_is_a_run_error_upstream_eof() {
+    let open_call = kit::call("c1", "get_weather", &["{}"]);
+    let events = agui_run_against(Reply::sse().events(open_call[..2].iter().cloned())).await;
+
+    assert_eq!(ag_ui::run_error(&events)["code"], "UPSTREAM_EOF");
+}
+
+#[tokio::test]
+async fn agui_to_agkit_stream_ending_inside_an_event_is_a_run_error_upstream_eof() {
+    for cut in [
+        "data: {\"type\":\"text\",\"content\":\" wor",
+        "data: {\"type\":\"text\",\"content\":\" world\"}\n",
+    ] {
+        let events = agui_run_against(Reply::sse().event(kit::text("Hello")).frame(cut)).await;
+
+        assert_eq!(ag_ui::run_error(&events)["code"], "UPSTREAM_EOF", "{cut}");
+        assert_eq!(ag_ui::text_of(&events), "Hello", "{cut}");
+    }
+}
+
+#[tokio::test]
+async fn agui_to_agkit_done_without_its_blank_line_still_finishes_the_run() {
+    let events =
+        agui_run_against(Reply::sse().event(kit::text("Hello")).frame("data: [DONE]")).await;
+
+    assert_eq!(
+        events.last().unwrap()["type"],
+        "RUN_FINISHED",
+        "{events:#?}"
+    );
+}
+
 #[tokio::test]
 async fn agui_to_agkit_upstream_answering_with_agui_events_is_read_as_agui() {
     let upstream = Reply::sse()

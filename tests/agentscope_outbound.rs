@@ -389,3 +389,24 @@ async fn agui_to_agentscope_cut_streams_http_errors_and_json_answers_are_run_err
     assert_eq!(error["code"], "AGENTSCOPE_ERROR");
     assert_eq!(error["message"], "Runner not initialized");
 }
+
+#[tokio::test]
+async fn agui_to_agentscope_text_frames_end_with_the_body_unless_it_ends_inside_a_frame() {
+    let upstream = Upstream::serve([
+        Reply::sse().events([json!({"text": "1, "}), json!({"text": "2"})]),
+        Reply::sse()
+            .event(json!({"text": "1, "}))
+            .frame("data: {\"text\": \"2\"}\n"),
+    ])
+    .await;
+    let proxy = agui_to_agentscope(&upstream).await;
+    let url = proxy.url(PATH);
+    let turn = |run: &str| input("thread-1", run, json!([user("u1", "count")]));
+
+    let events = ag_ui::run(&url, &turn("run-1")).await;
+    assert_eq!(ag_ui::text_of(&events), "1, 2");
+    assert_eq!(events.last().unwrap()["type"], "RUN_FINISHED");
+
+    let events = ag_ui::run(&url, &turn("run-2")).await;
+    assert_eq!(ag_ui::run_error(&events)["code"], "UPSTREAM_EOF");
+}

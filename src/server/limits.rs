@@ -1,33 +1,11 @@
-//! How many connections are open (`max_connections`), the answer to one beyond it, and how the accept loop
-//! waits after a failed accept.
+//! The answer to a connection beyond `max_connections` (counted in [`crate::gauges::Gauges`]), and how the
+//! accept loop waits after a failed accept.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
-
-/// One open connection's place in the count, given back when it is dropped (however the connection ends).
-pub struct Slot(Arc<AtomicUsize>);
-
-impl Slot {
-    /// A place among `open`, unless `max` connections hold one already.
-    pub fn take(open: &Arc<AtomicUsize>, max: usize) -> Option<Slot> {
-        open.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
-            (n < max).then_some(n + 1)
-        })
-        .ok()
-        .map(|_| Slot(Arc::clone(open)))
-    }
-}
-
-impl Drop for Slot {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::AcqRel);
-    }
-}
 
 /// How long a refused connection may take to receive its answer.
 const REFUSAL_LINGER: Duration = Duration::from_secs(1);
@@ -104,18 +82,6 @@ impl AcceptFailures {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn slots_are_limited_and_given_back_when_dropped() {
-        let open = Arc::new(AtomicUsize::new(0));
-        let first = Slot::take(&open, 2).expect("a first slot");
-        let second = Slot::take(&open, 2).expect("a second slot");
-        assert!(Slot::take(&open, 2).is_none());
-        drop(first);
-        let third = Slot::take(&open, 2).expect("the first one's slot");
-        drop((second, third));
-        assert_eq!(open.load(Ordering::Acquire), 0);
-    }
 
     #[tokio::test(start_paused = true)]
     async fn accept_failures_back_off_doubling_and_reset_on_success() {

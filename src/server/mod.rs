@@ -10,7 +10,6 @@ mod limits;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::{pin, Pin};
-use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -26,11 +25,13 @@ use crate::auth::TrustedProxies;
 use crate::body::{error_response, json_response, Body};
 use crate::config::{Config, ConnectionLimits};
 use crate::error::{Error, Result};
+use crate::gauges::Gauges;
 use crate::route::Route;
 use crate::store;
+use crate::translate::{Runs, RunsEnder};
 use crate::workers::Workers;
 use idle::{Activity, Tracked};
-use limits::{AcceptFailures, Slot};
+use limits::AcceptFailures;
 
 /// The local address of the connection a request came in on, in the request's extensions (an inbound that
 /// must name the proxy, such as an A2A agent card, falls back to it when the request has no `Host`).
@@ -46,11 +47,16 @@ pub struct PeerAddr(pub SocketAddr);
 /// How long running streams may go on after a shutdown signal.
 pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
 
+/// After the grace, how long the runs still going have to tell their clients they were ended.
+const GOODBYE: Duration = Duration::from_secs(1);
+
 pub struct Server {
     listener: TcpListener,
     routes: Arc<Routes>,
     limits: ConnectionLimits,
     shutdown_grace: Duration,
+    gauges: Arc<Gauges>,
+    runs: RunsEnder,
 }
 
 impl Server {
@@ -60,13 +66,22 @@ impl Server {
             .map_err(|e| Error::config(format!("cannot listen on {}: {e}", config.listen)))?;
         // Routes whose upstream calls back into the proxy need the address it really listens on.
         let local = listener.local_addr().unwrap_or(config.listen);
-        let routes = Arc::new(Routes::from_config(config, local)?);
+        let gauges = Arc::new(Gauges::default());
+        let (runs, ender) = Runs::new(Arc::clone(&gauges));
+        let routes = Arc::new(Routes::from_config(config, local, &runs)?);
         Ok(Self {
             listener,
             routes,
             limits: config.connections,
             shutdown_grace: DEFAULT_SHUTDOWN_GRACE,
+            gauges,
+            runs: ender,
         })
+    }
+
+    /// The server's live counts of connections and runs.
+    pub fn gauges(&self) -> Arc<Gauges> {
+        Arc::clone(&self.gauges)
     }
 
     /// How long running streams may go on after the shutdown signal.
@@ -92,19 +107,37 @@ impl Server {
 
     /// Starts accepting on the current runtime.
     pub fn start(self) -> Serving {
-        let (serving, connections) = Serving::new(self.routes, self.limits, self.shutdown_grace);
-        tokio::spawn(accept(self.listener, connections));
+        let (listener, serving, connections) = self.serving();
+        tokio::spawn(accept(listener, connections));
         serving
     }
 
     /// Starts accepting on every thread of `workers`: a connection is served on the thread that accepted it.
     pub fn start_on(self, workers: &Workers) -> Result<Serving> {
-        let listener = self.listener.into_std().map_err(cannot_share)?;
-        let (serving, connections) = Serving::new(self.routes, self.limits, self.shutdown_grace);
+        let (listener, serving, connections) = self.serving();
+        let listener = listener.into_std().map_err(cannot_share)?;
         workers
             .serve_each(listener, |listener| accept(listener, connections.clone()))
             .map_err(cannot_share)?;
         Ok(serving)
+    }
+
+    /// The listener, the handle that stops serving, and what the accept loops serve connections with.
+    fn serving(self) -> (TcpListener, Serving, Connections) {
+        let (stop, stopping) = watch::channel(());
+        let serving = Serving {
+            stop,
+            grace: self.shutdown_grace,
+            runs: self.runs,
+        };
+        let connections = Connections {
+            routes: self.routes,
+            http: Arc::new(Http::new(self.limits)),
+            limits: self.limits,
+            gauges: self.gauges,
+            stopping,
+        };
+        (self.listener, serving, connections)
     }
 }
 
@@ -119,22 +152,12 @@ pub struct Serving {
     /// Changed to make the accept loops end and the connections close; closed once all of them are gone.
     stop: watch::Sender<()>,
     grace: Duration,
+    runs: RunsEnder,
 }
 
 impl Serving {
-    fn new(routes: Arc<Routes>, limits: ConnectionLimits, grace: Duration) -> (Self, Connections) {
-        let (stop, stopping) = watch::channel(());
-        let connections = Connections {
-            routes,
-            http: Arc::new(Http::new(limits)),
-            limits,
-            open: Arc::new(AtomicUsize::new(0)),
-            stopping,
-        };
-        (Self { stop, grace }, connections)
-    }
-
-    /// Stops accepting, and lets open connections finish within the grace period.
+    /// Stops accepting, and lets open connections finish within the grace period. Runs still going then are
+    /// ended, so that each client is told so in its protocol before its stream closes.
     pub async fn stop(self) {
         tracing::info!(
             "shutting down; waiting up to {:?} for open streams",
@@ -143,12 +166,20 @@ impl Serving {
         self.stop.send_replace(());
         if tokio::time::timeout(self.grace, self.stop.closed())
             .await
+            .is_ok()
+        {
+            return;
+        }
+        tracing::warn!(
+            "open streams did not finish within {:?}; ending their runs",
+            self.grace
+        );
+        self.runs.end_all();
+        if tokio::time::timeout(GOODBYE, self.stop.closed())
+            .await
             .is_err()
         {
-            tracing::warn!(
-                "open streams did not finish within {:?}; closing them",
-                self.grace
-            );
+            tracing::warn!("connections still open after their runs ended; closing them");
         }
     }
 }
@@ -159,8 +190,8 @@ struct Connections {
     routes: Arc<Routes>,
     http: Arc<Http>,
     limits: ConnectionLimits,
-    /// How many connections are open, across every serving thread.
-    open: Arc<AtomicUsize>,
+    /// Counts the open connections, across every serving thread.
+    gauges: Arc<Gauges>,
     /// Changes when the server stops.
     stopping: watch::Receiver<()>,
 }
@@ -185,7 +216,8 @@ async fn accept(listener: TcpListener, connections: Connections) {
             }
         };
         failures.accepted();
-        let Some(slot) = Slot::take(&connections.open, connections.limits.max_connections) else {
+        let max = connections.limits.max_connections;
+        let Some(slot) = connections.gauges.open_connection(max) else {
             tracing::debug!(%peer, "refused: max_connections are open");
             tokio::spawn(limits::refuse(stream));
             continue;
@@ -347,7 +379,7 @@ fn listen(address: SocketAddr) -> std::io::Result<TcpListener> {
 
 /// Builds every route without serving: what `agent-bridge check` reports.
 pub async fn check(config: &Config) -> Result<()> {
-    Routes::from_config(config, config.listen).map(drop)
+    Routes::from_config(config, config.listen, &Runs::unowned()).map(drop)
 }
 
 /// Installs the signal handlers at once, and resolves on SIGINT or SIGTERM. SIGHUP never stops the server:
@@ -403,12 +435,12 @@ struct Routes {
 }
 
 impl Routes {
-    fn from_config(config: &Config, local: SocketAddr) -> Result<Self> {
+    fn from_config(config: &Config, local: SocketAddr, runs: &Runs) -> Result<Self> {
         let store = store::open(&config.store)?;
         let mut routes = config
             .routes
             .iter()
-            .map(|route| Route::from_config(route, Arc::clone(&store), local))
+            .map(|route| Route::from_config(route, Arc::clone(&store), local, runs))
             .collect::<Result<Vec<_>>>()?;
         routes.sort_by_key(|route| std::cmp::Reverse(route.path.len()));
         for route in &routes {

@@ -23,7 +23,7 @@ use std::time::Duration;
 
 pub use client::{post_json, send, send_over_http2, Response, SseStream};
 pub use proxy::Proxy;
-pub use upstream::{Received, Reply, Upstream};
+pub use upstream::{Received, Reply, Silent, Upstream};
 
 /// The longest any test waits for anything.
 pub const WAIT: Duration = Duration::from_secs(10);

@@ -2,9 +2,11 @@
 
 use std::net::SocketAddr;
 use std::num::NonZeroUsize;
+use std::sync::Arc;
 use std::time::Duration;
 
 use agent_bridge::config::Config;
+use agent_bridge::gauges::Gauges;
 use agent_bridge::server::Server;
 use agent_bridge::workers::Workers;
 use tokio::sync::oneshot;
@@ -15,6 +17,7 @@ use super::within;
 /// A running proxy. Dropping it shuts it down.
 pub struct Proxy {
     addr: SocketAddr,
+    gauges: Arc<Gauges>,
     shutdown: Option<oneshot::Sender<()>>,
     task: Option<JoinHandle<()>>,
     /// The serving threads, when it serves on threads of its own as `agent-bridge` does; dropped last.
@@ -47,6 +50,7 @@ impl Proxy {
             .unwrap_or_else(|error| panic!("the proxy did not start: {error}"))
             .with_shutdown_grace(grace);
         let addr = server.local_addr();
+        let gauges = server.gauges();
         let workers =
             threads.map(|threads| Workers::start(threads, "proxy").expect("the serving threads"));
         let serving = match &workers {
@@ -61,6 +65,7 @@ impl Proxy {
         });
         Proxy {
             addr,
+            gauges,
             shutdown: Some(shutdown),
             task: Some(task),
             _workers: workers,
@@ -69,6 +74,11 @@ impl Proxy {
 
     pub fn addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// The proxy's live counts of open connections and runs in flight.
+    pub fn gauges(&self) -> &Gauges {
+        &self.gauges
     }
 
     /// The URL of `path` on the proxy.

@@ -1,6 +1,7 @@
 //! Scripted upstreams: an in-process HTTP/1.1 server that answers each request with the next scripted
 //! [`Reply`] (or the one a handler picks for it, [`Upstream::answer_with`]), records what it received, and
-//! notices when the client leaves before a reply ended.
+//! notices when the client leaves before a reply ended; and [`Silent`], an upstream that accepts connections
+//! and never answers.
 //!
 //! ```ignore
 //! let upstream = Reply::sse()
@@ -164,6 +165,8 @@ struct State {
     handler: Box<Handler>,
     received: Mutex<Vec<Received>>,
     connections: AtomicUsize,
+    /// Replies whose body is still being played: neither ended nor left by their client.
+    playing: AtomicUsize,
     released: watch::Sender<bool>,
     /// How many replies lost their client before they ended.
     abandoned: watch::Sender<usize>,
@@ -190,6 +193,7 @@ impl Upstream {
             handler: Box::new(handler),
             received: Mutex::new(Vec::new()),
             connections: AtomicUsize::new(0),
+            playing: AtomicUsize::new(0),
             released: watch::channel(false).0,
             abandoned: watch::channel(0).0,
         });
@@ -242,6 +246,11 @@ impl Upstream {
     /// How many TCP connections were accepted.
     pub fn connections(&self) -> usize {
         self.state.connections.load(Ordering::SeqCst)
+    }
+
+    /// How many replies are still being played: neither ended nor left by their client.
+    pub fn replies_in_flight(&self) -> usize {
+        self.state.playing.load(Ordering::SeqCst)
     }
 
     /// Lets every reply waiting at a [`Reply::gate`] go on.
@@ -306,6 +315,7 @@ async fn answer(request: Request<Incoming>, state: &Arc<State>) -> http::Respons
         response = response.header(*name, value);
     }
     let (frames, body) = mpsc::channel::<Result<Frame<Bytes>, io::Error>>(1);
+    state.playing.fetch_add(1, Ordering::SeqCst);
     tokio::spawn(play(reply.steps, frames, Arc::clone(state)));
     let body = futures_util::stream::unfold(body, |mut body| async move {
         body.recv().await.map(|frame| (frame, body))
@@ -321,6 +331,14 @@ async fn play(
     frames: mpsc::Sender<Result<Frame<Bytes>, io::Error>>,
     state: Arc<State>,
 ) {
+    /// Takes the reply out of [`State::playing`] however playing it ends.
+    struct Played(Arc<State>);
+    impl Drop for Played {
+        fn drop(&mut self) {
+            self.0.playing.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+    let _played = Played(Arc::clone(&state));
     let abandoned = || state.abandoned.send_modify(|n| *n += 1);
     let mut released = state.released.subscribe();
     for step in steps {
@@ -353,5 +371,56 @@ async fn play(
                 return;
             }
         }
+    }
+}
+
+/// An upstream that accepts connections and never answers: it reads what it is sent and counts the
+/// connections its client has not closed yet. Dropping it stops it.
+pub struct Silent {
+    addr: SocketAddr,
+    open: Arc<AtomicUsize>,
+    task: JoinHandle<()>,
+}
+
+impl Silent {
+    pub async fn serve() -> Silent {
+        let listener = TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind the silent upstream");
+        let addr = listener.local_addr().expect("silent upstream address");
+        let open = Arc::new(AtomicUsize::new(0));
+        let task = tokio::spawn(listen_silently(listener, Arc::clone(&open)));
+        Silent { addr, open, task }
+    }
+
+    /// The URL to configure as the route's `upstream`.
+    pub fn url(&self) -> String {
+        format!("http://{}/agent", self.addr)
+    }
+
+    /// How many accepted connections are still open.
+    pub fn open_connections(&self) -> usize {
+        self.open.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for Silent {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+async fn listen_silently(listener: TcpListener, open: Arc<AtomicUsize>) {
+    use tokio::io::AsyncReadExt;
+    let mut connections = tokio::task::JoinSet::new();
+    while let Ok((mut stream, _)) = listener.accept().await {
+        open.fetch_add(1, Ordering::SeqCst);
+        let open = Arc::clone(&open);
+        // Aborted with the accept task, so no connection outlives the upstream.
+        connections.spawn(async move {
+            let mut sink = [0; 4096];
+            while matches!(stream.read(&mut sink).await, Ok(read) if read > 0) {}
+            open.fetch_sub(1, Ordering::SeqCst);
+        });
     }
 }

@@ -67,10 +67,14 @@ impl Outbound {
         let mut events = Vec::new();
         loop {
             let over = match reader.next().await {
+                // Without a blank line after it, only the end marker is known to be whole.
+                Ok(Some(frame)) if reader.ended_inside_event() && !is_done(&frame.data) => {
+                    return Err(cut_inside_an_event())
+                }
                 Ok(Some(frame)) => decoder.decode(&frame.data, &mut events),
-                // A clean end of the body ends the turn: `[DONE]` is optional in v0.
+                Ok(None) if reader.ended_inside_event() => return Err(cut_inside_an_event()),
                 Ok(None) => {
-                    decoder.finish(&mut events);
+                    decoder.end_of_stream(&mut events);
                     true
                 }
                 Err(SseReadError::Body(cause)) => {
@@ -97,6 +101,13 @@ impl Outbound {
             }
         }
     }
+}
+
+/// The body ended after part of an event: v0 has no end marker to miss, so this is the sign of a stream that
+/// broke off.
+fn cut_inside_an_event() -> Error {
+    debug!("the upstream AG-Kit stream ended inside an event");
+    Error::upstream_eof()
 }
 
 fn remember_interrupt(interrupt: &Interrupt, record: &mut Record) {
@@ -229,6 +240,8 @@ fn flatten(parts: &[Part]) -> String {
 pub struct Decoder {
     dialect: Dialect,
     interrupted: bool,
+    /// Tool calls started and not ended: a stream that ends while one is open was cut off.
+    open_calls: Vec<String>,
     finished: bool,
 }
 
@@ -250,12 +263,12 @@ struct Kind<'a> {
 impl Decoder {
     /// Decodes one payload. Returns `true` when the turn is over (`[DONE]` or an error).
     pub fn decode(&mut self, data: &str, out: &mut Vec<Event>) -> bool {
-        // The seed's own example pads payloads with tabs.
-        let data = data.trim();
-        if data == wire::DONE {
+        if is_done(data) {
             self.finish(out);
             return true;
         }
+        // The seed's own example pads payloads with tabs.
+        let data = data.trim();
         if let Dialect::Undetected = self.dialect {
             self.dialect = detect(data);
         }
@@ -274,8 +287,20 @@ impl Decoder {
         self.decode_v0(data, out)
     }
 
-    /// At the end of the stream (or `[DONE]`): the end of the run.
-    pub fn finish(&mut self, out: &mut Vec<Event>) {
+    /// At the end of the body: the end of the run, as `[DONE]` is (v0 does not require it), unless a tool call
+    /// is still open — then the stream was cut off.
+    pub fn end_of_stream(&mut self, out: &mut Vec<Event>) {
+        if let Some(call_id) = self.open_calls.first().filter(|_| !self.finished) {
+            debug!(call = %call_id, "the upstream AG-Kit stream ended inside a tool call");
+            self.finished = true;
+            out.push(Event::RunError(Error::upstream_eof()));
+            return;
+        }
+        self.finish(out);
+    }
+
+    /// At `[DONE]` or the end of the body: the end of the run.
+    fn finish(&mut self, out: &mut Vec<Event>) {
         if std::mem::replace(&mut self.finished, true) {
             return;
         }
@@ -295,7 +320,10 @@ impl Decoder {
     fn decode_v0(&mut self, data: &str, out: &mut Vec<Event>) -> bool {
         let event: wire::Event<'_> = match serde_json::from_str(data) {
             Ok(event) => event,
-            Err(e) => return self.undecodable(data, e, out),
+            Err(e) => {
+                out.push(Event::RunError(undecodable(data, e)));
+                return true;
+            }
         };
         let event = match event {
             wire::Event::Text { content } => Event::TextDelta {
@@ -309,11 +337,14 @@ impl Decoder {
             wire::Event::ToolCallStart {
                 tool_call_id,
                 tool_call_name,
-            } => Event::ToolCallStart {
-                call_id: tool_call_id.into_owned(),
-                name: tool_call_name.into_owned(),
-                parent_message_id: None,
-            },
+            } => {
+                self.open_calls.push(tool_call_id.to_string());
+                Event::ToolCallStart {
+                    call_id: tool_call_id.into_owned(),
+                    name: tool_call_name.into_owned(),
+                    parent_message_id: None,
+                }
+            }
             wire::Event::ToolCallArgs {
                 tool_call_id,
                 delta,
@@ -321,9 +352,12 @@ impl Decoder {
                 call_id: tool_call_id.into_owned(),
                 delta: delta.into_owned(),
             },
-            wire::Event::ToolCallEnd { tool_call_id } => Event::ToolCallEnd {
-                call_id: tool_call_id.into_owned(),
-            },
+            wire::Event::ToolCallEnd { tool_call_id } => {
+                self.open_calls.retain(|open| **open != *tool_call_id);
+                Event::ToolCallEnd {
+                    call_id: tool_call_id.into_owned(),
+                }
+            }
             wire::Event::ToolResult {
                 tool_call_id,
                 result,
@@ -345,7 +379,7 @@ impl Decoder {
                 Event::Interrupt(interrupt_from_wire(id, reason, payload))
             }
             wire::Event::Error { code, message } => {
-                out.push(agent_error(code, message));
+                out.push(Event::RunError(agent_error(code, message)));
                 return true;
             }
             wire::Event::Unknown => {
@@ -356,42 +390,47 @@ impl Decoder {
         out.push(event);
         false
     }
+}
 
-    /// A payload that is no v0 event: an error object (`{"error": …}`, shape unconfirmed) ends the run;
-    /// anything else is skipped, as `useChat` skips it.
-    fn undecodable(&mut self, data: &str, cause: serde_json::Error, out: &mut Vec<Event>) -> bool {
-        #[derive(Deserialize)]
-        struct ErrorObject {
-            error: Value,
-        }
-        match serde_json::from_str::<ErrorObject>(data) {
-            Ok(ErrorObject { error }) => {
-                let (code, message) = match error {
-                    Value::String(message) => (None, message),
-                    Value::Object(fields) => (
-                        fields.get("code").map(|code| match code {
-                            Value::String(code) => code.clone(),
-                            other => other.to_string(),
-                        }),
-                        fields.get("message").and_then(Value::as_str).map_or_else(
-                            || Value::Object(fields.clone()).to_string(),
-                            str::to_owned,
-                        ),
-                    ),
-                    other => (None, other.to_string()),
-                };
-                out.push(agent_error(code, message));
-                true
-            }
-            Err(_) => {
-                warn!(
-                    "skipping an upstream AG-Kit frame that is not a v0 event ({cause}): {}",
-                    crate::logging::clipped(data)
-                );
-                false
-            }
-        }
+/// Why a payload that is no v0 event ends the run: an error object (`{"error": …}`, shape unconfirmed) is the
+/// agent's error; anything else (not JSON, a v0 type whose fields do not fit) is a broken stream. An event of
+/// a type this proxy does not know is no such payload: it reads as [`wire::Event::Unknown`], skipped.
+fn undecodable(data: &str, cause: serde_json::Error) -> Error {
+    #[derive(Deserialize)]
+    struct ErrorObject {
+        error: Value,
     }
+    match serde_json::from_str::<ErrorObject>(data) {
+        Ok(ErrorObject { error }) => error_object(error),
+        Err(_) => Error::upstream_malformed(format!(
+            "upstream sent a frame that is not an AG-Kit v0 event ({cause}): {}",
+            crate::logging::clipped(data)
+        )),
+    }
+}
+
+/// Whether a payload is the end marker, whatever whitespace pads it.
+fn is_done(data: &str) -> bool {
+    data.trim() == wire::DONE
+}
+
+/// The agent's error from the value of an `{"error": …}` object: a message, or `{code, message}`.
+fn error_object(error: Value) -> Error {
+    let (code, message) = match error {
+        Value::String(message) => (None, message),
+        Value::Object(fields) => (
+            fields.get("code").map(|code| match code {
+                Value::String(code) => code.clone(),
+                other => other.to_string(),
+            }),
+            fields
+                .get("message")
+                .and_then(Value::as_str)
+                .map_or_else(|| Value::Object(fields.clone()).to_string(), str::to_owned),
+        ),
+        other => (None, other.to_string()),
+    };
+    agent_error(code, message)
 }
 
 /// The dialect of a stream, from its first event: AG-UI event types are upper case.
@@ -406,11 +445,8 @@ fn detect(data: &str) -> Dialect {
     Dialect::V0
 }
 
-fn agent_error(code: Option<String>, message: String) -> Event {
-    Event::RunError(Error::upstream_agent(
-        code.unwrap_or_else(|| "UPSTREAM_ERROR".to_owned()),
-        message,
-    ))
+fn agent_error(code: Option<String>, message: String) -> Error {
+    Error::upstream_agent(code.unwrap_or_else(|| "UPSTREAM_ERROR".to_owned()), message)
 }
 
 /// An upstream interrupt: the canonical pauses this proxy's own AG-Kit inbound writes are read back as
@@ -457,7 +493,7 @@ mod tests {
                 return out;
             }
         }
-        decoder.finish(&mut out);
+        decoder.end_of_stream(&mut out);
         out
     }
 
@@ -497,7 +533,7 @@ mod tests {
             r#"{"type":"interrupt","id":"int_1","reason":"waiting_for_user_selection","payload":{"steps":[]}}"#,
             &mut out,
         );
-        decoder.finish(&mut out);
+        decoder.end_of_stream(&mut out);
         assert!(
             matches!(&out[0], Event::Interrupt(Interrupt { id, kind: InterruptKind::Custom { reason, payload } })
             if id == "int_1" && reason == "waiting_for_user_selection" && payload == &json!({"steps": []}))
@@ -547,6 +583,53 @@ mod tests {
             assert_eq!(error.code(), "RATE_LIMIT");
             assert_eq!(error.message(), "slow down");
         }
+    }
+
+    fn the_error(events: &[Event]) -> &Error {
+        match events.last() {
+            Some(Event::RunError(error)) => error,
+            _ => panic!("the run did not end with an error: {events:#?}"),
+        }
+    }
+
+    #[test]
+    fn a_frame_that_is_not_a_v0_event_is_a_malformed_stream() {
+        for frame in [
+            "not json",
+            r#"{"type":"text","content":"trunc"#,
+            r#"{"type":"tool-call-start","toolCallId":"c1"}"#,
+            r#"{"content":"no type"}"#,
+        ] {
+            let events = decode_all(&[
+                r#"{"type":"text","content":"Hi"}"#,
+                frame,
+                r#"{"type":"text","content":"late"}"#,
+            ]);
+            assert_eq!(events.len(), 2, "{frame}: {events:#?}");
+            assert_eq!(the_error(&events).code(), "UPSTREAM_MALFORMED", "{frame}");
+        }
+    }
+
+    #[test]
+    fn a_clean_end_inside_a_tool_call_is_a_cut_stream() {
+        let start = r#"{"type":"tool-call-start","toolCallId":"c1","toolCallName":"paint"}"#;
+        let args = r#"{"type":"tool-call-args","toolCallId":"c1","delta":"{}"}"#;
+        let events = decode_all(&[start, args]);
+        assert_eq!(the_error(&events).code(), "UPSTREAM_EOF");
+
+        let ended = decode_all(&[start, args, r#"{"type":"tool-call-end","toolCallId":"c1"}"#]);
+        assert!(matches!(
+            ended.last(),
+            Some(Event::RunFinished {
+                outcome: Outcome::Completed,
+                ..
+            })
+        ));
+        let marked = decode_all(&[start, args, "[DONE]"]);
+        assert!(
+            matches!(marked.last(), Some(Event::RunFinished { .. })),
+            "[DONE] is the agent's word that the turn is over"
+        );
     }
 
     #[test]

@@ -114,8 +114,12 @@ impl Outbound {
         loop {
             let frame = match reader.next().await {
                 Ok(Some(frame)) => frame,
+                // Text frames have no end marker: the end of the body after a whole event finishes their run, an
+                // end inside one is a cut stream.
                 Ok(None) => {
-                    decoder.end_of_stream(&mut events);
+                    if !reader.ended_inside_event() {
+                        decoder.end_of_stream(&mut events);
+                    }
                     break;
                 }
                 // The connection failed mid-body: the run ends without its terminal response.
