@@ -282,6 +282,7 @@ fn code_record_keys(modules: &BTreeSet<String>) -> Vec<(String, String)> {
             let Some(rest) = line
                 .strip_prefix("pub const ")
                 .or_else(|| line.strip_prefix("pub(crate) const "))
+                .or_else(|| line.strip_prefix("pub(super) const "))
                 .or_else(|| line.strip_prefix("const "))
             else {
                 continue;
