@@ -29,8 +29,8 @@ use http::header::{AUTHORIZATION, RETRY_AFTER, WWW_AUTHENTICATE};
 use http::{HeaderMap, HeaderValue, Request, Response};
 
 use crate::config::RouteConfig;
+use crate::connection::PeerAddr;
 use crate::error::{Error, Result};
-use crate::server::PeerAddr;
 
 mod jwt;
 

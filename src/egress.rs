@@ -31,8 +31,8 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use ipnet::IpNet;
 
+use crate::connection::{LocalAddr, PeerAddr};
 use crate::error::{Error, Result};
-use crate::server::{LocalAddr, PeerAddr};
 
 /// The lowest port a callback may use without an allow entry: below it are the host's system services.
 const LOWEST_OPEN_PORT: u16 = 1024;

@@ -8,6 +8,7 @@ pub mod answers;
 pub mod auth;
 pub mod body;
 pub mod config;
+pub mod connection;
 pub mod cors;
 pub mod egress;
 pub mod error;

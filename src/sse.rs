@@ -432,6 +432,15 @@ impl<'a> Iterator for Lines<'a> {
 
 const PING: &[u8] = b": ping\n\n";
 
+/// The largest event read from an upstream's stream (the AG-UI 1.0 client's own cap is 10 MB): larger is
+/// that upstream's malformed answer, never memory without bound.
+pub const MAX_EVENT_BYTES: usize = 10 * 1024 * 1024;
+
+/// How long a response stream may be silent before [`SseBody`] writes a comment, so that proxies do not close
+/// it. Every inbound's clients ignore comments (each spec note says how its client reads a stream); the CMDC
+/// gateway's own interval is 30 s.
+pub const HEARTBEAT: Duration = Duration::from_secs(15);
+
 pin_project_lite::pin_project! {
     /// An SSE response body: yields each frame of `frames` as soon as it is produced (one http
     /// Frame per item, never batched), and a `: ping` comment after `heartbeat` of silence (the

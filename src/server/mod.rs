@@ -24,6 +24,7 @@ use tokio::sync::watch;
 use crate::auth::TrustedProxies;
 use crate::body::{error_response, json_response, Body};
 use crate::config::{Config, ConnectionLimits};
+use crate::connection::LocalAddr;
 use crate::error::{Error, Result};
 use crate::gauges::Gauges;
 use crate::route::Route;
@@ -32,17 +33,6 @@ use crate::translate::{Runs, RunsEnder};
 use crate::workers::Workers;
 use idle::{Activity, Tracked};
 use limits::AcceptFailures;
-
-/// The local address of the connection a request came in on, in the request's extensions (an inbound that
-/// must name the proxy, such as an A2A agent card, falls back to it when the request has no `Host`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct LocalAddr(pub SocketAddr);
-
-/// The client's address, in the request's extensions: the socket's peer, or, behind one of `trusted_proxies`,
-/// the client it forwarded for (src/auth.rs, [`TrustedProxies`]). Rate limits count by it, and a URL the
-/// client hands over may lead there by default (src/egress.rs).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PeerAddr(pub SocketAddr);
 
 /// How long running streams may go on after a shutdown signal.
 pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(30);

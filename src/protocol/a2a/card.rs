@@ -16,7 +16,7 @@ use serde_json::{json, Map};
 
 use super::wire;
 use crate::config::RouteConfig;
-use crate::server::LocalAddr;
+use crate::connection::LocalAddr;
 
 /// The version a card says when the route gives none.
 const DEFAULT_VERSION: &str = "1.0.0";

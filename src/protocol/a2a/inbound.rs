@@ -53,10 +53,8 @@ use crate::config::RouteConfig;
 use crate::error::Error;
 use crate::model::{Event, History, Part, Resume, ResumeStatus, Turn};
 use crate::route::Route;
-use crate::sse::{self, SseBody};
+use crate::sse::{self, SseBody, HEARTBEAT};
 
-/// A comment on an idle stream keeps proxies from closing it; A2A clients ignore comments.
-const HEARTBEAT: Duration = Duration::from_secs(15);
 /// How many results may wait for a slow `message/stream` client before the upstream read pauses.
 const EVENT_BUFFER: usize = 16;
 /// How long `tasks/cancel` waits for a run to stop (it stops at its next await point).

@@ -15,7 +15,6 @@
 //!   a call nobody waits on.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use futures_util::{stream, Stream, StreamExt};
@@ -36,10 +35,8 @@ use crate::model::{
     Tool, Turn,
 };
 use crate::route::Route;
-use crate::sse::{self, SseBody};
+use crate::sse::{self, SseBody, HEARTBEAT};
 
-/// A comment on an idle stream keeps proxies from closing it; `eventsource-parser` ignores comments.
-const HEARTBEAT: Duration = Duration::from_secs(15);
 /// The conversation a request was served in (minted when the request named none).
 const CONVERSATION_HEADER: HeaderName = HeaderName::from_static("x-conversation-id");
 

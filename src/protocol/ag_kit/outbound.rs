@@ -28,8 +28,6 @@ const CONVERSATION_ID: &str = "ag_kit.conversation_id";
 const INTERRUPT_ID: &str = "ag_kit.interrupt_id";
 /// Record key, present when that interrupt asks for an approval: the answer is `{"approved": …}`.
 const INTERRUPT_IS_APPROVAL: &str = "ag_kit.interrupt_is_approval";
-/// The largest event accepted from an upstream.
-const MAX_EVENT_BYTES: usize = 10 * 1024 * 1024;
 /// How much of an answer that is not an event stream is read to explain it.
 const MAX_BODY_BYTES: usize = 64 * 1024;
 
@@ -62,7 +60,7 @@ impl Outbound {
         }
         // v0 has no event for it: the stream being open is the sign the agent took the run.
         context.emit(Event::RunStarted).await?;
-        let mut reader = SseReader::new(response.into_body(), MAX_EVENT_BYTES);
+        let mut reader = SseReader::new(response.into_body(), sse::MAX_EVENT_BYTES);
         let mut decoder = Decoder::default();
         let mut events = Vec::new();
         loop {

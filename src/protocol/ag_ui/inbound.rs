@@ -3,7 +3,6 @@
 //! @ag-ui/client 1.0.0, 0.0.59 and 0.0.36 all accept.
 
 use std::borrow::Cow;
-use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use futures_util::StreamExt;
@@ -23,10 +22,7 @@ use crate::model::{
     Tool, Turn,
 };
 use crate::route::Route;
-use crate::sse::{self, SseBody};
-
-/// A comment on an idle stream keeps proxies from closing it; every client version ignores comments.
-const HEARTBEAT: Duration = Duration::from_secs(15);
+use crate::sse::{self, SseBody, HEARTBEAT};
 
 pub struct Inbound {
     translate: Translate,

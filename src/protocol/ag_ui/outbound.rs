@@ -13,13 +13,11 @@ use crate::error::{Error, Result};
 use crate::model::{
     new_id, Event, Interrupt, InterruptKind, Message, Outcome, Resume, ResumeStatus, Role, Turn,
 };
-use crate::sse::{SseReadError, SseReader};
+use crate::sse::{self, SseReadError, SseReader};
 use crate::store::Record;
 use crate::translate::RunContext;
 use crate::upstream::Upstream;
 
-/// The largest event accepted from an upstream (the 1.0 client's own cap is 10 MB).
-const MAX_EVENT_BYTES: usize = 10 * 1024 * 1024;
 /// How long to wait, after `RUN_FINISHED`, for another run in the same response before finishing.
 const NEXT_RUN_GRACE: Duration = Duration::from_secs(2);
 /// Record key: the ids of the last run's interrupts read as approvals (a JSON array), answered
@@ -62,7 +60,7 @@ impl Outbound {
             .upstream
             .post_json(body.into(), "text/event-stream")
             .await?;
-        let mut reader = SseReader::new(response.into_body(), MAX_EVENT_BYTES);
+        let mut reader = SseReader::new(response.into_body(), sse::MAX_EVENT_BYTES);
         let mut decoder = Decoder::diverting(self.pause_tools.diverter(turn));
         let mut events = Vec::new();
         let mut asked = Vec::new();

@@ -24,7 +24,6 @@ use std::collections::HashSet;
 use std::fmt::Write;
 use std::future::ready;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use futures_util::{stream, Stream, StreamExt};
 use http::header::{HeaderValue, CONTENT_TYPE};
@@ -40,11 +39,7 @@ use crate::body::{self, Body};
 use crate::config::RouteConfig;
 use crate::model::{Event, History, Turn};
 use crate::route::Route;
-use crate::sse::{self, SseBody};
-
-/// A comment on an idle stream keeps proxies from closing it; the shipped client skips lines without
-/// `data: `.
-const HEARTBEAT: Duration = Duration::from_secs(15);
+use crate::sse::{self, SseBody, HEARTBEAT};
 
 pub struct Inbound {
     options: EncodeOptions,

@@ -61,7 +61,8 @@ const USER_ID: &str = "agentscope.user_id";
 /// Record key: the approval requests of the last run (JSON array of [`PendingApproval`]).
 const APPROVALS: &str = "agentscope.approvals";
 
-/// The largest SSE event accepted (a completed `response` repeats the whole run).
+/// The largest SSE event accepted: more than [`sse::MAX_EVENT_BYTES`], as a completed `response` repeats the
+/// whole run.
 const MAX_EVENT_BYTES: usize = 16 * 1024 * 1024;
 /// The largest non-SSE answer read (to explain it).
 const MAX_BODY_BYTES: usize = 64 * 1024;

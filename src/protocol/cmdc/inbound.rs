@@ -45,10 +45,8 @@ use crate::config::{RouteConfig, DEFAULT_RUN_BUFFER, DEFAULT_WS_IDLE};
 use crate::egress::{Egress, Policy, Requester};
 use crate::error::Error;
 use crate::route::Route;
-use crate::sse::{self, SseBody};
+use crate::sse::{self, SseBody, HEARTBEAT};
 
-/// SSE comment on idle streams (§1.3: every 30 s; 15 s is fine).
-const HEARTBEAT: Duration = Duration::from_secs(15);
 const HEARTBEAT_FRAME: &[u8] = b": heartbeat\n\n";
 /// WebSocket ping interval.
 const WS_PING: Duration = Duration::from_secs(30);

@@ -40,7 +40,7 @@ use crate::error::{Error, Result};
 use crate::model::{
     new_id, Event, Interrupt, InterruptKind, Message, Outcome, ResumeStatus, Role, Turn, Usage,
 };
-use crate::sse::{SseReadError, SseReader};
+use crate::sse::{self, SseReadError, SseReader};
 use crate::store::Record;
 use crate::translate::RunContext;
 use crate::upstream::{self, Upstream};
@@ -63,8 +63,6 @@ const CALLBACK_TOKEN: &str = "cmdc.callback_token";
 const CALLBACK_PATH: &str = "/agent-bridge/cmdc-callback";
 /// The largest callback body accepted.
 const MAX_CALLBACK_BYTES: usize = 1024 * 1024;
-/// The largest event accepted from the gateway.
-const MAX_EVENT_BYTES: usize = 10 * 1024 * 1024;
 
 pub struct Outbound {
     upstream: Upstream,
@@ -587,7 +585,7 @@ impl Outbound {
             .get(self.session_uri(session, "/events")?, "text/event-stream")
             .await
             .map_err(StepError::from_status)?;
-        Ok(SseReader::new(events.into_body(), MAX_EVENT_BYTES))
+        Ok(SseReader::new(events.into_body(), sse::MAX_EVENT_BYTES))
     }
 
     /// Performs one action; whether the gateway queued the prompt behind another run.

@@ -49,8 +49,6 @@ pub(super) const INTERRUPT_ID: &str = "a2a.interrupt_id";
 /// is new.
 pub(super) const SHOWN_ARTIFACTS: &str = "a2a.shown_artifacts";
 
-/// The largest SSE event accepted from an upstream.
-const MAX_EVENT_BYTES: usize = 10 * 1024 * 1024;
 /// The largest JSON answer accepted from an upstream (a blocking `message/send` result).
 const MAX_BODY_BYTES: usize = 16 * 1024 * 1024;
 /// The largest agent card accepted.
@@ -243,7 +241,7 @@ impl Outbound {
         }
         let mut events = Vec::new();
         if sse::is_event_stream(response.headers()) {
-            let mut reader = SseReader::new(response.into_body(), MAX_EVENT_BYTES);
+            let mut reader = SseReader::new(response.into_body(), sse::MAX_EVENT_BYTES);
             loop {
                 let frame = match reader.next().await {
                     Ok(Some(frame)) => frame,
