@@ -23,6 +23,8 @@ pub struct Route {
     /// The largest request body accepted, and how long it may take to arrive.
     pub body_limit: BodyLimit,
     pub inbound: Inbound,
+    /// How the route reaches its agent; the translator runs turns against it, and it may serve calls back.
+    outbound: Arc<Outbound>,
     pub translator: Arc<Translator>,
     /// Who may use the route and how often; each inbound asks it where its protocol needs a client.
     pub access: Arc<Access>,
@@ -39,7 +41,7 @@ impl Route {
         local: SocketAddr,
         runs: &Runs,
     ) -> Result<Self> {
-        let outbound = Outbound::from_config(config, local)?;
+        let outbound = Arc::new(Outbound::from_config(config, local)?);
         Ok(Self {
             name: config.name.clone(),
             path: config.path.clone(),
@@ -48,6 +50,7 @@ impl Route {
                 timeout: config.body_timeout,
             },
             inbound: Inbound::from_config(config, local)?,
+            outbound: Arc::clone(&outbound),
             translator: Arc::new(
                 Translator::new(config.name.clone(), outbound, store, config.timeout)
                     .with_answer_words(AnswerWords::new(
@@ -69,9 +72,8 @@ impl Route {
         if let Some(preflight) = self.cors.preflight(&request, origin.as_ref()) {
             return preflight;
         }
-        let outbound = self.translator.outbound();
-        let response = if outbound.serves_callback(request.uri().path()) {
-            outbound.serve_callback(request).await
+        let response = if self.outbound.serves_callback(request.uri().path()) {
+            self.outbound.serve_callback(request).await
         } else {
             self.inbound.handle(request, self).await
         };

@@ -1,4 +1,4 @@
-//! The hub of a route: runs one [`Turn`] against the route's outbound and hands the inbound a well-formed,
+//! The hub of a route: runs one [`Turn`] against the route's [`Agent`] and hands the inbound a well-formed,
 //! bounded stream of canonical [`Event`]s.
 //!
 //! The run is polled by whoever reads its events, in the client connection's task: an event crosses no task
@@ -15,6 +15,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use futures_util::future::BoxFuture;
 use futures_util::Stream;
 use serde_json::Value;
 use tokio::sync::{mpsc, watch};
@@ -28,16 +29,25 @@ use crate::model::{
     Event, History, Interrupt, InterruptKind, Outcome, Resume, ResumeStatus, Role, Turn,
 };
 use crate::normalize::Normalizer;
-use crate::protocol::Outbound;
 use crate::store::{Key, Record, Store};
 
 /// How many events may wait for a slow client before the upstream read pauses.
 const EVENT_BUFFER: usize = 16;
 
+/// What the hub runs a turn against: an agent as one protocol's outbound face reaches it, or the built-in
+/// echo agent. The outbounds implement it; the hub knows none of them.
+pub trait Agent: Send + Sync {
+    /// Whether the agent wants the whole conversation every turn or only what is new.
+    fn history(&self) -> History;
+
+    /// Runs one turn, emitting its events into `context`; returns when the agent is done.
+    fn run<'a>(&'a self, turn: &'a Turn, context: &'a mut RunContext) -> BoxFuture<'a, Result<()>>;
+}
+
 /// Runs turns of one route.
 pub struct Translator {
     route: String,
-    outbound: Outbound,
+    agent: Arc<dyn Agent>,
     store: Arc<dyn Store>,
     timeout: Duration,
     /// How the route reads a person's free-text answer to an approval.
@@ -53,13 +63,13 @@ pub struct Translator {
 impl Translator {
     pub fn new(
         route: String,
-        outbound: Outbound,
+        agent: Arc<dyn Agent>,
         store: Arc<dyn Store>,
         timeout: Duration,
     ) -> Self {
         Self {
             route,
-            outbound,
+            agent,
             store,
             timeout,
             answer_words: AnswerWords::default(),
@@ -101,11 +111,6 @@ impl Translator {
                 translator.run(turn, sender).await;
             })),
         }
-    }
-
-    /// How the route reaches its agent.
-    pub fn outbound(&self) -> &Outbound {
-        &self.outbound
     }
 
     /// The interrupt `interrupt_id` if the tenant's conversation waits on it: for an inbound whose answers
@@ -159,7 +164,7 @@ impl Translator {
             // same interrupt, asked again.
             return context.ask_again(unclear).await;
         }
-        context.reply = history::prepare(&mut turn, &mut context.record, self.outbound.history());
+        context.reply = history::prepare(&mut turn, &mut context.record, self.agent.history());
         match self.run_outbound(&turn, &mut context).await {
             Some(result) => {
                 if let Err(error) = &result {
@@ -199,7 +204,7 @@ impl Translator {
     /// grace is over). `None` when the client went away first.
     async fn run_outbound(&self, turn: &Turn, context: &mut RunContext) -> Option<Result<()>> {
         let closed = context.sender.clone();
-        let run = tokio::time::timeout(self.timeout, self.outbound.run(turn, context));
+        let run = tokio::time::timeout(self.timeout, self.agent.run(turn, context));
         tokio::select! {
             result = run => Some(result.unwrap_or_else(|_| Err(Error::upstream_timeout(format!(
                 "upstream run took longer than the route's timeout of {:?}", self.timeout

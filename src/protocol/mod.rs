@@ -16,6 +16,7 @@ pub mod echo;
 
 use std::net::SocketAddr;
 
+use futures_util::future::BoxFuture;
 use http::{Request, Response};
 use hyper::body::Incoming;
 
@@ -24,7 +25,7 @@ use crate::config::{self, Protocol, RouteConfig};
 use crate::error::{Error, Result};
 use crate::model::{History, Turn};
 use crate::route::Route;
-use crate::translate::RunContext;
+use crate::translate::{Agent, RunContext};
 use crate::upstream::Upstream;
 
 /// The face a route shows its clients.
@@ -107,14 +108,6 @@ impl Outbound {
         }
     }
 
-    /// Whether the upstream wants the whole conversation every turn or only what is new.
-    pub fn history(&self) -> History {
-        match self {
-            Self::AgUi(_) | Self::Agentscope(_) | Self::Echo(_) => History::Full,
-            Self::A2a(_) | Self::AgKit(_) | Self::Cmdc(_) => History::Delta,
-        }
-    }
-
     /// Whether `path` is where the upstream calls back into the proxy (CMDC callback tools).
     pub fn serves_callback(&self, path: &str) -> bool {
         match self {
@@ -130,19 +123,26 @@ impl Outbound {
             _ => body::error_response(&Error::not_found("no callback here"), "POST"),
         }
     }
+}
 
-    /// Runs one turn upstream, emitting its events into `context`. Returns when the upstream is done.
-    ///
+impl Agent for Outbound {
+    fn history(&self) -> History {
+        match self {
+            Self::AgUi(_) | Self::Agentscope(_) | Self::Echo(_) => History::Full,
+            Self::A2a(_) | Self::AgKit(_) | Self::Cmdc(_) => History::Delta,
+        }
+    }
+
     /// Each protocol's run is boxed: it lives as long as the stream, and unboxed every route's run would be
     /// as large as the largest protocol's.
-    pub async fn run(&self, turn: &Turn, context: &mut RunContext) -> Result<()> {
+    fn run<'a>(&'a self, turn: &'a Turn, context: &'a mut RunContext) -> BoxFuture<'a, Result<()>> {
         match self {
-            Self::AgUi(outbound) => Box::pin(outbound.run(turn, context)).await,
-            Self::A2a(outbound) => Box::pin(outbound.run(turn, context)).await,
-            Self::Agentscope(outbound) => Box::pin(outbound.run(turn, context)).await,
-            Self::AgKit(outbound) => Box::pin(outbound.run(turn, context)).await,
-            Self::Cmdc(outbound) => Box::pin(outbound.run(turn, context)).await,
-            Self::Echo(echo) => echo.run(turn, context).await,
+            Self::AgUi(outbound) => Box::pin(outbound.run(turn, context)),
+            Self::A2a(outbound) => Box::pin(outbound.run(turn, context)),
+            Self::Agentscope(outbound) => Box::pin(outbound.run(turn, context)),
+            Self::AgKit(outbound) => Box::pin(outbound.run(turn, context)),
+            Self::Cmdc(outbound) => Box::pin(outbound.run(turn, context)),
+            Self::Echo(echo) => Box::pin(echo.run(turn, context)),
         }
     }
 }

@@ -647,7 +647,9 @@ mod runs {
 
     fn translator(agent: &Agent, translate: &Translate, timeout: Duration) -> Arc<Translator> {
         let upstream = Upstream::new(agent.url.parse().unwrap(), Vec::new(), WAIT);
-        let outbound = crate::protocol::Outbound::A2a(Outbound::new(upstream, translate));
+        let outbound = Arc::new(crate::protocol::Outbound::A2a(Outbound::new(
+            upstream, translate,
+        )));
         let store = Arc::new(MemoryStore::new(Duration::from_secs(3600)));
         Arc::new(Translator::new("r".to_owned(), outbound, store, timeout))
     }
