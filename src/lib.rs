@@ -17,6 +17,7 @@ pub mod history;
 pub mod json;
 pub mod logging;
 pub mod model;
+pub mod mount;
 pub mod normalize;
 pub mod protocol;
 pub mod route;

@@ -24,7 +24,7 @@ use crate::body::{self, Body};
 use crate::config::{self, Protocol, RouteConfig};
 use crate::error::{Error, Result};
 use crate::model::{History, Turn};
-use crate::route::Route;
+use crate::mount::Mount;
 use crate::translate::{Agent, RunContext};
 use crate::upstream::Upstream;
 
@@ -50,13 +50,13 @@ impl Inbound {
     }
 
     /// Serves one request addressed to the route (its path or below it).
-    pub async fn handle(&self, request: Request<Incoming>, route: &Route) -> Response<Body> {
+    pub async fn handle(&self, request: Request<Incoming>, mount: &Mount) -> Response<Body> {
         match self {
-            Self::AgUi(inbound) => inbound.handle(request, route).await,
-            Self::A2a(inbound) => inbound.handle(request, route).await,
-            Self::Agentscope(inbound) => inbound.handle(request, route).await,
-            Self::AgKit(inbound) => inbound.handle(request, route).await,
-            Self::Cmdc(inbound) => inbound.handle(request, route).await,
+            Self::AgUi(inbound) => inbound.handle(request, mount).await,
+            Self::A2a(inbound) => inbound.handle(request, mount).await,
+            Self::Agentscope(inbound) => inbound.handle(request, mount).await,
+            Self::AgKit(inbound) => inbound.handle(request, mount).await,
+            Self::Cmdc(inbound) => inbound.handle(request, mount).await,
         }
     }
 }

@@ -432,9 +432,9 @@ impl Routes {
             .iter()
             .map(|route| Route::from_config(route, Arc::clone(&store), local, runs))
             .collect::<Result<Vec<_>>>()?;
-        routes.sort_by_key(|route| std::cmp::Reverse(route.path.len()));
+        routes.sort_by_key(|route| std::cmp::Reverse(route.mount.path.len()));
         for route in &routes {
-            tracing::info!(route = %route.name, path = %route.path, "route ready");
+            tracing::info!(route = %route.name, path = %route.mount.path, "route ready");
         }
         Ok(Self {
             routes,

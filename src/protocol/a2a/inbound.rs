@@ -52,7 +52,7 @@ use crate::body::{self, Body};
 use crate::config::RouteConfig;
 use crate::error::Error;
 use crate::model::{Event, History, Part, Resume, ResumeStatus, Turn};
-use crate::route::Route;
+use crate::mount::Mount;
 use crate::sse::{self, SseBody, HEARTBEAT};
 
 /// How many results may wait for a slow `message/stream` client before the upstream read pauses.
@@ -95,16 +95,16 @@ impl Inbound {
         }
     }
 
-    pub async fn handle(&self, request: Request<Incoming>, route: &Route) -> Response<Body> {
-        let endpoint = match route.subpath(request.uri().path()) {
+    pub async fn handle(&self, request: Request<Incoming>, mount: &Mount) -> Response<Body> {
+        let endpoint = match mount.subpath(request.uri().path()) {
             Some("" | "/" | "/stream") => Endpoint::Rpc,
             Some("/.well-known/agent.json") => Endpoint::Card(CardVersion::V0_2),
             Some("/.well-known/agent-card.json") => Endpoint::Card(CardVersion::V0_3),
             _ => Endpoint::Unknown,
         };
         match endpoint {
-            Endpoint::Rpc => self.rpc_endpoint(request, route).await,
-            Endpoint::Card(version) => self.card_endpoint(&request, route, version).await,
+            Endpoint::Rpc => self.rpc_endpoint(request, mount).await,
+            Endpoint::Card(version) => self.card_endpoint(&request, mount, version).await,
             Endpoint::Unknown => plain_error(
                 &Error::not_found(format!("no A2A endpoint at {}", request.uri().path())),
                 "GET",
@@ -115,24 +115,24 @@ impl Inbound {
     async fn card_endpoint(
         &self,
         request: &Request<Incoming>,
-        route: &Route,
+        mount: &Mount,
         version: CardVersion,
     ) -> Response<Body> {
         if let Err(error) = body::expect_method(request, Method::GET) {
             return plain_error(&error, "GET");
         }
         if self.card_auth {
-            if let Err(error) = route.access.admit(request, KeySources::Headers).await {
+            if let Err(error) = mount.access.admit(request, KeySources::Headers).await {
                 return plain_error(&error, "GET");
             }
         }
-        let url = format!("{}{}", card::origin(request), route.path);
+        let url = format!("{}{}", card::origin(request), mount.path);
         let json = serde_json::to_vec(&self.card.render(url, version)).unwrap_or_default();
         body::json_response(StatusCode::OK, json)
     }
 
-    async fn rpc_endpoint(&self, request: Request<Incoming>, route: &Route) -> Response<Body> {
-        let caller = match route.access.admit(&request, KeySources::Headers).await {
+    async fn rpc_endpoint(&self, request: Request<Incoming>, mount: &Mount) -> Response<Body> {
+        let caller = match mount.access.admit(&request, KeySources::Headers).await {
             Ok(caller) => caller,
             Err(error) => return http_rpc_error(&error),
         };
@@ -141,11 +141,11 @@ impl Inbound {
         {
             return http_rpc_error(&error);
         }
-        let bytes = match body::read_request(request.into_body(), route.body_limit).await {
+        let bytes = match body::read_request(request.into_body(), mount.body_limit).await {
             Ok(bytes) => bytes,
             Err(error) => return http_rpc_error(&error),
         };
-        let translator = Arc::clone(&route.translator);
+        let translator = Arc::clone(&mount.translator);
         self.call(&bytes, &caller.tenant, move |turn| translator.start(turn))
             .await
     }

@@ -34,7 +34,7 @@ use crate::model::{
     new_id, Event, History, Interrupt, InterruptKind, Message, Part, Resume, ResumeStatus, Role,
     Tool, Turn,
 };
-use crate::route::Route;
+use crate::mount::Mount;
 use crate::sse::{self, SseBody, HEARTBEAT};
 
 /// The conversation a request was served in (minted when the request named none).
@@ -48,31 +48,31 @@ impl Inbound {
         Self
     }
 
-    pub async fn handle(&self, request: Request<Incoming>, route: &Route) -> Response<Body> {
-        match self.start(request, route).await {
+    pub async fn handle(&self, request: Request<Incoming>, mount: &Mount) -> Response<Body> {
+        match self.start(request, mount).await {
             Ok(response) => response,
             Err(error) => body::error_response(&error, "POST"),
         }
     }
 
-    async fn start(&self, request: Request<Incoming>, route: &Route) -> Result<Response<Body>> {
+    async fn start(&self, request: Request<Incoming>, mount: &Mount) -> Result<Response<Body>> {
         if !matches!(
-            route.subpath(request.uri().path()),
+            mount.subpath(request.uri().path()),
             Some("" | "/send-message")
         ) {
             return Err(Error::not_found(format!(
                 "no AG-Kit endpoint at {}; POST to {1} or {1}/send-message",
                 request.uri().path(),
-                route.path
+                mount.path
             )));
         }
-        let caller = route.access.admit(&request, KeySources::Headers).await?;
+        let caller = mount.access.admit(&request, KeySources::Headers).await?;
         body::expect_method(&request, Method::POST)?;
         body::expect_json(request.headers())?;
-        let bytes = body::read_request(request.into_body(), route.body_limit).await?;
+        let bytes = body::read_request(request.into_body(), mount.body_limit).await?;
         let mut turn = decode(&bytes)?;
         turn.tenant = caller.tenant;
-        let translator = Arc::clone(&route.translator);
+        let translator = Arc::clone(&mount.translator);
         for resume in &mut turn.resume {
             let asked = translator
                 .pending_interrupt(&turn.tenant, &turn.conversation, &resume.interrupt_id)

@@ -21,7 +21,7 @@ use crate::model::{
     ContextItem, Event, History, Interrupt, InterruptKind, Outcome, Resume, ResumeStatus, Role,
     Tool, Turn,
 };
-use crate::route::Route;
+use crate::mount::Mount;
 use crate::sse::{self, SseBody, HEARTBEAT};
 
 pub struct Inbound {
@@ -66,30 +66,30 @@ impl Inbound {
         }
     }
 
-    pub async fn handle(&self, request: Request<Incoming>, route: &Route) -> Response<Body> {
-        match self.start(request, route).await {
+    pub async fn handle(&self, request: Request<Incoming>, mount: &Mount) -> Response<Body> {
+        match self.start(request, mount).await {
             Ok(response) => response,
             Err(error) => body::error_response(&error, "POST"),
         }
     }
 
-    async fn start(&self, request: Request<Incoming>, route: &Route) -> Result<Response<Body>> {
-        if route.subpath(request.uri().path()) != Some("") {
+    async fn start(&self, request: Request<Incoming>, mount: &Mount) -> Result<Response<Body>> {
+        if mount.subpath(request.uri().path()) != Some("") {
             return Err(Error::not_found(format!(
                 "no AG-UI endpoint at {}",
                 request.uri().path()
             )));
         }
-        let caller = route.access.admit(&request, KeySources::Headers).await?;
+        let caller = mount.access.admit(&request, KeySources::Headers).await?;
         body::expect_method(&request, Method::POST)?;
         body::expect_json(request.headers())?;
-        let bytes = body::read_request(request.into_body(), route.body_limit).await?;
+        let bytes = body::read_request(request.into_body(), mount.body_limit).await?;
         let turn = Turn {
             tenant: caller.tenant,
             ..decode(&bytes)?
         };
         let mut encoder = Encoder::new(&turn, &self.translate);
-        let events = route.translator.start(turn);
+        let events = mount.translator.start(turn);
         let frames = events.map(move |event| encoder.encode(event));
         Ok(sse::response(BodyExt::boxed_unsync(SseBody::new(
             frames, HEARTBEAT,

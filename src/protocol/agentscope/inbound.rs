@@ -38,7 +38,7 @@ use crate::auth::{self, KeySources};
 use crate::body::{self, Body};
 use crate::config::RouteConfig;
 use crate::model::{Event, History, Turn};
-use crate::route::Route;
+use crate::mount::Mount;
 use crate::sse::{self, SseBody, HEARTBEAT};
 
 pub struct Inbound {
@@ -63,11 +63,11 @@ impl Inbound {
         }
     }
 
-    pub async fn handle(&self, request: Request<Incoming>, route: &Route) -> Response<Body> {
-        if !matches!(route.subpath(request.uri().path()), Some("" | "/process")) {
+    pub async fn handle(&self, request: Request<Incoming>, mount: &Mount) -> Response<Body> {
+        if !matches!(mount.subpath(request.uri().path()), Some("" | "/process")) {
             return detail(StatusCode::NOT_FOUND, "Not Found");
         }
-        let caller = match route.access.admit(&request, KeySources::Headers).await {
+        let caller = match mount.access.admit(&request, KeySources::Headers).await {
             Ok(caller) => caller,
             Err(error) => {
                 let refused = detail(error.http_status(), error.message());
@@ -81,7 +81,7 @@ impl Inbound {
             );
         }
         let json = is_json(request.headers().get(CONTENT_TYPE));
-        let bytes = match body::read_request(request.into_body(), route.body_limit).await {
+        let bytes = match body::read_request(request.into_body(), mount.body_limit).await {
             Ok(bytes) => bytes,
             Err(error) => return detail(error.http_status(), error.message()),
         };
@@ -89,7 +89,7 @@ impl Inbound {
             let text = String::from_utf8_lossy(&bytes).into_owned();
             return refusal(request::not_a_dict(Value::String(text)));
         }
-        let translator = Arc::clone(&route.translator);
+        let translator = Arc::clone(&mount.translator);
         self.serve(&bytes, &caller.tenant, move |turn| translator.start(turn))
     }
 

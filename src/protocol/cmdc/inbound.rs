@@ -44,7 +44,7 @@ use crate::body::{self, Body, BodyLimit};
 use crate::config::{RouteConfig, DEFAULT_RUN_BUFFER, DEFAULT_WS_IDLE};
 use crate::egress::{Egress, Policy, Requester};
 use crate::error::Error;
-use crate::route::Route;
+use crate::mount::Mount;
 use crate::sse::{self, SseBody, HEARTBEAT};
 
 const HEARTBEAT_FRAME: &[u8] = b": heartbeat\n\n";
@@ -180,26 +180,26 @@ impl Inbound {
     }
 
     /// The route's sessions and runs, made on first use (the translator belongs to the route).
-    fn runner(&self, route: &Route) -> Arc<Runner> {
+    fn runner(&self, mount: &Mount) -> Arc<Runner> {
         Arc::clone(self.runner.get_or_init(|| {
             Arc::new(Runner {
                 sessions: Sessions::new(self.run_buffer, self.sessions_per_tenant),
-                translator: Arc::clone(&route.translator),
+                translator: Arc::clone(&mount.translator),
                 callbacks: self.callbacks.clone(),
             })
         }))
     }
 
-    pub async fn handle(&self, request: Request<Incoming>, route: &Route) -> Response<Body> {
-        match self.serve(request, route).await {
+    pub async fn handle(&self, request: Request<Incoming>, mount: &Mount) -> Response<Body> {
+        match self.serve(request, mount).await {
             Ok(response) => response,
             Err(error) => error.into_response(),
         }
     }
 
-    async fn serve(&self, request: Request<Incoming>, route: &Route) -> Answer {
+    async fn serve(&self, request: Request<Incoming>, mount: &Mount) -> Answer {
         let method = request.method().clone();
-        let path = route.subpath(request.uri().path()).unwrap_or("").to_owned();
+        let path = mount.subpath(request.uri().path()).unwrap_or("").to_owned();
         let segments: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
         let no_route = || {
             ApiError::not_found(format!(
@@ -219,10 +219,10 @@ impl Inbound {
         } else {
             KeySources::Headers
         };
-        let caller = route.access.admit(&request, sources).await?;
-        let runner = self.runner(route);
+        let caller = mount.access.admit(&request, sources).await?;
+        let runner = self.runner(mount);
         match (&method, &segments[2..]) {
-            (&Method::POST, []) => create(&runner, &caller, request, route.body_limit).await,
+            (&Method::POST, []) => create(&runner, &caller, request, mount.body_limit).await,
             (&Method::GET, [id]) => {
                 let session = find(&runner, &caller, id)?;
                 Ok(ok(info(&session)))
@@ -236,7 +236,7 @@ impl Inbound {
             }
             (&Method::POST, [id, "prompt"]) => {
                 let session = find(&runner, &caller, id)?;
-                let prompt: wire::Prompt = read_json(request, route.body_limit).await?;
+                let prompt: wire::Prompt = read_json(request, mount.body_limit).await?;
                 let text = prompt
                     .text
                     .filter(|t| !t.is_empty())
@@ -251,7 +251,7 @@ impl Inbound {
             }
             (&Method::POST, [id, action @ ("approve" | "reject")]) => {
                 let session = find(&runner, &caller, id)?;
-                let decision: wire::Decision = read_json(request, route.body_limit).await?;
+                let decision: wire::Decision = read_json(request, mount.body_limit).await?;
                 let approval_id = decision
                     .approval_id
                     .filter(|a| !a.is_empty())
@@ -264,7 +264,7 @@ impl Inbound {
             }
             (&Method::POST, [id, "respond"]) => {
                 let session = find(&runner, &caller, id)?;
-                let reply: wire::Answer = read_json(request, route.body_limit).await?;
+                let reply: wire::Answer = read_json(request, mount.body_limit).await?;
                 let (Some(reference), Some(response)) =
                     (reply.reference.filter(|r| !r.is_empty()), reply.response)
                 else {
@@ -279,7 +279,7 @@ impl Inbound {
                 // Gateway 0.2+: ends the running run (`agent_abort {reason:"user_cancelled"}`) and keeps the
                 // session; the body (`reason`, `kill_tools`) changes nothing here.
                 let session = find(&runner, &caller, id)?;
-                let _: Value = read_json(request, route.body_limit).await?;
+                let _: Value = read_json(request, mount.body_limit).await?;
                 if let Some(run) = session.current_run() {
                     run.abort();
                 }
@@ -288,7 +288,7 @@ impl Inbound {
             }
             (&Method::POST, [id, "tools"]) => {
                 let session = find(&runner, &caller, id)?;
-                register_tool(&session, request, route.body_limit, self.callbacks.policy()).await
+                register_tool(&session, request, mount.body_limit, self.callbacks.policy()).await
             }
             (&Method::GET, [id, "events"]) => {
                 let session = find(&runner, &caller, id)?;
@@ -304,7 +304,7 @@ impl Inbound {
                 Ok(ok(json!({"sessionId": session.id, "messages": messages})))
             }
             (&Method::GET, [id, "ws"]) => {
-                route.cors.check_websocket(request.headers())?;
+                mount.cors.check_websocket(request.headers())?;
                 let session = runner.sessions.get(&caller.tenant, id).ok_or_else(|| {
                     ApiError::new(
                         StatusCode::NOT_FOUND,
@@ -314,7 +314,7 @@ impl Inbound {
                 })?;
                 let client = SocketClient {
                     caller,
-                    access: Arc::clone(&route.access),
+                    access: Arc::clone(&mount.access),
                 };
                 upgrade(runner, session, client, request, self.socket)
             }
