@@ -7,7 +7,7 @@ use http_body_util::BodyExt;
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
-use crate::now_ns;
+use crate::rig::now_ns;
 use crate::protocols::{Peer, Protocol, Server};
 use crate::system;
 use crate::upstream::Agent;
