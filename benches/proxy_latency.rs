@@ -56,26 +56,22 @@ mod protocols;
 mod relay;
 #[path = "proxy_latency/report.rs"]
 mod report;
+#[path = "proxy_latency/rig.rs"]
+mod rig;
 #[path = "proxy_latency/system.rs"]
 mod system;
 #[path = "proxy_latency/upstream.rs"]
 mod upstream;
 
 use std::io::BufRead;
-use std::num::NonZeroUsize;
 use std::process::{Command, Stdio};
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use tokio::runtime::Runtime;
 use tokio::sync::oneshot;
 
-use agent_bridge::config::Config;
-use agent_bridge::server::Server;
-use agent_bridge::workers::Workers;
-
 use load::{Level, Target};
-use protocols::{Peer, Protocol};
+use protocols::Protocol;
+use rig::{env_number, now_ns, runtime, Pair, Route, RunningAgent};
 
 #[global_allocator]
 static ALLOCATOR: system::Counting = system::Counting;
@@ -97,36 +93,6 @@ const ROUTE_PATH: &str = "/bench";
 
 // ---------------------------------------------------------------------------------------------------------
 // Settings
-
-#[derive(Clone, Copy)]
-struct Pair {
-    inbound: Protocol,
-    outbound: Protocol,
-}
-
-impl Pair {
-    fn parse(text: &str) -> Result<Pair, String> {
-        let (inbound, outbound) = text
-            .split_once('>')
-            .ok_or_else(|| format!("BENCH_PAIRS: `{text}` is not `inbound>outbound`"))?;
-        let protocol = |name: &str| {
-            Protocol::from_name(name.trim())
-                .ok_or_else(|| format!("BENCH_PAIRS: unknown protocol `{name}`"))
-        };
-        Ok(Pair {
-            inbound: protocol(inbound)?,
-            outbound: protocol(outbound)?,
-        })
-    }
-
-    fn id(self) -> String {
-        format!("{}>{}", self.inbound.name(), self.outbound.name())
-    }
-
-    fn title(self) -> String {
-        format!("{} → {}", self.inbound.name(), self.outbound.name())
-    }
-}
 
 struct Settings {
     pairs: Vec<Pair>,
@@ -162,7 +128,10 @@ impl Settings {
                 .into_iter()
                 .flat_map(|inbound| Protocol::ALL.map(|outbound| Pair { inbound, outbound }))
                 .collect(),
-            Ok(list) => list.split(',').map(Pair::parse).collect::<Result<_, _>>()?,
+            Ok(list) => list
+                .split(',')
+                .map(|pair| Pair::parse(pair).map_err(|e| format!("BENCH_PAIRS: {e}")))
+                .collect::<Result<_, _>>()?,
         };
         let settings = Self {
             pairs,
@@ -190,24 +159,6 @@ impl Settings {
         (FDS_PER_STREAM * levels).max(FDS_PER_MEMORY_STREAM * self.memory_streams as u64)
             + FD_MARGIN
     }
-}
-
-fn env_number(name: &str, default: usize) -> Result<usize, String> {
-    match std::env::var(name) {
-        Ok(text) => text
-            .trim()
-            .parse()
-            .map_err(|e| format!("{name}={text}: {e}")),
-        Err(_) => Ok(default),
-    }
-}
-
-// ---------------------------------------------------------------------------------------------------------
-// Clock: one monotonic base for the whole process, so send stamps and receive times compare directly.
-
-fn now_ns() -> u64 {
-    static BASE: OnceLock<Instant> = OnceLock::new();
-    BASE.get_or_init(Instant::now).elapsed().as_nanos() as u64
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -296,30 +247,6 @@ fn run_pair_process(pair: Pair) -> Result<Option<serde_json::Value>, String> {
 // ---------------------------------------------------------------------------------------------------------
 // One pair
 
-fn runtime(group: usize, threads: usize) -> Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(threads)
-        .thread_name(system::RUNTIMES[group])
-        .on_thread_start(move || system::tag_thread(group))
-        .enable_all()
-        .build()
-        .expect("a tokio runtime")
-}
-
-/// The pair's route, configured as a user would.
-fn proxy_config(pair: Pair, upstream: std::net::SocketAddr) -> Config {
-    let config = format!(
-        "listen = \"127.0.0.1:0\"\n\n[[routes]]\nname = \"bench\"\npath = \"{ROUTE_PATH}\"\n\
-         inbound = \"{}\"\noutbound = \"{}\"\nupstream = \"{}\"\ntimeout = \"300s\"\n\
-         [routes.translate]\n{}",
-        pair.inbound.name(),
-        pair.outbound.name(),
-        pair.outbound.upstream_url(upstream),
-        pair.outbound.outbound_translate(),
-    );
-    Config::parse(&config, "proxy_latency.toml").expect("a valid bench config")
-}
-
 /// Measures one pair; the process's exit code.
 fn run_pair(settings: &Settings, pair: Pair) -> i32 {
     // Whatever happens, the pair ends.
@@ -336,30 +263,21 @@ fn run_pair(settings: &Settings, pair: Pair) -> i32 {
     let open_files = system::raise_open_files(settings.most_files());
 
     let upstream_rt = runtime(0, 1);
-    // As `agent-bridge` serves: threads with a single-threaded runtime each.
-    let proxy_threads = NonZeroUsize::new(settings.proxy_threads).expect("at least one thread");
-    let proxy_workers = Workers::start_with(proxy_threads, system::RUNTIMES[system::PROXY], || {
-        system::tag_thread(system::PROXY)
-    })
-    .expect("the proxy's threads");
+    let proxy_workers = rig::proxy_workers(settings.proxy_threads);
     let client_rt = runtime(2, 1);
 
     let agent = upstream::Agent::new(pair.outbound, settings.events, settings.interval);
-    let listener = upstream_rt
-        .block_on(async { upstream::listen_local() })
-        .expect("binding the upstream");
-    let upstream_addr = listener.local_addr().expect("upstream address");
-    let (stop_upstream, upstream_stopped) = oneshot::channel();
-    let upstream = upstream_rt.spawn(upstream::serve(listener, agent.clone(), upstream_stopped));
+    let upstream = RunningAgent::start(&upstream_rt, agent.clone());
+    let upstream_addr = upstream.addr;
 
-    let server = client_rt
-        .block_on(Server::bind(&proxy_config(pair, upstream_addr)))
-        .expect("binding the proxy")
-        .with_shutdown_grace(Duration::from_secs(2));
-    let proxy_addr = server.local_addr();
-    let proxy = server
-        .start_on(&proxy_workers)
-        .expect("serving on the proxy's threads");
+    let route = Route {
+        path: ROUTE_PATH,
+        pair,
+        upstream: upstream_addr,
+        tables: "",
+    };
+    let config = rig::proxy_config(&[route], "");
+    let (proxy, proxy_addr) = rig::serve_proxy(&client_rt, &config, &proxy_workers);
     let relay_listener = client_rt
         .block_on(async { upstream::listen_local()?.into_std() })
         .expect("binding the relay");
@@ -546,9 +464,7 @@ fn run_pair(settings: &Settings, pair: Pair) -> i32 {
     let _ = client_rt
         .block_on(async { tokio::time::timeout(Duration::from_secs(5), proxy.stop()).await });
     drop(proxy_workers);
-    let _ = stop_upstream.send(());
-    let _ = upstream_rt
-        .block_on(async { tokio::time::timeout(Duration::from_secs(10), upstream).await });
+    upstream_rt.block_on(upstream.stop());
     client_rt.shutdown_timeout(Duration::from_secs(1));
     upstream_rt.shutdown_timeout(Duration::from_secs(1));
 

@@ -7,8 +7,8 @@ use http_body_util::BodyExt;
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
-use crate::now_ns;
 use crate::protocols::{Peer, Protocol, Server};
+use crate::rig::now_ns;
 use crate::system;
 use crate::upstream::Agent;
 
@@ -120,7 +120,14 @@ async fn one_stream(
             String::from_utf8_lossy(&tail)
         ));
     }
+    run.finish().await?;
     Ok(stats)
+}
+
+/// One run of `events` deltas (run `n`: its ids), read to its end.
+#[allow(dead_code)] // benches/soak.rs's
+pub async fn run(target: Target, n: usize, events: usize) -> Result<(), String> {
+    one_stream(target, n, events, None).await.map(drop)
 }
 
 /// One level of concurrency: the same load straight to the agent, through the bare relay, through the HTTP

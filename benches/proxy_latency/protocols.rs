@@ -23,6 +23,8 @@ pub trait Peer: Sized {
     fn upstream_url(self, addr: SocketAddr) -> String;
     fn outbound_translate(self) -> &'static str;
     async fn open(self, server: Server, n: usize) -> Result<Opened, String>;
+    #[allow(dead_code)] // benches/soak.rs's
+    async fn send_malformed(self, server: Server) -> Result<(), String>;
     fn stream_type(self) -> &'static str;
     fn script(self, request: &Value) -> Script;
 }
@@ -56,8 +58,37 @@ impl Peer for Protocol {
         expect_status(&response, StatusCode::OK)?;
         Ok(Opened {
             body: response.into_body(),
-            _connections: vec![connection],
+            connections: vec![connection],
+            session: None,
         })
+    }
+
+    /// Posts a body that is not JSON where this protocol's runs start (a CMDC client's: where sessions are
+    /// created); the server must refuse it as this protocol's servers do: 400, AgentScope's 422 (FastAPI's
+    /// validation error), A2A's JSON-RPC parse error (-32700) in a 200.
+    async fn send_malformed(self, server: Server) -> Result<(), String> {
+        let path = match self {
+            Protocol::Cmdc => server.path("/v1/sessions"),
+            _ => server.path(run_path(self)),
+        };
+        let mut connection = server.connect().await?;
+        let response = connection
+            .send(Method::POST, &path, Bytes::from_static(b"{\"not json"))
+            .await?;
+        match self {
+            Protocol::A2a => {
+                expect_status(&response, StatusCode::OK)?;
+                let body = response.into_body().collect().await;
+                let body = body.map_err(|e| format!("reading the refusal: {e}"))?;
+                let body = String::from_utf8_lossy(&body.to_bytes()).into_owned();
+                match body.contains("-32700") {
+                    true => Ok(()),
+                    false => Err(format!("not a JSON-RPC parse error: {body}")),
+                }
+            }
+            Protocol::Agentscope => expect_status(&response, StatusCode::UNPROCESSABLE_ENTITY),
+            _ => expect_status(&response, StatusCode::BAD_REQUEST),
+        }
     }
 
     // --- The scripted agent -------------------------------------------------------------------------------
@@ -254,7 +285,22 @@ fn agentscope_content(status: &str, delta: Value, text: &str) -> Value {
 /// them).
 pub struct Opened {
     pub body: Incoming,
-    _connections: Vec<Connection>,
+    connections: Vec<Connection>,
+    /// CMDC: the session's path, deleted once the run was read.
+    session: Option<String>,
+}
+
+impl Opened {
+    /// Ends the run as a tidy client does: a CMDC client deletes its session (the gateway keeps it for a day
+    /// otherwise, and holds at most 10,000).
+    pub async fn finish(mut self) -> Result<(), String> {
+        let (Some(session), Some(control)) = (self.session.take(), self.connections.first_mut())
+        else {
+            return Ok(());
+        };
+        let deleted = control.send(Method::DELETE, &session, Bytes::new()).await?;
+        expect_status(&deleted, StatusCode::OK)
+    }
 }
 
 /// A server the clients talk to: the scripted agent (base path none) or the proxy (the route's path).
@@ -359,6 +405,7 @@ async fn open_cmdc_run(server: Server) -> Result<Opened, String> {
     expect_status(&accepted, StatusCode::ACCEPTED)?;
     Ok(Opened {
         body: events.into_body(),
-        _connections: vec![control, subscription],
+        connections: vec![control, subscription],
+        session: Some(session),
     })
 }

@@ -29,8 +29,8 @@ use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio::sync::{oneshot, watch, Notify};
 use tokio::time::Instant;
 
-use crate::now_ns;
 use crate::protocols::{Peer, Protocol, Script};
+use crate::rig::now_ns;
 
 type Body = UnsyncBoxBody<Bytes, Infallible>;
 type Gate = Pin<Box<dyn Future<Output = ()> + Send>>;
