@@ -316,20 +316,31 @@ impl Session {
         run
     }
 
-    /// Drops a finished run's buffer that nobody read within `ttl`.
+    /// Drops a finished run's buffer that nobody read within `ttl`. The wait ends early, keeping nothing, once
+    /// the session closes or goes or another run takes this one's place: then there is nothing to drop.
     pub fn expire_unread(self: &Arc<Self>, run: &Arc<Run>, ttl: Duration) {
         let session = Arc::downgrade(self);
-        let run = Arc::downgrade(run);
+        // The run's address, not a reference: a `Weak` would keep its allocation for the whole `ttl`.
+        let run = Arc::as_ptr(run) as usize;
+        let is_this_run = move |current: &Current| {
+            current
+                .run
+                .as_ref()
+                .is_some_and(|c| Arc::as_ptr(c) as usize == run)
+        };
+        let mut changes = self.current.subscribe();
         tokio::spawn(async move {
-            tokio::time::sleep(ttl).await;
-            let (Some(session), Some(run)) = (session.upgrade(), run.upgrade()) else {
+            let superseded = changes.wait_for(|current| current.closed || !is_this_run(current));
+            tokio::select! {
+                () = tokio::time::sleep(ttl) => {}
+                _ = superseded => return,
+            }
+            let Some(session) = session.upgrade() else {
                 return;
             };
             session.current.send_if_modified(|current| {
-                let stale = current
-                    .run
-                    .as_ref()
-                    .is_some_and(|c| Arc::ptr_eq(c, &run) && c.is_done());
+                let stale =
+                    is_this_run(current) && current.run.as_ref().is_some_and(|c| c.is_done());
                 if stale {
                     current.run = None;
                 }
@@ -598,6 +609,49 @@ mod tests {
         let next = session.new_run(&mut session.state());
         next.push(Event::AgentStart {});
         assert_eq!(after.next().await.map(|e| e.name()), Some("agent_start"));
+    }
+
+    /// A session whose run is over, and that run.
+    fn finished_run() -> (Arc<Session>, Arc<Run>) {
+        let session = Sessions::default()
+            .create("t", "s", "m".into(), None)
+            .unwrap();
+        let run = session.new_run(&mut session.state());
+        run.push(Event::AgentStart {});
+        run.push(Event::AgentAbort {
+            reason: "user_cancelled".into(),
+        });
+        (session, run)
+    }
+
+    /// Lets the spawned expiry task run as far as it can.
+    async fn settle() {
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_finished_run_nobody_read_is_dropped_after_its_ttl() {
+        let (session, run) = finished_run();
+        session.expire_unread(&run, Duration::from_secs(300));
+        tokio::time::sleep(Duration::from_secs(299)).await;
+        settle().await;
+        assert!(session.current_run().is_some());
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        settle().await;
+        assert!(session.current_run().is_none());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_expiry_of_a_run_lets_go_of_its_session_once_the_session_closes() {
+        let (session, run) = finished_run();
+        session.expire_unread(&run, Duration::from_secs(300));
+        settle().await;
+        assert_eq!(Arc::weak_count(&session), 1, "the expiry waits");
+        session.close();
+        settle().await;
+        assert_eq!(Arc::weak_count(&session), 0, "nothing is held for the ttl");
     }
 
     #[tokio::test]
