@@ -1,18 +1,20 @@
 #!/usr/bin/env python3
 """Builds fuzz/corpus/<target>/ from the golden fixtures (tests/fixtures, the shipped routes.toml files) and
 the few hand-written seeds in fuzz/seeds/ for what has no fixture (AG-Kit, CMDC, valid A2A and AgentScope
-requests). Adds to what the corpus already holds; run from anywhere: `python3 fuzz/seed.py`.
+requests). Adds to what the corpus already holds; run from anywhere: `python3 fuzz/seed.py [CORPUS]`
+(default: fuzz/corpus).
 
 Targets whose first byte picks what the rest goes to get that byte prepended here; the numbers below are
 the orders of the targets' own tables, and must change with them."""
 
 import json
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures"
 SEEDS = ROOT / "fuzz" / "seeds"
-CORPUS = ROOT / "fuzz" / "corpus"
+CORPUS = Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT / "fuzz" / "corpus"
 
 # fuzz_targets/inbound_request.rs: ENDPOINTS
 ENDPOINTS = {
