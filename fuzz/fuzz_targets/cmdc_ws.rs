@@ -9,7 +9,7 @@
 
 use std::time::Duration;
 
-use agent_bridge_fuzz::{connect, create_session, run, SESSION};
+use agent_bridge_fuzz::{connect, create_session, run, send, SESSION};
 use bytes::Bytes;
 use futures_util::{SinkExt, StreamExt};
 use http::{header, Request, StatusCode};
@@ -32,11 +32,7 @@ fuzz_target!(|input: &[u8]| {
             .header(header::SEC_WEBSOCKET_KEY, "dGhlIHNhbXBsZSBub25jZQ==")
             .body(Full::new(Bytes::new()))
             .expect("a valid request");
-        sender
-            .ready()
-            .await
-            .expect("the connection takes another request");
-        let response = sender.send_request(upgrade).await.expect("an answer");
+        let response = send(&mut sender, upgrade).await;
         assert_eq!(response.status(), StatusCode::SWITCHING_PROTOCOLS);
         let upgraded = hyper::upgrade::on(response)
             .await

@@ -7,8 +7,7 @@
 //! blaming itself for a client's input. A panic, or no answer in time, is a finding too.
 #![no_main]
 
-use agent_bridge_fuzz::{connect, create_session, exchange, json_request, run};
-use http::Method;
+use agent_bridge_fuzz::{connect, create_session, exchange, post_json, run};
 use libfuzzer_sys::fuzz_target;
 
 /// The route and path of each endpoint; the CMDC ones are in the session of `create_session`.
@@ -32,7 +31,7 @@ fuzz_target!(|input: &[u8]| {
         if route == "cmdc" {
             create_session(&mut sender).await;
         }
-        let request = json_request(Method::POST, path, body.to_vec());
+        let request = post_json(path, body.to_vec());
         let (status, body) = exchange(&mut sender, request).await;
         assert!(!status.is_server_error(), "{status} {body:?}");
     });

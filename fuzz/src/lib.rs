@@ -8,7 +8,7 @@
 
 use std::convert::Infallible;
 use std::future::Future;
-use std::net::SocketAddr;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -17,7 +17,7 @@ use agent_bridge::route::Route;
 use agent_bridge::server::{LocalAddr, PeerAddr};
 use agent_bridge::store::MemoryStore;
 use bytes::Bytes;
-use http::{header, Method, Request, StatusCode};
+use http::{header, Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::client::conn::http1::SendRequest;
@@ -63,10 +63,8 @@ inbound = "cmdc"
 outbound = "echo"
 "#;
 
-const PROXY: SocketAddr =
-    SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 8080);
-const CLIENT: SocketAddr =
-    SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 40000);
+const PROXY: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 8080);
+const CLIENT: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 40000);
 
 /// Runs `test` on a fresh runtime (see the module documentation); panics if it does not end in [`PATIENCE`].
 pub fn run<F: Future>(test: F) -> F::Output {
@@ -111,10 +109,10 @@ pub async fn connect(name: &str) -> SendRequest<Full<Bytes>> {
     sender
 }
 
-/// A request with a JSON body, as a client of any of the protocols sends it.
-pub fn json_request(method: Method, path: &str, body: impl Into<Bytes>) -> Request<Full<Bytes>> {
+/// A POST with a JSON body, as a client of any of the protocols sends it.
+pub fn post_json(path: &str, body: impl Into<Bytes>) -> Request<Full<Bytes>> {
     Request::builder()
-        .method(method)
+        .method(Method::POST)
         .uri(path)
         .header(header::HOST, "proxy.test")
         .header(header::CONTENT_TYPE, "application/json")
@@ -122,16 +120,24 @@ pub fn json_request(method: Method, path: &str, body: impl Into<Bytes>) -> Reque
         .expect("a valid request")
 }
 
+/// Sends `request` once the connection is free.
+pub async fn send(
+    sender: &mut SendRequest<Full<Bytes>>,
+    request: Request<Full<Bytes>>,
+) -> Response<Incoming> {
+    sender
+        .ready()
+        .await
+        .expect("the connection takes another request");
+    sender.send_request(request).await.expect("an answer")
+}
+
 /// Sends `request` and reads the whole answer.
 pub async fn exchange(
     sender: &mut SendRequest<Full<Bytes>>,
     request: Request<Full<Bytes>>,
 ) -> (StatusCode, Bytes) {
-    sender
-        .ready()
-        .await
-        .expect("the connection takes another request");
-    let response = sender.send_request(request).await.expect("an answer");
+    let response = send(sender, request).await;
     let status = response.status();
     let body = response
         .into_body()
@@ -142,16 +148,13 @@ pub async fn exchange(
     (status, body)
 }
 
-/// The CMDC session every CMDC input works in, created on the route behind `sender`.
+/// The CMDC session every CMDC input works in.
 pub const SESSION: &str = "fuzz";
 
+/// Creates [`SESSION`] on the CMDC route behind `sender`.
 pub async fn create_session(sender: &mut SendRequest<Full<Bytes>>) {
     let create = format!(r#"{{"sessionId":"{SESSION}","model":"echo"}}"#);
-    let (status, body) = exchange(
-        sender,
-        json_request(Method::POST, "/cmdc/v1/sessions", create),
-    )
-    .await;
+    let (status, body) = exchange(sender, post_json("/cmdc/v1/sessions", create)).await;
     assert_eq!(
         status,
         StatusCode::CREATED,
