@@ -10,6 +10,7 @@ use std::time::Duration;
 use agent_bridge::config::Config;
 use agent_bridge::route::Route;
 use agent_bridge::store::MemoryStore;
+use agent_bridge::translate::Runs;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|input: &[u8]| {
@@ -25,8 +26,9 @@ fuzz_target!(|input: &[u8]| {
     };
     let store = Arc::new(MemoryStore::new(Duration::from_secs(3600)));
     let local = SocketAddr::from(([127, 0, 0, 1], 8080));
+    let (runs, _ender) = Runs::new(Default::default());
     for route in &config.routes {
-        if let Err(error) = Route::from_config(route, store.clone(), local) {
+        if let Err(error) = Route::from_config(route, store.clone(), local, &runs) {
             let _ = error.to_string();
         }
     }

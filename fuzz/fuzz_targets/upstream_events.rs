@@ -97,7 +97,7 @@ impl Upstream {
             // The task it names would be asked with `tasks/get`: not part of this target.
             Self::A2a(decoder) => drop(decoder.end_of_stream(out)),
             Self::Agentscope(decoder) => decoder.end_of_stream(out),
-            Self::AgKit(decoder) => decoder.finish(out),
+            Self::AgKit(decoder) => decoder.end_of_stream(out),
             // The end of a CMDC stream is the end of the run as the normalizer sees it.
             Self::Cmdc(_) => {}
         }

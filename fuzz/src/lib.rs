@@ -13,9 +13,10 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use agent_bridge::config::Config;
+use agent_bridge::connection::{LocalAddr, PeerAddr};
 use agent_bridge::route::Route;
-use agent_bridge::server::{LocalAddr, PeerAddr};
 use agent_bridge::store::MemoryStore;
+use agent_bridge::translate::Runs;
 use bytes::Bytes;
 use http::{header, Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
@@ -90,7 +91,10 @@ pub async fn connect(name: &str) -> SendRequest<Full<Bytes>> {
         .find(|route| route.name == name)
         .expect("a route of that name");
     let store = Arc::new(MemoryStore::new(Duration::from_secs(3600)));
-    let route = Arc::new(Route::from_config(route_config, store, PROXY).expect("the route builds"));
+    let route = Arc::new(
+        Route::from_config(route_config, store, PROXY, &Runs::new(Default::default()).0)
+            .expect("the route builds"),
+    );
     let service = service_fn(move |mut request: Request<Incoming>| {
         request.extensions_mut().insert(LocalAddr(PROXY));
         request.extensions_mut().insert(PeerAddr(CLIENT));
