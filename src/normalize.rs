@@ -8,7 +8,8 @@
 //! - `RunStarted` first, exactly once; exactly one terminal event, last;
 //! - every text or reasoning delta inside a start/end of its id, a closed id never reopened;
 //! - at most one of text, reasoning or a tool call open at a time;
-//! - tool calls strictly serialized (`start → args… → end`), each with arguments that parse as JSON;
+//! - tool calls strictly serialized (`start → args… → end`), a call without arguments given `{}` (arguments
+//!   stream as they come: ones an upstream cut short stay cut short, see fuzz/README.md);
 //! - a tool result only after the end of its call; steps balanced and closed before the end.
 //!
 //! It is a plain synchronous state machine: one event in, zero or more events out.
