@@ -142,7 +142,7 @@ fn no_other_request(_: &Received) -> Option<Reply> {
 const AG_UI: Outbound = Outbound {
     name: "ag-ui",
     client: Client::A2a,
-    event_cap: 10 * MIB,
+    event_cap: agent_bridge::sse::MAX_EVENT_BYTES,
     extra: "",
     opening: |_| {
         sse(&[
@@ -157,7 +157,7 @@ const AG_UI: Outbound = Outbound {
 const A2A: Outbound = Outbound {
     name: "a2a",
     client: Client::AgUi,
-    event_cap: 10 * MIB,
+    event_cap: agent_bridge::sse::MAX_EVENT_BYTES,
     extra: "",
     opening: |request| {
         let task = a2a::task("task-1", "ctx-1");
@@ -206,7 +206,7 @@ const AGENTSCOPE: Outbound = Outbound {
 const AG_KIT: Outbound = Outbound {
     name: "ag-kit",
     client: Client::AgentScope,
-    event_cap: 10 * MIB,
+    event_cap: agent_bridge::sse::MAX_EVENT_BYTES,
     extra: "",
     // A v0 stream has no end marker to miss: it ends mid-run only inside a tool call (or an event).
     opening: |_| {
@@ -221,7 +221,7 @@ const AG_KIT: Outbound = Outbound {
 const CMDC: Outbound = Outbound {
     name: "cmdc",
     client: Client::AgUi,
-    event_cap: 10 * MIB,
+    event_cap: agent_bridge::sse::MAX_EVENT_BYTES,
     extra: "[routes.translate]\nmodel = \"test-model\"\n",
     opening: |_| {
         let event = |name: &str, data: Value| format!("event: {name}\ndata: {data}\n\n");
