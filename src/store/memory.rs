@@ -33,6 +33,17 @@ struct Records {
 
 const SWEEP_INTERVAL: Duration = Duration::from_secs(60);
 
+/// A map keeps the room of its busiest moment: after a burst of conversations the store would hold the
+/// burst's table for good. Once less than a quarter of it is used, it shrinks to twice what is left.
+fn give_back_room(entries: &mut HashMap<Key, Entry>) {
+    if entries.capacity() > 4 * entries.len().max(MIN_ROOM) {
+        entries.shrink_to(2 * entries.len().max(MIN_ROOM));
+    }
+}
+
+/// Below this many records a table is not worth shrinking.
+const MIN_ROOM: usize = 64;
+
 struct Entry {
     record: Record,
     bytes: usize,
@@ -86,6 +97,7 @@ impl MemoryStore {
             live
         });
         records.bytes -= freed;
+        give_back_room(&mut records.entries);
     }
 
     /// Drops the records touched longest ago, none with pending interrupts and never `keep`, until `needed`
@@ -359,5 +371,22 @@ mod tests {
             1,
             "expired records are dropped on save"
         );
+    }
+
+    #[tokio::test]
+    async fn the_room_of_a_burst_is_given_back_once_it_expired() {
+        let store = MemoryStore::new(Duration::from_millis(300));
+        for n in 0..5_000 {
+            store
+                .save(&key(&n.to_string()), Record::default())
+                .await
+                .unwrap();
+        }
+        let burst = store.records.lock().unwrap().entries.capacity();
+        assert!(burst >= 5_000);
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        store.save(&key("after"), Record::default()).await.unwrap();
+        let after = store.records.lock().unwrap().entries.capacity();
+        assert!(after <= 4 * MIN_ROOM, "{burst} slots kept {after}");
     }
 }
