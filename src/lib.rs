@@ -20,6 +20,7 @@ pub mod model;
 pub mod mount;
 pub mod normalize;
 pub mod protocol;
+pub mod relay;
 pub mod route;
 pub mod server;
 pub mod size;

@@ -17,7 +17,8 @@ use crate::model::{
     Role, Turn,
 };
 use crate::protocol::ag_ui;
-use crate::sse::{self, SseReadError, SseReader};
+use crate::relay::{relay, StreamEnd, UpstreamDecoder, UpstreamEvents};
+use crate::sse::{self, SseEvent};
 use crate::store::Record;
 use crate::translate::RunContext;
 use crate::upstream::Upstream;
@@ -60,52 +61,21 @@ impl Outbound {
         }
         // v0 has no event for it: the stream being open is the sign the agent took the run.
         context.emit(Event::RunStarted).await?;
-        let mut reader = SseReader::new(response.into_body(), sse::MAX_EVENT_BYTES);
-        let mut decoder = Decoder::default();
-        let mut events = Vec::new();
-        loop {
-            let over = match reader.next().await {
-                // Without a blank line after it, only the end marker is known to be whole.
-                Ok(Some(frame)) if reader.ended_inside_event() && !is_done(&frame.data) => {
-                    return Err(cut_inside_an_event())
+        let mut events = UpstreamEvents::new(response.into_body(), "AG-Kit", sse::MAX_EVENT_BYTES);
+        relay(
+            &mut events,
+            &mut Decoder::default(),
+            context,
+            |_, events, record| {
+                for event in events {
+                    if let Event::Interrupt(interrupt) = event {
+                        remember_interrupt(interrupt, record);
+                    }
                 }
-                Ok(Some(frame)) => decoder.decode(&frame.data, &mut events),
-                Ok(None) if reader.ended_inside_event() => return Err(cut_inside_an_event()),
-                Ok(None) => {
-                    decoder.end_of_stream(&mut events);
-                    true
-                }
-                Err(SseReadError::Body(cause)) => {
-                    debug!("the upstream AG-Kit stream broke off: {cause}");
-                    return Err(Error::upstream_eof());
-                }
-                Err(SseReadError::Frame(e)) => {
-                    return Err(Error::upstream_malformed(format!(
-                        "reading the upstream AG-Kit stream failed: {e}"
-                    )))
-                }
-            };
-            for event in &events {
-                // Kept before the events go out: the client may leave while they wait for it.
-                if let Event::Interrupt(interrupt) = event {
-                    remember_interrupt(interrupt, &mut context.record);
-                }
-            }
-            for event in events.drain(..) {
-                context.emit(event).await?;
-            }
-            if over {
-                return Ok(());
-            }
-        }
+            },
+        )
+        .await
     }
-}
-
-/// The body ended after part of an event: v0 has no end marker to miss, so this is the sign of a stream that
-/// broke off.
-fn cut_inside_an_event() -> Error {
-    debug!("the upstream AG-Kit stream ended inside an event");
-    Error::upstream_eof()
 }
 
 fn remember_interrupt(interrupt: &Interrupt, record: &mut Record) {
@@ -256,6 +226,32 @@ enum Dialect {
 struct Kind<'a> {
     #[serde(rename = "type", borrow, default)]
     kind: Option<Cow<'a, str>>,
+}
+
+impl UpstreamDecoder for Decoder {
+    fn frame(&mut self, frame: &SseEvent, out: &mut Vec<Event>) -> Result<bool> {
+        Ok(self.decode(&frame.data, out))
+    }
+
+    fn end(&mut self, end: StreamEnd, out: &mut Vec<Event>) -> Result<()> {
+        match end {
+            StreamEnd::Whole => {
+                self.end_of_stream(out);
+                Ok(())
+            }
+            // Without a blank line after it, only the end marker is known to be whole.
+            StreamEnd::InsideEvent(Some(frame)) if is_done(&frame.data) => {
+                self.decode(&frame.data, out);
+                Ok(())
+            }
+            // v0 has no end marker to miss: an event cut short is the sign of a stream that broke off.
+            StreamEnd::InsideEvent(_) => {
+                debug!("the upstream AG-Kit stream ended inside an event");
+                Err(Error::upstream_eof())
+            }
+            StreamEnd::BrokeOff => Err(Error::upstream_eof()),
+        }
+    }
 }
 
 impl Decoder {

@@ -13,7 +13,8 @@ use crate::error::{Error, Result};
 use crate::model::{
     new_id, Event, Interrupt, InterruptKind, Message, Outcome, Resume, ResumeStatus, Role, Turn,
 };
-use crate::sse::{self, SseReadError, SseReader};
+use crate::relay::{relay, StreamEnd, UpstreamDecoder, UpstreamEvents};
+use crate::sse::{self, SseEvent};
 use crate::store::Record;
 use crate::translate::RunContext;
 use crate::upstream::Upstream;
@@ -60,38 +61,17 @@ impl Outbound {
             .upstream
             .post_json(body.into(), "text/event-stream")
             .await?;
-        let mut reader = SseReader::new(response.into_body(), sse::MAX_EVENT_BYTES);
+        let mut events = UpstreamEvents::new(response.into_body(), "AG-UI", sse::MAX_EVENT_BYTES);
         let mut decoder = Decoder::diverting(self.pause_tools.diverter(turn));
-        let mut events = Vec::new();
         let mut asked = Vec::new();
-        loop {
-            let frame = if decoder.holds_finish() {
-                // The run said it finished; another may follow in the same response, but a server that
-                // keeps the connection open must not keep the client waiting.
-                tokio::time::timeout(NEXT_RUN_GRACE, next_frame(&mut reader))
-                    .await
-                    .unwrap_or(Ok(None))?
-            } else {
-                next_frame(&mut reader).await?
-            };
-            let done = match frame {
-                Some(frame) => decoder.decode(&frame.data, &mut events)?,
-                None => {
-                    decoder.finish(&mut events);
-                    true
-                }
-            };
-            for event in events.drain(..) {
-                asked.extend(approval_asked(&event));
-                context.emit(event).await?;
-            }
-            if done {
-                remember_approvals(asked, &mut context.record);
-                let calls = decoder.pauses.take_asked();
-                pause_tools::remember(&Paused { seen, calls }, &mut context.record);
-                return Ok(());
-            }
-        }
+        relay(&mut events, &mut decoder, context, |_, events, _| {
+            asked.extend(events.iter().filter_map(approval_asked));
+        })
+        .await?;
+        remember_approvals(asked, &mut context.record);
+        let calls = decoder.pauses.take_asked();
+        pause_tools::remember(&Paused { seen, calls }, &mut context.record);
+        Ok(())
     }
 
     /// The run request: the whole history (with the `answers` to the pause calls at `at`), and always `tools`,
@@ -211,24 +191,6 @@ fn resume_to_wire(resume: &Resume, approval: bool) -> wire::ResumeEntry {
     }
 }
 
-/// The next SSE frame of the upstream body; `None` at its end.
-async fn next_frame<B>(reader: &mut SseReader<B>) -> Result<Option<crate::sse::SseEvent>>
-where
-    B: http_body::Body<Data = bytes::Bytes> + Unpin,
-    B::Error: std::fmt::Display,
-{
-    reader.next().await.map_err(|e| match e {
-        // The connection failed mid-body (reset, cut before the last chunk): the stream ended early.
-        SseReadError::Body(cause) => {
-            tracing::debug!("the upstream AG-UI stream broke off: {cause}");
-            Error::upstream_eof()
-        }
-        SseReadError::Frame(e) => {
-            Error::upstream_malformed(format!("reading the upstream AG-UI stream failed: {e}"))
-        }
-    })
-}
-
 fn empty_object() -> Value {
     Value::Object(Default::default())
 }
@@ -246,6 +208,35 @@ pub struct Decoder {
     held_finish: Option<Event>,
     /// Names and arguments of the calls seen, to describe an approval interrupt that points at one.
     calls: HashMap<String, (String, String)>,
+}
+
+impl UpstreamDecoder for Decoder {
+    fn frame(&mut self, frame: &SseEvent, out: &mut Vec<Event>) -> Result<bool> {
+        self.decode(&frame.data, out)
+    }
+
+    fn end(&mut self, end: StreamEnd, out: &mut Vec<Event>) -> Result<()> {
+        match end {
+            StreamEnd::BrokeOff => Err(Error::upstream_eof()),
+            // The AG-UI clients read a last event without its blank line; so does the proxy.
+            StreamEnd::InsideEvent(Some(frame)) => {
+                if !self.decode(&frame.data, out)? {
+                    self.finish(out);
+                }
+                Ok(())
+            }
+            StreamEnd::Whole | StreamEnd::InsideEvent(None) => {
+                self.finish(out);
+                Ok(())
+            }
+        }
+    }
+
+    /// After `RUN_FINISHED` another run may follow in the same response, but a server that keeps the
+    /// connection open must not keep the client waiting.
+    fn patience(&self) -> Option<Duration> {
+        self.holds_finish().then_some(NEXT_RUN_GRACE)
+    }
 }
 
 impl Decoder {

@@ -8,6 +8,8 @@ use tracing::debug;
 use crate::error::{Error, Result};
 use crate::model::{new_id, Artifact, Event, Interrupt, InterruptKind, Outcome, Part};
 use crate::protocol::a2a::{part_from_wire, wire};
+use crate::relay::{StreamEnd, UpstreamDecoder};
+use crate::sse::SseEvent;
 
 use super::rpc_error;
 
@@ -64,6 +66,21 @@ struct ShownArtifact {
 struct StatusText {
     message_id: String,
     text: String,
+}
+
+impl UpstreamDecoder for Decoder {
+    fn frame(&mut self, frame: &SseEvent, out: &mut Vec<Event>) -> Result<bool> {
+        self.decode(&frame.data, out)
+    }
+
+    /// However the stream ended, a task left unsettled is asked about next ([`Decoder::end_of_stream`]); a
+    /// last event without its blank line still counts.
+    fn end(&mut self, end: StreamEnd, out: &mut Vec<Event>) -> Result<()> {
+        if let StreamEnd::InsideEvent(Some(frame)) = end {
+            self.decode(&frame.data, out)?;
+        }
+        Ok(())
+    }
 }
 
 impl Decoder {

@@ -34,7 +34,8 @@ use crate::config::Translate;
 use crate::error::{Error, Result, Source};
 use crate::json::null_as_default;
 use crate::model::{Event, Outcome, Turn};
-use crate::sse::{self, SseReadError, SseReader};
+use crate::relay::{relay, UpstreamEvents};
+use crate::sse;
 use crate::store::Record;
 use crate::translate::RunContext;
 use crate::upstream::{self, redacted, Upstream};
@@ -241,29 +242,13 @@ impl Outbound {
         }
         let mut events = Vec::new();
         if sse::is_event_stream(response.headers()) {
-            let mut reader = SseReader::new(response.into_body(), sse::MAX_EVENT_BYTES);
-            loop {
-                let frame = match reader.next().await {
-                    Ok(Some(frame)) => frame,
-                    Ok(None) => break,
-                    Err(SseReadError::Body(cause)) => {
-                        debug!("the upstream A2A stream broke off: {cause}");
-                        break;
-                    }
-                    Err(SseReadError::Frame(e)) => {
-                        return Err(Error::upstream_malformed(format!(
-                            "reading the upstream A2A stream failed: {e}"
-                        )))
-                    }
-                };
-                let over = decoder.decode(&frame.data, &mut events)?;
-                // Before emitting: the run may be dropped while it waits for a slow client.
-                guard.track(decoder.running_task());
-                emit_all(context, &mut events).await?;
-                if over {
-                    break;
-                }
-            }
+            let mut stream = UpstreamEvents::new(response.into_body(), "A2A", sse::MAX_EVENT_BYTES);
+            // The task is tracked before the events go out: the run may be dropped while it waits for a
+            // slow client.
+            relay(&mut stream, decoder, context, |decoder, _, _| {
+                guard.track(decoder.running_task())
+            })
+            .await?;
         } else {
             // One JSON-RPC response: the `message/send` answer, or a stream request answered as JSON.
             let body = read_body(response.into_body(), MAX_BODY_BYTES).await?;

@@ -12,6 +12,8 @@ use crate::model::{
     Part, Role, Usage,
 };
 use crate::protocol::agentscope::wire;
+use crate::relay::{StreamEnd, UpstreamDecoder};
+use crate::sse::SseEvent;
 
 use super::{PendingApproval, AGENTSCOPE_ERROR};
 
@@ -67,6 +69,26 @@ struct Call {
     /// The latest snapshot.
     latest: String,
     ended: bool,
+}
+
+impl UpstreamDecoder for Decoder {
+    fn frame(&mut self, frame: &SseEvent, out: &mut Vec<Event>) -> Result<bool> {
+        self.decode(&frame.data, out)
+    }
+
+    /// Text frames have no end marker: the end of the body after a whole event finishes their run. An end
+    /// inside an event, or a connection that broke off, leaves the run without its terminal response, which
+    /// the hub reports as `UPSTREAM_EOF`.
+    fn end(&mut self, end: StreamEnd, out: &mut Vec<Event>) -> Result<()> {
+        match end {
+            StreamEnd::Whole => self.end_of_stream(out),
+            StreamEnd::InsideEvent(Some(frame)) => {
+                self.decode(&frame.data, out)?;
+            }
+            StreamEnd::InsideEvent(None) | StreamEnd::BrokeOff => {}
+        }
+        Ok(())
+    }
 }
 
 impl Decoder {

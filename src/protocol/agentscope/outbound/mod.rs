@@ -44,14 +44,14 @@ use encode::request;
 
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
-use tracing::debug;
 
 use super::wire;
 use crate::body;
 use crate::config::Translate;
 use crate::error::{Error, Result};
 use crate::model::{new_id, Event, Turn};
-use crate::sse::{self, SseReadError, SseReader};
+use crate::relay::{relay, UpstreamEvents};
+use crate::sse;
 use crate::store::Record;
 use crate::translate::RunContext;
 use crate::upstream::Upstream;
@@ -113,37 +113,11 @@ impl Outbound {
             }
             return emit_all(&mut decoder, &mut events, context).await;
         }
-        let mut reader = SseReader::new(response.into_body(), MAX_EVENT_BYTES);
-        loop {
-            let frame = match reader.next().await {
-                Ok(Some(frame)) => frame,
-                // Text frames have no end marker: the end of the body after a whole event finishes their run, an
-                // end inside one is a cut stream.
-                Ok(None) => {
-                    if !reader.ended_inside_event() {
-                        decoder.end_of_stream(&mut events);
-                    }
-                    break;
-                }
-                // The connection failed mid-body: the run ends without its terminal response.
-                Err(SseReadError::Body(cause)) => {
-                    debug!("the upstream AgentScope stream broke off: {cause}");
-                    break;
-                }
-                Err(SseReadError::Frame(e)) => {
-                    return Err(Error::upstream_malformed(format!(
-                        "reading the upstream AgentScope stream failed: {e}"
-                    )))
-                }
-            };
-            let over = decoder.decode(&frame.data, &mut events)?;
-            emit_all(&mut decoder, &mut events, context).await?;
-            if over {
-                return Ok(());
-            }
-        }
-        // Without a terminal response the normalizer reports UPSTREAM_EOF.
-        emit_all(&mut decoder, &mut events, context).await
+        let mut events = UpstreamEvents::new(response.into_body(), "AgentScope", MAX_EVENT_BYTES);
+        relay(&mut events, &mut decoder, context, |decoder, _, record| {
+            remember_approvals(decoder.take_approvals(), record)
+        })
+        .await
     }
 }
 

@@ -45,7 +45,8 @@ use crate::body::{self, Body, BodyLimit};
 use crate::config::RouteConfig;
 use crate::error::{Error, Result};
 use crate::model::{Event, Message, Outcome, Role, Turn, Usage};
-use crate::sse::{self, SseReadError, SseReader};
+use crate::relay::{Next, UpstreamEvents};
+use crate::sse;
 use crate::store::Record;
 use crate::translate::RunContext;
 use crate::upstream::{self, Upstream};
@@ -501,15 +502,9 @@ impl Outbound {
                     return Ok(StepEnd::Paused(waiting));
                 }
             };
-            let frame = match next {
-                Ok(Some(frame)) => frame,
-                Ok(None) | Err(SseReadError::Body(_)) => return Err(Error::upstream_eof().into()),
-                Err(SseReadError::Frame(e)) => {
-                    return Err(Error::upstream_malformed(format!(
-                        "reading the CMDC event stream failed: {e}"
-                    ))
-                    .into())
-                }
+            // The gateway ends each run with an event of its own: a body that ends first was cut off.
+            let Next::Frame(frame) = next? else {
+                return Err(Error::upstream_eof().into());
             };
             let Some(name) = frame.event.as_deref() else {
                 debug!("dropping a CMDC frame without an event name");
@@ -571,26 +566,30 @@ impl Outbound {
             .map_err(StepError::into_error)?;
         loop {
             match reader.next().await {
-                Ok(Some(frame))
+                Ok(Next::Frame(frame))
                     if matches!(frame.event.as_deref(), Some("agent_end" | "agent_abort")) =>
                 {
                     return Ok(())
                 }
-                Ok(Some(_)) => {}
+                Ok(Next::Frame(_)) => {}
                 // The stream closes after the run's end.
-                Ok(None) | Err(_) => return Ok(()),
+                Ok(Next::End(_)) | Err(_) => return Ok(()),
             }
         }
     }
 
     /// `GET …/events`: the session's event stream, from now on.
-    async fn subscribe(&self, session: &str) -> Result<SseReader<Incoming>, StepError> {
+    async fn subscribe(&self, session: &str) -> Result<UpstreamEvents<Incoming>, StepError> {
         let events = self
             .upstream
             .get(self.session_uri(session, "/events")?, "text/event-stream")
             .await
             .map_err(StepError::from_status)?;
-        Ok(SseReader::new(events.into_body(), sse::MAX_EVENT_BYTES))
+        Ok(UpstreamEvents::new(
+            events.into_body(),
+            "CMDC",
+            sse::MAX_EVENT_BYTES,
+        ))
     }
 
     /// Performs one action; whether the gateway queued the prompt behind another run.
