@@ -430,7 +430,8 @@ impl<'a> Iterator for Lines<'a> {
     }
 }
 
-const PING: &[u8] = b": ping\n\n";
+/// The comment that keeps a quiet stream open.
+pub const PING: &[u8] = b": ping\n\n";
 
 /// The largest event read from an upstream's stream (the AG-UI 1.0 client's own cap is 10 MB): larger is
 /// that upstream's malformed answer, never memory without bound.
@@ -520,12 +521,31 @@ pub fn is_event_stream(headers: &http::HeaderMap) -> bool {
         .is_some_and(|media| media.trim().eq_ignore_ascii_case("text/event-stream"))
 }
 
-/// The response head every SSE answer uses: 200, content-type text/event-stream, cache-control
-/// no-cache, x-accel-buffering no (nginx would otherwise buffer the stream).
-pub fn response<B>(body: B) -> http::Response<B> {
+/// The media type of a stream, as most servers send it.
+pub const EVENT_STREAM: &str = "text/event-stream";
+/// The media type of a stream with its charset, as the AgentScope runtime and the CMDC gateway send it.
+pub const EVENT_STREAM_UTF8: &str = "text/event-stream; charset=utf-8";
+
+/// The streaming answer of every inbound: each of `frames` flushed as it comes, `ping` (a whole comment
+/// frame) after each [`HEARTBEAT`] of silence, under the `content_type` the protocol's own servers send.
+pub fn stream_response<S>(
+    frames: S,
+    content_type: &'static str,
+    ping: &'static [u8],
+) -> http::Response<crate::body::Body>
+where
+    S: Stream<Item = Bytes> + Send + 'static,
+{
+    let body = SseBody::new(frames, HEARTBEAT).with_ping(ping);
+    response(BodyExt::boxed_unsync(body), content_type)
+}
+
+/// The response head every SSE answer uses: 200, `content_type`, cache-control no-cache, x-accel-buffering
+/// no (nginx would otherwise buffer the stream).
+pub fn response<B>(body: B, content_type: &'static str) -> http::Response<B> {
     let mut response = http::Response::new(body);
     let headers = response.headers_mut();
-    headers.insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+    headers.insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
     headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-cache"));
     headers.insert(
         HeaderName::from_static("x-accel-buffering"),
@@ -989,10 +1009,10 @@ mod tests {
 
     #[test]
     fn response_has_the_sse_head() {
-        let response = response(());
+        let response = response((), EVENT_STREAM_UTF8);
         assert_eq!(response.status(), http::StatusCode::OK);
         let headers = response.headers();
-        assert_eq!(headers[CONTENT_TYPE], "text/event-stream");
+        assert_eq!(headers[CONTENT_TYPE], "text/event-stream; charset=utf-8");
         assert_eq!(headers[CACHE_CONTROL], "no-cache");
         assert_eq!(headers["x-accel-buffering"], "no");
     }

@@ -35,7 +35,6 @@ use std::time::Duration;
 use bytes::Bytes;
 use futures_util::{Stream, StreamExt};
 use http::{Method, Request, Response, StatusCode};
-use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use serde_json::Value;
 use tokio::sync::broadcast::error::RecvError;
@@ -53,7 +52,7 @@ use crate::config::RouteConfig;
 use crate::error::Error;
 use crate::model::{Event, History, Part, Resume, ResumeStatus, Turn};
 use crate::mount::Mount;
-use crate::sse::{self, SseBody, HEARTBEAT};
+use crate::sse;
 
 /// How many results may wait for a slow `message/stream` client before the upstream read pauses.
 const EVENT_BUFFER: usize = 16;
@@ -678,7 +677,7 @@ fn sse_reply<S>(frames: S) -> Response<Body>
 where
     S: Stream<Item = Bytes> + Send + 'static,
 {
-    sse::response(BodyExt::boxed_unsync(SseBody::new(frames, HEARTBEAT)))
+    sse::stream_response(frames, sse::EVENT_STREAM, sse::PING)
 }
 
 /// A streaming method's error: one SSE event holding it, then the end.

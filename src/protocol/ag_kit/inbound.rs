@@ -20,7 +20,6 @@ use bytes::{Bytes, BytesMut};
 use futures_util::{stream, Stream, StreamExt};
 use http::header::HeaderValue;
 use http::{HeaderName, Method, Request, Response};
-use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use serde_json::{json, Value};
 use tokio::time::Instant;
@@ -35,7 +34,7 @@ use crate::model::{
     Tool, Turn,
 };
 use crate::mount::Mount;
-use crate::sse::{self, SseBody, HEARTBEAT};
+use crate::sse::{self, HEARTBEAT};
 
 /// The conversation a request was served in (minted when the request named none).
 const CONVERSATION_HEADER: HeaderName = HeaderName::from_static("x-conversation-id");
@@ -103,9 +102,7 @@ where
     let frames = stream::once(std::future::ready(first))
         .chain(events.map(move |event| encoder.encode(event)))
         .filter(|frame| std::future::ready(!frame.is_empty()));
-    Ok(sse::response(BodyExt::boxed_unsync(SseBody::new(
-        frames, HEARTBEAT,
-    ))))
+    Ok(sse::stream_response(frames, sse::EVENT_STREAM, sse::PING))
 }
 
 /// The first non-empty frame of the run, a heartbeat if none is ready within one interval, or the error the

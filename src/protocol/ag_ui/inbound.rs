@@ -7,7 +7,6 @@ use std::borrow::Cow;
 use bytes::{Bytes, BytesMut};
 use futures_util::StreamExt;
 use http::{Method, Request, Response};
-use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use serde_json::json;
 
@@ -22,7 +21,7 @@ use crate::model::{
     Tool, Turn,
 };
 use crate::mount::Mount;
-use crate::sse::{self, SseBody, HEARTBEAT};
+use crate::sse;
 
 pub struct Inbound {
     translate: Translate,
@@ -91,9 +90,7 @@ impl Inbound {
         let mut encoder = Encoder::new(&turn, &self.translate);
         let events = mount.translator.start(turn);
         let frames = events.map(move |event| encoder.encode(event));
-        Ok(sse::response(BodyExt::boxed_unsync(SseBody::new(
-            frames, HEARTBEAT,
-        ))))
+        Ok(sse::stream_response(frames, sse::EVENT_STREAM, sse::PING))
     }
 }
 

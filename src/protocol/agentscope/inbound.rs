@@ -28,7 +28,6 @@ use std::sync::{Arc, Mutex};
 use futures_util::{stream, Stream, StreamExt};
 use http::header::{HeaderValue, CONTENT_TYPE};
 use http::{Method, Request, Response, StatusCode};
-use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use serde_json::{json, Value};
 
@@ -39,7 +38,7 @@ use crate::body::{self, Body};
 use crate::config::RouteConfig;
 use crate::model::{Event, History, Turn};
 use crate::mount::Mount;
-use crate::sse::{self, SseBody, HEARTBEAT};
+use crate::sse;
 
 pub struct Inbound {
     options: EncodeOptions,
@@ -121,7 +120,7 @@ impl Inbound {
             .chain(stream::once(ready(None)))
             .map(move |event| encoder.encode(event))
             .filter(|frame| ready(!frame.is_empty()));
-        event_stream(BodyExt::boxed_unsync(SseBody::new(frames, HEARTBEAT)))
+        sse::stream_response(frames, sse::EVENT_STREAM_UTF8, sse::PING)
     }
 }
 
@@ -198,17 +197,7 @@ fn error_frame(text: &str) -> Response<Body> {
     data.push('}');
     let mut buf = bytes::BytesMut::new();
     sse::write_event(&mut buf, None, &data);
-    event_stream(body::full(buf.freeze()))
-}
-
-/// `200 text/event-stream; charset=utf-8`, as the runtime's `StreamingResponse` answers.
-fn event_stream(body: Body) -> Response<Body> {
-    let mut response = sse::response(body);
-    response.headers_mut().insert(
-        CONTENT_TYPE,
-        HeaderValue::from_static("text/event-stream; charset=utf-8"),
-    );
-    response
+    sse::response(body::full(buf.freeze()), sse::EVENT_STREAM_UTF8)
 }
 
 /// A JSON string as Python's `json.dumps` writes it (`ensure_ascii`: everything outside printable ASCII
@@ -241,6 +230,7 @@ mod tests {
     use super::*;
     use crate::config::Config;
     use crate::model::Outcome;
+    use http_body_util::BodyExt;
 
     fn inbound() -> Inbound {
         let config = Config::parse(

@@ -24,7 +24,6 @@ use bytes::{Bytes, BytesMut};
 use futures_util::{stream, SinkExt, StreamExt};
 use http::header::{self, HeaderValue, CONTENT_TYPE};
 use http::{Method, Request, Response, StatusCode};
-use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use serde::de::DeserializeOwned;
@@ -45,7 +44,7 @@ use crate::config::{RouteConfig, DEFAULT_RUN_BUFFER, DEFAULT_WS_IDLE};
 use crate::egress::{Egress, Policy, Requester};
 use crate::error::Error;
 use crate::mount::Mount;
-use crate::sse::{self, SseBody, HEARTBEAT};
+use crate::sse;
 
 const HEARTBEAT_FRAME: &[u8] = b": heartbeat\n\n";
 /// WebSocket ping interval.
@@ -494,13 +493,7 @@ fn events(session: &Arc<Session>) -> Response<Body> {
         event.write_sse(&mut frame);
         Some((frame.freeze(), follower))
     });
-    let body = SseBody::new(frames, HEARTBEAT).with_ping(HEARTBEAT_FRAME);
-    let mut response = sse::response(BodyExt::boxed_unsync(body));
-    response.headers_mut().insert(
-        CONTENT_TYPE,
-        HeaderValue::from_static("text/event-stream; charset=utf-8"),
-    );
-    response
+    sse::stream_response(frames, sse::EVENT_STREAM_UTF8, HEARTBEAT_FRAME)
 }
 
 /// A WebSocket's client, and the gate each of its actions passes.
