@@ -11,6 +11,13 @@ use agent_bridge::workers::Workers;
 
 const DEFAULT_CONFIG: &str = "routes.toml";
 
+/// jemalloc gives freed memory back to the system within seconds and keeps fragmentation low across the
+/// serving threads: after a burst the proxy's RSS comes back down, where glibc's malloc keeps the burst's
+/// high-water mark (benches/SOAK.md).
+#[cfg(all(feature = "jemalloc", not(target_env = "msvc")))]
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 /// A protocol-translation proxy for AI agents (AG-UI, A2A, AgentScope, AG-Kit, CMDC).
 #[derive(Parser)]
 #[command(version)]
