@@ -1,23 +1,23 @@
 //! A soak run (documented in benches/SOAK.md, not in CI): does agent-bridge hold its memory and descriptors
 //! flat under hours' worth of traffic squeezed into minutes?
 //!
-//! One process holds scripted agents ([`upstream`]), ONE agent-bridge proxy served on threads of its own
-//! as `agent-bridge` serves ([`rig::proxy_workers`]), and the clients. The proxy has two routes per pair of
-//! protocols: `/long/<pair>` to an agent whose runs stream `SOAK_EVENTS` deltas `SOAK_INTERVAL_MS` apart,
-//! and `/short/<pair>` to one whose runs stream a single delta at once. The default pairs cover every
-//! protocol once inbound and once outbound.
+//! The proxy is the `agent-bridge` binary in a process of its own ([`Proxy`]), serving a routes file as its
+//! users run it, so that its RSS and descriptors are its own. This process holds the scripted agents
+//! ([`upstream`]) and the clients. The proxy has two routes per pair of protocols: `/long/<pair>` to an agent
+//! whose runs stream `SOAK_EVENTS` deltas `SOAK_INTERVAL_MS` apart, and `/short/<pair>` to one whose runs
+//! stream a single delta at once. The default pairs cover every protocol once inbound and once outbound.
 //!
-//! 1. Short requests (`SOAK_REQUESTS`, default 100,000): `SHORT_CONCURRENCY` clients at a time, each
-//!    making one request after another across the pairs' short routes: one-delta runs, and every
-//!    `REFUSAL_EVERY`th one a body that is not JSON, which the proxy must refuse with 400. The process
-//!    (RSS, the proxy threads' live heap, open descriptors) is measured after a warm-up batch and a settle,
-//!    and again after the requests and a settle: the proxy's heap must come back within
-//!    [`HEAP_MARGIN`] of before, the descriptors to before (within [`FD_SLACK`]).
-//! 2. Streams (`SOAK_STREAMS`, default 1,000, for `SOAK_MINUTES`, default 10): that many clients keep a
+//! 1. Short requests (`SOAK_REQUESTS`, default 100,000, twice): `SHORT_CONCURRENCY` clients at a time,
+//!    each making one request after another across the pairs' short routes: one-delta runs, and every
+//!    `REFUSAL_EVERY`th one a body that is not JSON, which the proxy must refuse with 400. The proxy's RSS
+//!    and open descriptors are read after a first batch (the warm-up) and a settle, and again after a second
+//!    batch as large and a settle: the RSS must come back within [`RSS_MARGIN`] of before, the descriptors
+//!    to before (within [`FD_SLACK`]).
+//! 2. Streams (`SOAK_STREAMS`, default 1,000, for `SOAK_MINUTES`, default 15): that many clients keep a
 //!    run open at all times, spread over the pairs' long routes: each opens a run, reads it to its end and
 //!    opens the next (about 5 s a run at the defaults, so the streams are replaced all the time). Every
-//!    `SAMPLE_EVERY` one line: elapsed time, runs completed, errors, RSS, proxy heap, open descriptors.
-//!    After the warm-up ([`WARM_UP`]) each of the three must stay flat: max / min ≤ [`FLAT`].
+//!    `SAMPLE_EVERY` one line: elapsed time, runs completed, errors, the proxy's RSS and open descriptors.
+//!    After the warm-up ([`WARM_UP`], 5 minutes) both must stay flat: max / min ≤ [`FLAT`].
 //!
 //! The short requests come first so that the long phase's idle pooled connections, which the proxy's
 //! upstream client keeps for 90 s after the last stream, do not expire in the middle of the short phase and
@@ -41,8 +41,9 @@
 //!
 //! Run: `cargo bench --bench soak`. Environment: `SOAK_STREAMS`, `SOAK_MINUTES`, `SOAK_REQUESTS`,
 //! `SOAK_EVENTS` (default 100), `SOAK_INTERVAL_MS` (default 50), `SOAK_PAIRS` (default
-//! `ag-ui>a2a,a2a>agentscope,agentscope>cmdc,cmdc>ag-kit,ag-kit>ag-ui`), `SOAK_PROXY_THREADS` (default: all
-//! cores). The open-file limit is raised as far as the hard limit allows.
+//! `ag-ui>a2a,a2a>agentscope,agentscope>cmdc,cmdc>ag-kit,ag-kit>ag-ui`), `SOAK_PROXY_THREADS` (the proxy's
+//! `--threads`; default: all cores). The open-file limit is raised as far as the hard limit allows; the
+//! proxy inherits it.
 
 #[path = "proxy_latency/load.rs"]
 #[allow(dead_code)] // The per-step statistics and the memory step are proxy_latency's.
@@ -50,17 +51,20 @@ mod load;
 #[path = "proxy_latency/protocols.rs"]
 mod protocols;
 #[path = "proxy_latency/rig.rs"]
-#[allow(dead_code)] // `Pair::title` is proxy_latency's.
+#[allow(dead_code)] // `Pair::title` and serving the proxy in-process are proxy_latency's.
 mod rig;
 #[path = "proxy_latency/system.rs"]
-#[allow(dead_code)] // CPU, allocation and accept-queue readings are proxy_latency's.
+#[allow(dead_code)] // CPU, allocation, memory and accept-queue readings are proxy_latency's.
 mod system;
 #[path = "proxy_latency/upstream.rs"]
 #[allow(dead_code)] // Holding runs mid-stream is proxy_latency's memory step.
 mod upstream;
 
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{mpsc, Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use tokio::task::JoinSet;
@@ -69,9 +73,6 @@ use tokio::time::Instant;
 use load::Target;
 use protocols::{Peer, Protocol, Server};
 use rig::{env_number, runtime, Pair, Route, RunningAgent};
-
-#[global_allocator]
-static ALLOCATOR: system::Counting = system::Counting;
 
 const DEFAULT_PAIRS: &str = "ag-ui>a2a,a2a>agentscope,agentscope>cmdc,cmdc>ag-kit,ag-kit>ag-ui";
 
@@ -82,33 +83,35 @@ const A2A_TASKS: &str = "[routes.quota]\ntasks = 1000\n";
 
 /// How often the long phase is sampled.
 const SAMPLE_EVERY: Duration = Duration::from_secs(10);
-/// The start of the long phase not judged (capped at half the phase for short runs).
-const WARM_UP: Duration = Duration::from_secs(60);
-/// RSS, proxy heap and descriptors after the warm-up: max / min at most this.
+/// The start of the long phase not judged (capped at half the phase for short runs). Long enough for every
+/// pooled upstream connection to have carried more than 32 runs: hyper's request queue of a connection
+/// takes its second block of 32 slots (some 10 KiB) at the 33rd request and reuses its two blocks from then
+/// on; at the defaults (1,000 runs of 5 s, as many connections) that is some 3 to 4 minutes in.
+const WARM_UP: Duration = Duration::from_secs(5 * 60);
+/// RSS and descriptors after the warm-up: max / min at most this.
 const FLAT: f64 = 1.10;
 
 /// Short requests in flight at once.
 const SHORT_CONCURRENCY: usize = 50;
 /// Every this many short requests of a pair, one is a malformed body.
 const REFUSAL_EVERY: usize = 10;
-/// Short requests made before the "before" reading: the proxy's pools and the allocator warmed up, and the
-/// A2A task registry full ([`A2A_TASKS`]; a pair gets a fifth of the requests).
-const SHORT_WARM_UP: usize = 10_000;
-/// Time for connections closed at the end of a phase to be gone, and for the store's records to expire,
-/// before a reading.
-const SETTLE: Duration = Duration::from_secs(5);
-/// How far the proxy's heap may end above its "before" reading: the larger of a fraction of it and a fixed
-/// amount (pooled connections and allocator caches come and go by tens of KiB).
-const HEAP_MARGIN: (f64, i64) = (0.05, 1 << 20);
-/// How many more descriptors than before the short phase may end with: idle pooled connections (two
-/// descriptors each, both ends being in this process) are not always the same ones.
-const FD_SLACK: u64 = 16;
+/// Time for connections closed at the end of a phase to be gone, for the store's records to expire, and for
+/// the allocator to give back what was freed (jemalloc returns unused pages over 10 s), before a reading.
+const SETTLE: Duration = Duration::from_secs(15);
+/// How far the proxy's RSS may end above its "before" reading: the larger of a fraction of it and a fixed
+/// amount (pooled connections and the allocator's caches come and go).
+const RSS_MARGIN: (f64, u64) = (0.05, 1 << 20);
+/// How many more descriptors than before the proxy may end the short phase with: the pools keep idle
+/// connections, and how many depends on how many requests happened to be in flight together, never on how
+/// many were made: at most one per request in flight from each side (the clients' pool to the proxy, the
+/// proxy's pool to the agents).
+const FD_SLACK: u64 = 2 * SHORT_CONCURRENCY as u64;
 
 /// The share of runs or requests of a phase that may fail.
 const MAX_ERROR_RATE: f64 = 0.001;
 
-/// Descriptors one long stream holds at most, both ends of each connection counted: CMDC through the proxy
-/// (two connections from its client, two to the agent).
+/// Descriptors one long stream holds at most in either process: CMDC through the proxy (two connections
+/// from its client, two to the agent), with room to spare.
 const FDS_PER_STREAM: u64 = 8;
 /// Descriptors for everything else, idle pooled connections first.
 const FD_MARGIN: u64 = 4096;
@@ -134,7 +137,7 @@ impl Settings {
         let settings = Settings {
             pairs,
             streams: env_number("SOAK_STREAMS", 1_000)?,
-            duration: Duration::from_secs(60 * env_number("SOAK_MINUTES", 10)? as u64),
+            duration: Duration::from_secs(60 * env_number("SOAK_MINUTES", 15)? as u64),
             requests: env_number("SOAK_REQUESTS", 100_000)?,
             events: env_number("SOAK_EVENTS", 100)?,
             interval: Duration::from_millis(env_number("SOAK_INTERVAL_MS", 50)? as u64),
@@ -177,7 +180,6 @@ fn main() {
     let open_files = system::raise_open_files(want_files);
 
     let upstream_rt = runtime(0, 1);
-    let proxy_workers = rig::proxy_workers(settings.proxy_threads);
     let client_rt = runtime(2, 1);
 
     let mut agents = Vec::new();
@@ -202,8 +204,8 @@ fn main() {
             agents.push(agent);
         }
     }
-    let config = rig::proxy_config(&routes, STORE);
-    let (_serving, proxy_addr) = rig::serve_proxy(&client_rt, &config, &proxy_workers);
+    let proxy = Proxy::start(&rig::proxy_toml(&routes, STORE), settings.proxy_threads);
+    let proxy_addr = proxy.addr;
     let target = |route: &Route| Target {
         protocol: route.pair.inbound,
         server: Server {
@@ -243,6 +245,7 @@ fn main() {
         failures.extend(short_phase(&lanes, settings.requests).await);
         failures.extend(long_phase(&lanes, &settings).await);
     });
+    drop(proxy);
 
     println!();
     if failures.is_empty() {
@@ -259,6 +262,74 @@ fn main() {
 fn route_path(kind: &str, pair: Pair) -> &'static str {
     let path = format!("/{kind}/{}-{}", pair.inbound.name(), pair.outbound.name());
     Box::leak(path.into_boxed_str())
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// The proxy: the `agent-bridge` binary, in a process of its own
+
+/// The proxy's process id, for [`Usage::now`].
+static PROXY_PID: OnceLock<u32> = OnceLock::new();
+
+/// `agent-bridge` serving a routes file, as its users run it; killed on drop.
+struct Proxy {
+    process: Child,
+    addr: SocketAddr,
+    /// The routes file, removed on drop.
+    config: std::path::PathBuf,
+}
+
+impl Proxy {
+    /// Starts the binary on `routes` with `threads` serving threads; waits up to 10 s for the address it
+    /// logs once it listens. Its log is read and dropped, so that it never blocks on a full pipe.
+    fn start(routes: &str, threads: usize) -> Proxy {
+        let config =
+            std::env::temp_dir().join(format!("agent-bridge-soak-{}.toml", std::process::id()));
+        std::fs::write(&config, routes).expect("writing the soak's routes file");
+        let mut process = Command::new(env!("CARGO_BIN_EXE_agent-bridge"))
+            .args([
+                "--listen",
+                "127.0.0.1:0",
+                "--threads",
+                &threads.to_string(),
+                "--config",
+            ])
+            .arg(&config)
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("starting agent-bridge");
+        let stderr = process.stderr.take().expect("its standard error");
+        let (found, address) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if let Some((_, rest)) = line.split_once("listening on http://") {
+                    let addr = rest.split_whitespace().next().and_then(|a| a.parse().ok());
+                    let _ = found.send(addr);
+                }
+            }
+        });
+        let addr = address
+            .recv_timeout(Duration::from_secs(10))
+            .ok()
+            .flatten()
+            .expect("agent-bridge logs the address it listens on within 10 s");
+        let _ = PROXY_PID.set(process.id());
+        Proxy {
+            process,
+            addr,
+            config,
+        }
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        let _ = self.process.kill();
+        let _ = self.process.wait();
+        let _ = std::fs::remove_file(&self.config);
+    }
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -313,20 +384,19 @@ fn next_run() -> usize {
 // ---------------------------------------------------------------------------------------------------------
 // What the process holds
 
-/// The process at one moment.
+/// The proxy's process at one moment.
 #[derive(Clone, Copy)]
 struct Usage {
     rss: u64,
-    proxy_heap: i64,
     fds: u64,
 }
 
 impl Usage {
     fn now() -> Usage {
+        let pid = PROXY_PID.get().copied().unwrap_or(0);
         Usage {
-            rss: system::rss_bytes().unwrap_or(0),
-            proxy_heap: system::live_bytes()[system::PROXY],
-            fds: open_descriptors(),
+            rss: rss_bytes(pid),
+            fds: open_descriptors(pid),
         }
     }
 }
@@ -335,9 +405,8 @@ impl std::fmt::Display for Usage {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "RSS {:7.1} MiB  proxy heap {:7.2} MiB  fds {:5}",
+            "RSS {:7.1} MiB  fds {:5}",
             mib(self.rss as i64),
-            mib(self.proxy_heap),
             self.fds
         )
     }
@@ -347,9 +416,19 @@ fn mib(bytes: i64) -> f64 {
     bytes as f64 / (1 << 20) as f64
 }
 
-/// Descriptors this process has open (0 where `/proc/self/fd` does not exist).
-fn open_descriptors() -> u64 {
-    std::fs::read_dir("/proc/self/fd").map_or(0, |entries| entries.count() as u64)
+/// The resident set size (`VmRSS`) of process `pid`, in bytes (0 where `/proc` does not tell).
+fn rss_bytes(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let kib = status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmRSS:"))
+        .and_then(|rest| rest.split_whitespace().next()?.parse::<u64>().ok());
+    kib.unwrap_or(0) * 1024
+}
+
+/// Descriptors process `pid` has open (0 where `/proc` does not tell).
+fn open_descriptors(pid: u32) -> u64 {
+    std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |entries| entries.count() as u64)
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -358,8 +437,11 @@ fn open_descriptors() -> u64 {
 /// `requests` short requests, then whether the proxy's heap and the descriptors came back; the failures.
 async fn short_phase(lanes: &[Lane], requests: usize) -> Vec<String> {
     println!();
-    println!("Short requests: warm-up of {SHORT_WARM_UP}, then {requests}");
-    short_requests(lanes, SHORT_WARM_UP).await;
+    println!("Short requests: a warm-up of {requests}, then {requests} more");
+    // What a batch of this size leaves behind for good (pools and tables at their size, the A2A task
+    // registry full, the allocator's caches) is there before the first reading; the second batch, the
+    // same again, must then add nothing.
+    short_requests(lanes, requests).await;
     let before = settled_usage(lanes).await;
     println!("  before          {before}");
     let began = Instant::now();
@@ -369,24 +451,22 @@ async fn short_phase(lanes: &[Lane], requests: usize) -> Vec<String> {
     let settled = settled_usage(lanes).await;
     println!("  after           {settled}");
     println!(
-        "  {} requests in {:.0} s ({:.0}/s), {} failed; proxy heap {:+.1} KiB, fds {:+}",
+        "  {} requests in {:.0} s ({:.0}/s), {} failed; RSS {:+.1} MiB, fds {:+}",
         tally.ended(),
         wall.as_secs_f64(),
         tally.ended() as f64 / wall.as_secs_f64(),
         tally.failed(),
-        (settled.proxy_heap - before.proxy_heap) as f64 / 1024.0,
+        mib(settled.rss as i64 - before.rss as i64),
         settled.fds as i64 - before.fds as i64,
     );
     let mut failures: Vec<String> = tally.check("short requests").into_iter().collect();
-    let heap_margin = HEAP_MARGIN
-        .1
-        .max((HEAP_MARGIN.0 * before.proxy_heap as f64) as i64);
-    if settled.proxy_heap > before.proxy_heap + heap_margin {
+    let rss_margin = RSS_MARGIN.1.max((RSS_MARGIN.0 * before.rss as f64) as u64);
+    if settled.rss > before.rss + rss_margin {
         failures.push(format!(
-            "short requests: the proxy's heap grew from {:.2} to {:.2} MiB (more than {:.2} MiB)",
-            mib(before.proxy_heap),
-            mib(settled.proxy_heap),
-            mib(heap_margin),
+            "short requests: the proxy's RSS grew from {:.1} to {:.1} MiB (more than {:.1} MiB)",
+            mib(before.rss as i64),
+            mib(settled.rss as i64),
+            mib(rss_margin as i64),
         ));
     }
     if settled.fds > before.fds + FD_SLACK {
@@ -520,10 +600,8 @@ async fn long_phase(lanes: &[Lane], settings: &Settings) -> Vec<String> {
     }
     println!("  after the warm-up ({} samples):", judged.len());
     let rss: Vec<i64> = judged.iter().map(|u| u.rss as i64).collect();
-    let heap: Vec<i64> = judged.iter().map(|u| u.proxy_heap).collect();
     let fds: Vec<i64> = judged.iter().map(|u| u.fds as i64).collect();
     failures.extend(flat("RSS", &rss, |b| format!("{:.1} MiB", mib(b))));
-    failures.extend(flat("proxy heap", &heap, |b| format!("{:.2} MiB", mib(b))));
     failures.extend(flat("fds", &fds, |n| n.to_string()));
     failures
 }

@@ -123,6 +123,11 @@ pub struct Route {
 
 /// The routes, configured as a user would; `extra` is TOML for the top of the file (before the routes).
 pub fn proxy_config(routes: &[Route], extra: &str) -> Config {
+    Config::parse(&proxy_toml(routes, extra), "bench.toml").expect("a valid bench config")
+}
+
+/// [`proxy_config`]'s routes file.
+pub fn proxy_toml(routes: &[Route], extra: &str) -> String {
     let mut config = format!("listen = \"127.0.0.1:0\"\n{extra}\n");
     for route in routes {
         config += &format!(
@@ -138,7 +143,7 @@ pub fn proxy_config(routes: &[Route], extra: &str) -> Config {
             tables = route.tables,
         );
     }
-    Config::parse(&config, "bench.toml").expect("a valid bench config")
+    config
 }
 
 /// The threads the proxy serves on, as `agent-bridge` serves: each with a single-threaded runtime, their
