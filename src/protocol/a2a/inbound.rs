@@ -28,7 +28,9 @@
 //!   unless the route sets `card_auth` (then 401 `{"error":{"code":"UNAUTHORIZED",…}}`).
 //! - Tasks and contexts belong to the tenant whose key created them: another tenant's task id is -32001.
 
-use std::future::{pending, ready};
+mod runner;
+
+use std::future::ready;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -38,13 +40,13 @@ use http::{Method, Request, Response, StatusCode};
 use hyper::body::Incoming;
 use serde_json::Value;
 use tokio::sync::broadcast::error::RecvError;
-use tokio::sync::{broadcast, mpsc, oneshot};
+use tokio::sync::mpsc;
 
 use super::card::{self, CardTemplate, CardVersion};
 use super::encoder::{CancelReason, EncodeOptions, Encoder};
 use super::message_from_wire;
 use super::rpc::{self, Envelope, RpcError};
-use super::tasks::{self, Bounds, Cancel, Registry, Started, Subscription, Update};
+use super::tasks::{self, Bounds, Cancel, Registry, Started, Subscription};
 use super::wire::{self, RequestId, StreamResult};
 use crate::auth::{self, KeySources};
 use crate::body::{self, Body};
@@ -53,6 +55,7 @@ use crate::error::Error;
 use crate::model::{Event, History, Part, Resume, ResumeStatus, Turn};
 use crate::mount::Mount;
 use crate::sse;
+use runner::{forward, Runner};
 
 /// How many results may wait for a slow `message/stream` client before the upstream read pauses.
 const EVENT_BUFFER: usize = 16;
@@ -484,127 +487,6 @@ fn answer_of(message: &mut crate::model::Message) -> Value {
     }
 }
 
-/// Consumes one run: encodes its events, stores them in the task and passes them on.
-struct Runner {
-    tasks: Arc<Registry>,
-    encoder: Encoder,
-    task_id: String,
-    generation: u64,
-    /// `None` once it fired or can no longer fire.
-    cancel: Option<oneshot::Receiver<CancelReason>>,
-    /// The `message/stream` client, while it listens.
-    primary: Option<mpsc::Sender<Arc<StreamResult>>>,
-    cancel_on_disconnect: bool,
-}
-
-impl Runner {
-    async fn run<S: Stream<Item = Event> + Unpin>(mut self, mut events: S) {
-        // Marks the task failed if this ends (or panics) before a final status.
-        let _finish = FinishGuard {
-            tasks: Arc::clone(&self.tasks),
-            task_id: self.task_id.clone(),
-            generation: self.generation,
-        };
-        let mut out = Vec::new();
-        loop {
-            let watch_client = self.cancel_on_disconnect && self.primary.is_some();
-            let event = tokio::select! {
-                biased;
-                reason = cancelled(&mut self.cancel) => Err(reason),
-                () = client_gone(self.primary.as_ref()), if watch_client => {
-                    Err(CancelReason::Disconnected)
-                }
-                event = events.next() => Ok(event),
-            };
-            let stopped = match event {
-                Err(reason) => Err(reason),
-                // The stream ends after its terminal event; the guard covers one that does not.
-                Ok(None) => return,
-                Ok(Some(event)) => {
-                    self.encoder.encode(event, &mut out);
-                    self.publish(&mut out).await
-                }
-            };
-            if let Err(reason) = stopped {
-                // Dropping the event stream cancels the upstream work.
-                drop(events);
-                tracing::debug!(task_id = %self.task_id, ?reason, "a2a: task canceled");
-                if reason == CancelReason::Disconnected {
-                    self.primary = None;
-                }
-                self.encoder.cancel(reason, &mut out);
-                let _ = self.publish(&mut out).await;
-                return;
-            }
-            if self.encoder.is_done() {
-                // The client's stream ends now; the run is read to its end so the translator finishes
-                // normally (it saves the conversation only when its receiver is still there).
-                self.primary = None;
-                while events.next().await.is_some() {}
-                return;
-            }
-        }
-    }
-
-    /// Stores and passes on each result; stops early when the run is canceled meanwhile.
-    async fn publish(&mut self, out: &mut Vec<StreamResult>) -> Result<(), CancelReason> {
-        for result in std::mem::take(out) {
-            let result = Arc::new(result);
-            let interrupt_id = self.encoder.interrupt_id();
-            self.tasks
-                .apply(&self.task_id, self.generation, &result, interrupt_id);
-            let Some(primary) = &self.primary else {
-                continue;
-            };
-            let sent = tokio::select! {
-                biased;
-                reason = cancelled(&mut self.cancel) => return Err(reason),
-                sent = primary.send(Arc::clone(&result)) => sent.is_ok(),
-            };
-            if !sent {
-                if self.cancel_on_disconnect {
-                    return Err(CancelReason::Disconnected);
-                }
-                self.primary = None;
-            }
-        }
-        Ok(())
-    }
-}
-
-/// Resolves when the run is told to stop; never when it no longer can be (its run ended in the registry).
-async fn cancelled(cancel: &mut Option<oneshot::Receiver<CancelReason>>) -> CancelReason {
-    let Some(receiver) = cancel.as_mut() else {
-        return pending().await;
-    };
-    let result = receiver.await;
-    *cancel = None;
-    match result {
-        Ok(reason) => reason,
-        Err(_) => pending().await,
-    }
-}
-
-/// Resolves when the `message/stream` client went away.
-async fn client_gone(primary: Option<&mpsc::Sender<Arc<StreamResult>>>) {
-    match primary {
-        Some(primary) => primary.closed().await,
-        None => pending().await,
-    }
-}
-
-struct FinishGuard {
-    tasks: Arc<Registry>,
-    task_id: String,
-    generation: u64,
-}
-
-impl Drop for FinishGuard {
-    fn drop(&mut self) {
-        self.tasks.finish(&self.task_id, self.generation);
-    }
-}
-
 /// Cancels the run of a blocking `message/send` whose client left before it ended.
 struct CancelOnDrop<'a> {
     tasks: &'a Registry,
@@ -618,44 +500,6 @@ impl Drop for CancelOnDrop<'_> {
         if self.armed {
             self.tasks
                 .cancel_run(self.task_id, self.generation, CancelReason::Disconnected);
-        }
-    }
-}
-
-/// Feeds a `tasks/resubscribe` client from the run's fan-out until the final status. One that fell behind is
-/// sent every artifact as it stands (replacing its copy) and the current status, then the updates after them.
-async fn forward(
-    tasks: Arc<Registry>,
-    task_id: String,
-    id: RequestId,
-    mut updates: broadcast::Receiver<Update>,
-    mut after: u64,
-    sender: mpsc::Sender<Bytes>,
-) {
-    loop {
-        let update = tokio::select! {
-            update = updates.recv() => update,
-            () = sender.closed() => return,
-        };
-        let results = match update {
-            Ok(update) if update.seq <= after => continue,
-            Ok(update) => vec![update.result],
-            Err(RecvError::Lagged(_)) => {
-                let Some((seq, results)) = tasks.resync(&task_id) else {
-                    return;
-                };
-                after = seq;
-                results.into_iter().map(Arc::new).collect()
-            }
-            Err(RecvError::Closed) => return,
-        };
-        for result in results {
-            if sender.send(result_frame(&id, &result)).await.is_err() {
-                return;
-            }
-            if tasks::is_final(&result) {
-                return;
-            }
         }
     }
 }

@@ -1,0 +1,175 @@
+//! A task's run: its events encoded, kept in the task and passed on to the `message/stream` client, and
+//! a `tasks/resubscribe` client fed from the task's fan-out.
+
+use std::future::pending;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use futures_util::{Stream, StreamExt};
+use tokio::sync::broadcast::error::RecvError;
+use tokio::sync::{broadcast, mpsc, oneshot};
+
+use super::result_frame;
+use crate::model::Event;
+use crate::protocol::a2a::encoder::{CancelReason, Encoder};
+use crate::protocol::a2a::tasks::{self, Registry, Update};
+use crate::protocol::a2a::wire::{RequestId, StreamResult};
+
+/// Consumes one run: encodes its events, stores them in the task and passes them on.
+pub(super) struct Runner {
+    pub(super) tasks: Arc<Registry>,
+    pub(super) encoder: Encoder,
+    pub(super) task_id: String,
+    pub(super) generation: u64,
+    /// `None` once it fired or can no longer fire.
+    pub(super) cancel: Option<oneshot::Receiver<CancelReason>>,
+    /// The `message/stream` client, while it listens.
+    pub(super) primary: Option<mpsc::Sender<Arc<StreamResult>>>,
+    pub(super) cancel_on_disconnect: bool,
+}
+
+impl Runner {
+    pub(super) async fn run<S: Stream<Item = Event> + Unpin>(mut self, mut events: S) {
+        // Marks the task failed if this ends (or panics) before a final status.
+        let _finish = FinishGuard {
+            tasks: Arc::clone(&self.tasks),
+            task_id: self.task_id.clone(),
+            generation: self.generation,
+        };
+        let mut out = Vec::new();
+        loop {
+            let watch_client = self.cancel_on_disconnect && self.primary.is_some();
+            let event = tokio::select! {
+                biased;
+                reason = cancelled(&mut self.cancel) => Err(reason),
+                () = client_gone(self.primary.as_ref()), if watch_client => {
+                    Err(CancelReason::Disconnected)
+                }
+                event = events.next() => Ok(event),
+            };
+            let stopped = match event {
+                Err(reason) => Err(reason),
+                // The stream ends after its terminal event; the guard covers one that does not.
+                Ok(None) => return,
+                Ok(Some(event)) => {
+                    self.encoder.encode(event, &mut out);
+                    self.publish(&mut out).await
+                }
+            };
+            if let Err(reason) = stopped {
+                // Dropping the event stream cancels the upstream work.
+                drop(events);
+                tracing::debug!(task_id = %self.task_id, ?reason, "a2a: task canceled");
+                if reason == CancelReason::Disconnected {
+                    self.primary = None;
+                }
+                self.encoder.cancel(reason, &mut out);
+                let _ = self.publish(&mut out).await;
+                return;
+            }
+            if self.encoder.is_done() {
+                // The client's stream ends now; the run is read to its end so the translator finishes
+                // normally (it saves the conversation only when its receiver is still there).
+                self.primary = None;
+                while events.next().await.is_some() {}
+                return;
+            }
+        }
+    }
+
+    /// Stores and passes on each result; stops early when the run is canceled meanwhile.
+    async fn publish(&mut self, out: &mut Vec<StreamResult>) -> Result<(), CancelReason> {
+        for result in std::mem::take(out) {
+            let result = Arc::new(result);
+            let interrupt_id = self.encoder.interrupt_id();
+            self.tasks
+                .apply(&self.task_id, self.generation, &result, interrupt_id);
+            let Some(primary) = &self.primary else {
+                continue;
+            };
+            let sent = tokio::select! {
+                biased;
+                reason = cancelled(&mut self.cancel) => return Err(reason),
+                sent = primary.send(Arc::clone(&result)) => sent.is_ok(),
+            };
+            if !sent {
+                if self.cancel_on_disconnect {
+                    return Err(CancelReason::Disconnected);
+                }
+                self.primary = None;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Resolves when the run is told to stop; never when it no longer can be (its run ended in the registry).
+async fn cancelled(cancel: &mut Option<oneshot::Receiver<CancelReason>>) -> CancelReason {
+    let Some(receiver) = cancel.as_mut() else {
+        return pending().await;
+    };
+    let result = receiver.await;
+    *cancel = None;
+    match result {
+        Ok(reason) => reason,
+        Err(_) => pending().await,
+    }
+}
+
+/// Resolves when the `message/stream` client went away.
+async fn client_gone(primary: Option<&mpsc::Sender<Arc<StreamResult>>>) {
+    match primary {
+        Some(primary) => primary.closed().await,
+        None => pending().await,
+    }
+}
+
+struct FinishGuard {
+    tasks: Arc<Registry>,
+    task_id: String,
+    generation: u64,
+}
+
+impl Drop for FinishGuard {
+    fn drop(&mut self) {
+        self.tasks.finish(&self.task_id, self.generation);
+    }
+}
+
+/// Feeds a `tasks/resubscribe` client from the run's fan-out until the final status. One that fell behind is
+/// sent every artifact as it stands (replacing its copy) and the current status, then the updates after them.
+pub(super) async fn forward(
+    tasks: Arc<Registry>,
+    task_id: String,
+    id: RequestId,
+    mut updates: broadcast::Receiver<Update>,
+    mut after: u64,
+    sender: mpsc::Sender<Bytes>,
+) {
+    loop {
+        let update = tokio::select! {
+            update = updates.recv() => update,
+            () = sender.closed() => return,
+        };
+        let results = match update {
+            Ok(update) if update.seq <= after => continue,
+            Ok(update) => vec![update.result],
+            Err(RecvError::Lagged(_)) => {
+                let Some((seq, results)) = tasks.resync(&task_id) else {
+                    return;
+                };
+                after = seq;
+                results.into_iter().map(Arc::new).collect()
+            }
+            Err(RecvError::Closed) => return,
+        };
+        for result in results {
+            if sender.send(result_frame(&id, &result)).await.is_err() {
+                return;
+            }
+            if tasks::is_final(&result) {
+                return;
+            }
+        }
+    }
+}
