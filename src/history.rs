@@ -95,7 +95,7 @@ fn keep_unseen(turn: &mut Turn, record: &mut Record) {
 }
 
 fn forget_upstream(record: &mut Record) {
-    record.upstream.clear();
+    record.upstream = None;
     record.sent.clear();
     record.produced.clear();
 }
@@ -200,6 +200,17 @@ impl Transcript {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::UpstreamState;
+
+    /// An outbound's upstream conversation id.
+    #[derive(Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+    struct Context {
+        id: Option<String>,
+    }
+
+    impl UpstreamState for Context {
+        const OWNER: &'static str = "test";
+    }
 
     fn user(id: &str, text: &str) -> Message {
         Message::text_message(id, Role::User, text)
@@ -232,9 +243,7 @@ mod tests {
             },
             &mut record,
         );
-        record
-            .upstream
-            .insert("a2a.context_id".into(), "ctx".into());
+        record.update_upstream(|state: &mut Context| state.id = Some("ctx".into()));
 
         let assistant = Message::text_message("reply-1", Role::Assistant, "Hello");
         let mut second = full_turn(vec![user("u1", "Hi"), assistant, user("u2", "Weather?")]);
@@ -242,7 +251,7 @@ mod tests {
 
         assert_eq!(ids(&second), ["u2"]);
         assert_eq!(
-            record.upstream.get("a2a.context_id").map(String::as_str),
+            record.upstream_state::<Context>().id.as_deref(),
             Some("ctx")
         );
     }
@@ -255,16 +264,15 @@ mod tests {
             &mut record,
             History::Delta,
         );
-        record
-            .upstream
-            .insert("a2a.context_id".into(), "ctx".into());
+        record.update_upstream(|state: &mut Context| state.id = Some("ctx".into()));
 
         let mut edited = full_turn(vec![user("u1-edited", "Hello instead")]);
         prepare(&mut edited, &mut record, History::Delta);
 
         assert_eq!(ids(&edited), ["u1-edited"]);
-        assert!(
-            record.upstream.is_empty(),
+        assert_eq!(
+            record.upstream_state::<Context>(),
+            Context::default(),
             "the old upstream conversation is forgotten"
         );
         assert_eq!(record.sent, ["u1-edited"]);
@@ -285,9 +293,7 @@ mod tests {
             },
             &mut record,
         );
-        record
-            .upstream
-            .insert("ag_kit.conversation_id".into(), "c1".into());
+        record.update_upstream(|state: &mut Context| state.id = Some("c1".into()));
 
         // The client dropped the reply and runs the same history again (regenerate).
         let mut again = full_turn(vec![user("u1", "Hi")]);
@@ -298,7 +304,7 @@ mod tests {
             ["u1"],
             "the whole history is new to a fresh conversation"
         );
-        assert!(record.upstream.is_empty());
+        assert_eq!(record.upstream_state::<Context>(), Context::default());
     }
 
     #[test]

@@ -255,13 +255,15 @@ fn protocol_modules() -> BTreeSet<String> {
         .collect()
 }
 
-/// Whether `text` is a record key: `<protocol module>.<snake_case name>`.
+/// Whether `text` is a record key: `<protocol module>.<snake_case field>`.
 fn is_record_key(text: &str, modules: &BTreeSet<String>) -> bool {
     text.split_once('.')
         .is_some_and(|(module, name)| modules.contains(module) && is_snake(name))
 }
 
-/// The record keys the outbounds keep: `const NAME: &str = "<module>.<name>";` in src/protocol, with where.
+/// The record keys the outbounds keep, with where: `<owner>.<field>` for every field of each outbound's
+/// `struct Conversation` (the type with `impl UpstreamState for Conversation { const OWNER: &'static str =
+/// "<owner>"; }`) in src/protocol.
 fn code_record_keys(modules: &BTreeSet<String>) -> Vec<(String, String)> {
     let mut files = Vec::new();
     rust_files(
@@ -277,31 +279,59 @@ fn code_record_keys(modules: &BTreeSet<String>) -> Vec<(String, String)> {
             .unwrap_or(&file)
             .display()
             .to_string();
-        for (n, line) in text.lines().enumerate() {
-            let line = line.trim();
-            let Some(rest) = line
-                .strip_prefix("pub const ")
-                .or_else(|| line.strip_prefix("pub(crate) const "))
-                .or_else(|| line.strip_prefix("pub(super) const "))
-                .or_else(|| line.strip_prefix("const "))
-            else {
-                continue;
-            };
-            let Some((name, value)) = rest.split_once(": &str = \"") else {
-                continue;
-            };
-            let Some(value) = value.strip_suffix("\";") else {
-                continue;
-            };
-            if is_record_key(value, modules) {
-                keys.push((value.to_owned(), format!("{shown}:{} ({name})", n + 1)));
+        let Some(owner) = state_owner(&text) else {
+            continue;
+        };
+        for (field, line) in state_fields(&text) {
+            let key = format!("{owner}.{field}");
+            if is_record_key(&key, modules) {
+                keys.push((key, format!("{shown}:{line}")));
             }
         }
     }
     keys
 }
 
-/// The record keys the document names in code spans (`a2a.context_id`, `cmdc.waiting = approval:<id>`).
+/// The `OWNER` of the `UpstreamState` a source file implements.
+fn state_owner(text: &str) -> Option<&str> {
+    let implemented = text.find("impl UpstreamState for ")?;
+    let rest = &text[implemented..];
+    let value = rest[rest.find("const OWNER: &'static str = \"")?..]
+        .split('"')
+        .nth(1)?;
+    Some(value)
+}
+
+/// The fields of the `UpstreamState` a source file implements, each with its line number.
+fn state_fields(text: &str) -> Vec<(&str, usize)> {
+    let name = text
+        .split("impl UpstreamState for ")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .expect("the type that implements UpstreamState");
+    let header = format!("struct {name} {{");
+    let mut fields = Vec::new();
+    let mut inside = false;
+    for (n, line) in text.lines().enumerate() {
+        if line.ends_with(&header) {
+            inside = true;
+        } else if inside && line == "}" {
+            break;
+        } else if inside {
+            let field = line
+                .trim_start_matches("    ")
+                .trim_start_matches("pub(super) ");
+            if let Some((field, _)) = field.split_once(": ") {
+                if is_snake(field) {
+                    fields.push((field, n + 1));
+                }
+            }
+        }
+    }
+    fields
+}
+
+/// The record keys the document names in code spans (`a2a.context_id`, `cmdc.waiting`).
 fn doc_record_keys(doc: &str, modules: &BTreeSet<String>) -> BTreeSet<String> {
     code_spans(doc)
         .iter()
@@ -331,7 +361,7 @@ fn record_key_problems(doc: &str) -> Vec<String> {
     for key in &documented {
         if !known.contains(key.as_str()) {
             problems.push(format!(
-                "{DOC} names record key `{key}`, which no `const …: &str` in {PROTOCOLS_DIR} defines"
+                "{DOC} names record key `{key}`, which no outbound's `struct Conversation` in {PROTOCOLS_DIR} has"
             ));
         }
     }

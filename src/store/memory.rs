@@ -258,9 +258,7 @@ mod tests {
     async fn saved_records_load_back() {
         let store = MemoryStore::new(Duration::from_secs(60));
         let mut record = Record::default();
-        record
-            .upstream
-            .insert("a2a.context_id".into(), "ctx-1".into());
+        record.pending_calls.push("call-1".into());
         store.save(&key("t1"), record.clone()).await.unwrap();
         assert_eq!(store.load(&key("t1")).await.unwrap(), Some(record));
         assert_eq!(store.load(&key("t2")).await.unwrap(), None);

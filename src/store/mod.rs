@@ -1,14 +1,16 @@
 //! The conversation store: one record per (route, tenant, conversation), holding what the proxy must
-//! remember between turns. It knows no protocol: outbounds keep their upstream identities under keys of
-//! their own choosing.
+//! remember between turns. It knows no protocol: each outbound keeps what it remembers of its upstream (an
+//! A2A contextId, a CMDC session, ...) as a type of its own ([`UpstreamState`]), which the record holds in
+//! its serde form.
 
 mod memory;
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use futures_util::future::BoxFuture;
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
 use crate::config::{StoreBackend, StoreConfig};
 use crate::error::{Error, Result};
@@ -28,9 +30,10 @@ pub struct Key {
 /// What the proxy remembers of one conversation.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Record {
-    /// Upstream identities learned so far (an A2A contextId, a CMDC session id, ...), keyed by the outbound.
-    #[serde(default)]
-    pub upstream: BTreeMap<String, String>,
+    /// What the route's outbound remembers of its upstream; read and written through
+    /// [`Record::upstream_state`] and [`Record::update_upstream`]. `None` starts a new upstream conversation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upstream: Option<UpstreamSlot>,
     /// Interrupts the client has not answered yet.
     #[serde(default)]
     pub pending_interrupts: Vec<Interrupt>,
@@ -52,6 +55,62 @@ pub struct Record {
     /// Ids of the messages the client built from what the proxy streamed to it (it sends them back).
     #[serde(default)]
     pub produced: Vec<String>,
+}
+
+/// What one outbound remembers of its upstream between turns: a type of the outbound's own.
+pub trait UpstreamState: Serialize + DeserializeOwned + Default + PartialEq {
+    /// Whose state it is. A record written by another outbound (the route's upstream changed protocol)
+    /// reads as a new upstream conversation.
+    const OWNER: &'static str;
+}
+
+/// An outbound's state in the record, under its owner's name.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct UpstreamSlot {
+    owner: String,
+    state: Value,
+}
+
+impl Record {
+    /// The outbound's state; its default when the conversation has none of this outbound's yet.
+    pub fn upstream_state<S: UpstreamState>(&self) -> S {
+        let Some(slot) = self.upstream.as_ref().filter(|slot| slot.owner == S::OWNER) else {
+            return S::default();
+        };
+        S::deserialize(&slot.state).unwrap_or_else(|error| {
+            // Written by another version of the outbound: the upstream conversation starts afresh.
+            tracing::warn!(
+                owner = S::OWNER,
+                "a stored upstream state is unreadable ({error}); starting afresh"
+            );
+            S::default()
+        })
+    }
+
+    /// Changes the outbound's state in place; what `change` returns is handed back. A state left at its
+    /// default takes no room.
+    pub fn update_upstream<S: UpstreamState, R>(&mut self, change: impl FnOnce(&mut S) -> R) -> R {
+        let mut state = self.upstream_state::<S>();
+        let result = change(&mut state);
+        if state == S::default() {
+            self.upstream = None;
+            return result;
+        }
+        self.upstream = match serde_json::to_value(&state) {
+            Ok(state) => Some(UpstreamSlot {
+                owner: S::OWNER.to_owned(),
+                state,
+            }),
+            Err(error) => {
+                tracing::error!(
+                    owner = S::OWNER,
+                    "an upstream state cannot be stored: {error}"
+                );
+                None
+            }
+        };
+        result
+    }
 }
 
 /// The bytes a record takes: its JSON length (what a persistent backend would write; memory is close).
@@ -111,5 +170,65 @@ pub fn open(config: &StoreConfig) -> Result<Arc<dyn Store>> {
         StoreBackend::Redb | StoreBackend::Redis => Err(Error::config(
             "store backends redb and redis are not available yet; use backend = \"memory\"",
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, Default, PartialEq, Serialize, Deserialize)]
+    struct Session {
+        id: Option<String>,
+        tools: Vec<String>,
+    }
+
+    impl UpstreamState for Session {
+        const OWNER: &'static str = "one";
+    }
+
+    #[derive(Debug, Default, PartialEq, Serialize, Deserialize)]
+    struct Context {
+        id: Option<String>,
+    }
+
+    impl UpstreamState for Context {
+        const OWNER: &'static str = "other";
+    }
+
+    #[test]
+    fn an_upstream_state_is_read_back_as_written_after_the_record_is_stored() {
+        let mut record = Record::default();
+        record.update_upstream(|session: &mut Session| {
+            session.id = Some("s-1".into());
+            session.tools.push("paint".into());
+        });
+        let stored = serde_json::to_string(&record).unwrap();
+        let loaded: Record = serde_json::from_str(&stored).unwrap();
+        assert_eq!(
+            loaded.upstream_state::<Session>(),
+            Session {
+                id: Some("s-1".into()),
+                tools: vec!["paint".into()],
+            }
+        );
+    }
+
+    #[test]
+    fn another_outbounds_state_reads_as_a_new_conversation() {
+        let mut record = Record::default();
+        record.update_upstream(|session: &mut Session| session.id = Some("s-1".into()));
+        assert_eq!(record.upstream_state::<Context>(), Context::default());
+        record.update_upstream(|context: &mut Context| context.id = Some("c-1".into()));
+        assert_eq!(record.upstream_state::<Session>(), Session::default());
+    }
+
+    #[test]
+    fn a_state_back_at_its_default_takes_no_room() {
+        let mut record = Record::default();
+        record.update_upstream(|session: &mut Session| session.id = Some("s-1".into()));
+        let taken = record.update_upstream(|session: &mut Session| session.id.take());
+        assert_eq!(taken.as_deref(), Some("s-1"));
+        assert_eq!(record, Record::default());
     }
 }

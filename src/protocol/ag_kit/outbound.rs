@@ -4,7 +4,7 @@
 //! decoded into canonical events, tolerating what legacy servers send (§5.2).
 
 use bytes::Bytes;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use std::borrow::Cow;
 use tracing::{debug, info, warn};
@@ -19,21 +19,36 @@ use crate::model::{
 use crate::protocol::ag_ui;
 use crate::relay::{relay, StreamEnd, UpstreamDecoder, UpstreamEvents};
 use crate::sse::{self, SseEvent};
-use crate::store::Record;
+use crate::store::{Record, UpstreamState};
 use crate::translate::RunContext;
 use crate::upstream::Upstream;
 
-/// Record key: the `conversationId` this conversation has upstream.
-const CONVERSATION_ID: &str = "ag_kit.conversation_id";
-/// Record key: the interrupt the agent paused on; a `resume` of it is the next request.
-const INTERRUPT_ID: &str = "ag_kit.interrupt_id";
-/// Record key, present when that interrupt asks for an approval: the answer is `{"approved": …}`.
-const INTERRUPT_IS_APPROVAL: &str = "ag_kit.interrupt_is_approval";
 /// How much of an answer that is not an event stream is read to explain it.
 const MAX_BODY_BYTES: usize = 64 * 1024;
 
 pub struct Outbound {
     upstream: Upstream,
+}
+
+/// What a conversation remembers of its AG-Kit agent.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+struct Conversation {
+    /// The `conversationId` it has upstream.
+    conversation_id: Option<String>,
+    /// The interrupt the agent paused on: a `resume` of it is the next request.
+    waiting: Option<WaitingInterrupt>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct WaitingInterrupt {
+    id: String,
+    /// An approval is answered `{"approved": …}`.
+    approval: bool,
+}
+
+impl UpstreamState for Conversation {
+    const OWNER: &'static str = "ag_kit";
 }
 
 impl Outbound {
@@ -79,14 +94,12 @@ impl Outbound {
 }
 
 fn remember_interrupt(interrupt: &Interrupt, record: &mut Record) {
-    record
-        .upstream
-        .insert(INTERRUPT_ID.to_owned(), interrupt.id.clone());
-    if matches!(interrupt.kind, InterruptKind::Approval { .. }) {
-        record
-            .upstream
-            .insert(INTERRUPT_IS_APPROVAL.to_owned(), String::new());
-    }
+    record.update_upstream(|conversation: &mut Conversation| {
+        conversation.waiting = Some(WaitingInterrupt {
+            id: interrupt.id.clone(),
+            approval: matches!(interrupt.kind, InterruptKind::Approval { .. }),
+        });
+    });
 }
 
 // --- The request -----------------------------------------------------------------------------------------
@@ -94,15 +107,17 @@ fn remember_interrupt(interrupt: &Interrupt, record: &mut Record) {
 /// The turn as one send-message request: the answer to the interrupt the agent waits on, if the turn has
 /// one, and the new messages, in the conversation's `conversationId` (minted on its first turn).
 fn request(turn: &Turn, record: &mut Record) -> Result<wire::SendMessageInput> {
-    let conversation_id = record
-        .upstream
-        .entry(CONVERSATION_ID.to_owned())
-        .or_insert_with(crate::model::random_hex)
-        .clone();
-    // The agent's interrupt is answered now or lapses: the client moved on.
-    let waiting = record.upstream.remove(INTERRUPT_ID);
-    let approval = record.upstream.remove(INTERRUPT_IS_APPROVAL).is_some();
-    let resume = waiting.and_then(|id| turn.resume.iter().find(|r| r.interrupt_id == id));
+    let (conversation_id, waiting) = record.update_upstream(|conversation: &mut Conversation| {
+        let id = conversation
+            .conversation_id
+            .get_or_insert_with(crate::model::random_hex)
+            .clone();
+        // The agent's interrupt is answered now or lapses: the client moved on.
+        (id, conversation.waiting.take())
+    });
+    let approval = waiting.as_ref().is_some_and(|waiting| waiting.approval);
+    let resume =
+        waiting.and_then(|waiting| turn.resume.iter().find(|r| r.interrupt_id == waiting.id));
     if turn.resume.len() > usize::from(resume.is_some()) {
         debug!("resume entries for interrupts this AG-Kit conversation is not waiting on; ignored");
     }
@@ -690,9 +705,12 @@ mod tests {
     #[test]
     fn an_answer_to_the_waiting_interrupt_is_a_resume_without_messages() {
         let mut record = Record::default();
-        record
-            .upstream
-            .insert(INTERRUPT_ID.to_owned(), "int_1".to_owned());
+        record.update_upstream(|conversation: &mut Conversation| {
+            conversation.waiting = Some(WaitingInterrupt {
+                id: "int_1".into(),
+                approval: false,
+            })
+        });
         let turn = Turn {
             resume: vec![Resume {
                 interrupt_id: "int_1".into(),
@@ -707,7 +725,7 @@ mod tests {
             json!({"interruptId": "int_1", "payload": "{\"selected\":[0,2]}"})
         );
         assert!(body.get("messages").is_none());
-        assert!(!record.upstream.contains_key(INTERRUPT_ID));
+        assert_eq!(record.upstream_state::<Conversation>().waiting, None);
 
         let error = request(&turn, &mut record).unwrap_err();
         assert!(error.is_client(), "answered once, the interrupt is gone");

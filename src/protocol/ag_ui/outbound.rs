@@ -4,9 +4,10 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
-use super::pause_tools::{self, Diverter, PauseCall, PauseTools, Paused};
+use super::pause_tools::{Diverter, PauseCall, PauseTools, Paused};
 use super::{message_from_wire, message_to_wire, wire};
 use crate::config::{Protocol, Translate};
 use crate::error::{Error, Result};
@@ -15,15 +16,26 @@ use crate::model::{
 };
 use crate::relay::{relay, StreamEnd, UpstreamDecoder, UpstreamEvents};
 use crate::sse::{self, SseEvent};
-use crate::store::Record;
+use crate::store::{Record, UpstreamState};
 use crate::translate::RunContext;
 use crate::upstream::Upstream;
 
 /// How long to wait, after `RUN_FINISHED`, for another run in the same response before finishing.
 const NEXT_RUN_GRACE: Duration = Duration::from_secs(2);
-/// Record key: the ids of the last run's interrupts read as approvals (a JSON array), answered
-/// `{"approved": …}` in the next turn's `resume`.
-const APPROVAL_INTERRUPTS: &str = "ag_ui.approval_interrupts";
+
+/// What the last run of a conversation left for the next turn to answer.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+struct Conversation {
+    /// The ids of the run's interrupts read as approvals, answered `{"approved": …}` in the next `resume`.
+    approvals: Vec<String>,
+    /// The pause tools' calls the run paused on.
+    paused: Paused,
+}
+
+impl UpstreamState for Conversation {
+    const OWNER: &'static str = "ag_ui";
+}
 
 pub struct Outbound {
     upstream: Upstream,
@@ -44,8 +56,7 @@ impl Outbound {
 
     pub async fn run(&self, turn: &Turn, context: &mut RunContext) -> Result<()> {
         // The last run's approvals and pause calls are answered now or lapse.
-        let approvals = take_approvals(&mut context.record);
-        let paused = pause_tools::take(&mut context.record);
+        let Conversation { approvals, paused } = take_conversation(&mut context.record);
         let answers = self.pause_tools.answers(&paused.calls, &turn.resume);
         let at = paused.position(&turn.messages);
         // When the proxy keeps this conversation's history for the agent, the answered calls belong in it.
@@ -68,9 +79,18 @@ impl Outbound {
             asked.extend(events.iter().filter_map(approval_asked));
         })
         .await?;
-        remember_approvals(asked, &mut context.record);
         let calls = decoder.pauses.take_asked();
-        pause_tools::remember(&Paused { seen, calls }, &mut context.record);
+        let paused = match calls.is_empty() {
+            true => Paused::default(),
+            false => Paused { seen, calls },
+        };
+        remember(
+            Conversation {
+                approvals: asked,
+                paused,
+            },
+            &mut context.record,
+        );
         Ok(())
     }
 
@@ -146,19 +166,12 @@ fn approval_asked(event: &Event) -> Option<String> {
     }
 }
 
-fn take_approvals(record: &mut Record) -> Vec<String> {
-    record
-        .upstream
-        .remove(APPROVAL_INTERRUPTS)
-        .and_then(|ids| serde_json::from_str(&ids).ok())
-        .unwrap_or_default()
+fn take_conversation(record: &mut Record) -> Conversation {
+    record.update_upstream(std::mem::take)
 }
 
-fn remember_approvals(ids: Vec<String>, record: &mut Record) {
-    if !ids.is_empty() {
-        let ids = Value::from(ids).to_string();
-        record.upstream.insert(APPROVAL_INTERRUPTS.to_owned(), ids);
-    }
+fn remember(conversation: Conversation, record: &mut Record) {
+    record.update_upstream(|kept: &mut Conversation| *kept = conversation);
 }
 
 /// A resume entry as sent. An approval the client resolved is answered `{"approved": …}` (plus the `reason`
@@ -602,8 +615,12 @@ mod tests {
     #[test]
     fn the_approvals_asked_are_remembered_for_the_next_turn_only() {
         let mut record = Record::default();
-        remember_approvals(vec!["int-1".to_owned()], &mut record);
-        assert_eq!(take_approvals(&mut record), ["int-1"]);
-        assert!(take_approvals(&mut record).is_empty());
+        let asked = Conversation {
+            approvals: vec!["int-1".to_owned()],
+            ..Conversation::default()
+        };
+        remember(asked, &mut record);
+        assert_eq!(take_conversation(&mut record).approvals, ["int-1"]);
+        assert!(take_conversation(&mut record).approvals.is_empty());
     }
 }

@@ -15,10 +15,6 @@ use crate::config::{Protocol, Translate};
 use crate::model::{
     new_id, Event, Interrupt, InterruptKind, Message, Resume, ResumeStatus, Role, ToolCall, Turn,
 };
-use crate::store::Record;
-
-/// Record key: the pause tools' calls the last run paused on (a [`Paused`] as JSON).
-const PAUSE_CALLS: &str = "ag_ui.pause_calls";
 
 /// The route's pause tools.
 pub struct PauseTools {
@@ -164,24 +160,6 @@ fn answer_text(resume: &Resume, approval: bool) -> String {
         (_, Some(Value::String(text))) => text.clone(),
         (_, None | Some(Value::Null)) => String::new(),
         (_, Some(other)) => other.to_string(),
-    }
-}
-
-/// Takes the pause calls the last run made: answered now, or they lapse.
-pub fn take(record: &mut Record) -> Paused {
-    record
-        .upstream
-        .remove(PAUSE_CALLS)
-        .and_then(|paused| serde_json::from_str(&paused).ok())
-        .unwrap_or_default()
-}
-
-pub fn remember(paused: &Paused, record: &mut Record) {
-    if paused.calls.is_empty() {
-        return;
-    }
-    if let Ok(paused) = serde_json::to_string(paused) {
-        record.upstream.insert(PAUSE_CALLS.to_owned(), paused);
     }
 }
 

@@ -52,8 +52,8 @@ pub struct Decoder {
 }
 
 /// What one artifact has shown so far.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-struct ShownArtifact {
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub(super) struct ShownArtifact {
     /// The canonical message showing its text.
     #[serde(skip)]
     message_id: String,
@@ -191,25 +191,22 @@ impl Decoder {
     }
 
     /// What the artifacts have shown, as kept in the conversation record while the task waits for input.
-    pub(super) fn shown_artifacts(&self) -> String {
-        let shown: BTreeMap<&String, &ShownArtifact> = self.artifacts.iter().collect();
-        serde_json::to_string(&shown).unwrap_or_default()
+    pub(super) fn shown_artifacts(&self) -> BTreeMap<String, ShownArtifact> {
+        self.artifacts
+            .iter()
+            .map(|(id, artifact)| (id.clone(), artifact.clone()))
+            .collect()
     }
 
     /// Starts from what a paused task had shown, so continuing it shows only what is new.
-    pub(super) fn seed_shown_artifacts(&mut self, shown: &str) {
-        match serde_json::from_str::<HashMap<String, ShownArtifact>>(shown) {
-            Ok(shown) => {
-                self.artifacts = shown
-                    .into_iter()
-                    .map(|(id, mut artifact)| {
-                        artifact.message_id = new_id("msg");
-                        (id, artifact)
-                    })
-                    .collect();
-            }
-            Err(e) => debug!("ignoring unreadable shown artifacts: {e}"),
-        }
+    pub(super) fn seed_shown_artifacts(&mut self, shown: BTreeMap<String, ShownArtifact>) {
+        self.artifacts = shown
+            .into_iter()
+            .map(|(id, mut artifact)| {
+                artifact.message_id = new_id("msg");
+                (id, artifact)
+            })
+            .collect();
     }
 
     fn result(&mut self, result: wire::StreamResult, out: &mut Vec<Event>) {

@@ -7,9 +7,8 @@ use tracing::{debug, info};
 use crate::error::{Error, Result};
 use crate::model::{new_id, Message, Resume, ResumeStatus, Role, Turn};
 use crate::protocol::a2a::{part_to_wire, wire};
-use crate::store::Record;
 
-use super::{CONTEXT_ID, INTERRUPT_ID, TASK_ID};
+use super::Conversation;
 
 /// What a turn sends upstream.
 #[derive(Debug, PartialEq)]
@@ -23,10 +22,10 @@ pub(super) struct Outgoing {
 /// The turn as one A2A message: the answers to the paused task's question (if any) and the new messages
 /// (`turn.messages` is what the agent has not seen), in the conversation's `contextId`, continuing the paused
 /// task when there is one.
-pub(super) fn outgoing(turn: &Turn, record: &Record) -> Result<Outgoing> {
-    let context_id = record.upstream.get(CONTEXT_ID).cloned();
-    let paused = record.upstream.get(TASK_ID).cloned();
-    let interrupt_id = record.upstream.get(INTERRUPT_ID);
+pub(super) fn outgoing(turn: &Turn, conversation: &Conversation) -> Result<Outgoing> {
+    let context_id = conversation.context_id.clone();
+    let paused = conversation.task_id.clone();
+    let interrupt_id = conversation.interrupt_id.as_ref();
     let (answers, stale): (Vec<&Resume>, Vec<&Resume>) = turn
         .resume
         .iter()

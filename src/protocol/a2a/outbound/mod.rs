@@ -4,7 +4,7 @@
 //! not stream) carrying only what the agent has not seen: A2A agents keep the history themselves. The answer —
 //! SSE events or one JSON body, each a JSON-RPC response — is decoded by [`Decoder`] into canonical events.
 //!
-//! Conversation state lives in the conversation record under keys this module owns: the upstream `contextId`
+//! What a conversation remembers of its agent is a [`Conversation`] in its record: the upstream `contextId`
 //! (kept across turns), and while a task waits for input its `taskId`, the id of the interrupt we emitted for
 //! it, and the artifact text it had shown (so that continuing it does not show that text again).
 //!
@@ -17,15 +17,17 @@ mod encode;
 mod tests;
 
 pub use decode::Decoder;
+use decode::ShownArtifact;
 use encode::{outgoing, rpc_request};
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use bytes::Bytes;
 use http::Uri;
 use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use tokio::sync::OnceCell;
 use tracing::{debug, info};
 
@@ -36,19 +38,27 @@ use crate::json::null_as_default;
 use crate::model::{Event, Outcome, Turn};
 use crate::relay::{relay, UpstreamEvents};
 use crate::sse;
-use crate::store::Record;
+use crate::store::{Record, UpstreamState};
 use crate::translate::RunContext;
 use crate::upstream::{self, redacted, Upstream};
 
-/// Record key: the upstream `contextId` of the conversation.
-pub(super) const CONTEXT_ID: &str = "a2a.context_id";
-/// Record key: the upstream task waiting for input (`input-required` / `auth-required`).
-pub(super) const TASK_ID: &str = "a2a.task_id";
-/// Record key: the interrupt emitted for that task; `resume` entries answering it are sent to the task.
-pub(super) const INTERRUPT_ID: &str = "a2a.interrupt_id";
-/// Record key: the artifacts that task had shown when it paused (JSON), so its next answer shows only what
-/// is new.
-pub(super) const SHOWN_ARTIFACTS: &str = "a2a.shown_artifacts";
+/// What a conversation remembers of its A2A agent.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+struct Conversation {
+    /// The upstream `contextId`.
+    context_id: Option<String>,
+    /// The task waiting for input (`input-required` / `auth-required`).
+    task_id: Option<String>,
+    /// The interrupt emitted for that task; `resume` entries answering it are sent to the task.
+    interrupt_id: Option<String>,
+    /// The artifacts that task had shown when it paused, so its next answer shows only what is new.
+    shown_artifacts: BTreeMap<String, ShownArtifact>,
+}
+
+impl UpstreamState for Conversation {
+    const OWNER: &'static str = "a2a";
+}
 
 /// The largest JSON answer accepted from an upstream (a blocking `message/send` result).
 const MAX_BODY_BYTES: usize = 16 * 1024 * 1024;
@@ -106,7 +116,7 @@ impl Outbound {
 
     pub async fn run(&self, turn: &Turn, context: &mut RunContext) -> Result<()> {
         let dialect = self.dialect().await?;
-        let outgoing = outgoing(turn, &context.record)?;
+        let outgoing = outgoing(turn, &context.record.upstream_state())?;
         if !turn.tools.is_empty() {
             debug!(
                 tools = turn.tools.len(),
@@ -129,9 +139,8 @@ impl Outbound {
         };
         let mut decoder = Decoder::default();
         if message.task_id.is_some() {
-            if let Some(shown) = context.record.upstream.get(SHOWN_ARTIFACTS) {
-                decoder.seed_shown_artifacts(shown);
-            }
+            let conversation: Conversation = context.record.upstream_state();
+            decoder.seed_shown_artifacts(conversation.shown_artifacts);
         }
         let (method, accept) = if dialect.streaming {
             ("message/stream", "text/event-stream")
@@ -279,29 +288,26 @@ async fn emit_all(context: &mut RunContext, events: &mut Vec<Event>) -> Result<(
 // --- Conversation state -----------------------------------------------------------------------------------
 
 fn forget_paused_task(record: &mut Record) {
-    record.upstream.remove(TASK_ID);
-    record.upstream.remove(INTERRUPT_ID);
-    record.upstream.remove(SHOWN_ARTIFACTS);
+    record.update_upstream(|conversation: &mut Conversation| {
+        *conversation = Conversation {
+            context_id: conversation.context_id.take(),
+            ..Conversation::default()
+        }
+    });
 }
 
 /// Keeps what the run learned: the context, and the task if it paused.
 fn remember(decoder: &Decoder, record: &mut Record) {
-    if let Some(context_id) = decoder.context_id() {
-        record
-            .upstream
-            .insert(CONTEXT_ID.to_owned(), context_id.to_owned());
-    }
-    if let Some((task_id, interrupt_id)) = decoder.paused() {
-        record
-            .upstream
-            .insert(TASK_ID.to_owned(), task_id.to_owned());
-        record
-            .upstream
-            .insert(INTERRUPT_ID.to_owned(), interrupt_id.to_owned());
-        record
-            .upstream
-            .insert(SHOWN_ARTIFACTS.to_owned(), decoder.shown_artifacts());
-    }
+    record.update_upstream(|conversation: &mut Conversation| {
+        if let Some(context_id) = decoder.context_id() {
+            conversation.context_id = Some(context_id.to_owned());
+        }
+        if let Some((task_id, interrupt_id)) = decoder.paused() {
+            conversation.task_id = Some(task_id.to_owned());
+            conversation.interrupt_id = Some(interrupt_id.to_owned());
+            conversation.shown_artifacts = decoder.shown_artifacts();
+        }
+    });
 }
 
 // --- Talking to the agent -------------------------------------------------------------------------------

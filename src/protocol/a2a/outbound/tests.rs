@@ -18,14 +18,18 @@ fn turn(messages: Vec<Message>) -> Turn {
     }
 }
 
-fn record(entries: &[(&str, &str)]) -> Record {
-    let mut record = Record::default();
-    for (key, value) in entries {
-        record
-            .upstream
-            .insert((*key).to_owned(), (*value).to_owned());
+/// A conversation in `context`, waiting on `task` and the `interrupt` emitted for it.
+fn conversation(
+    context: Option<&str>,
+    task: Option<&str>,
+    interrupt: Option<&str>,
+) -> Conversation {
+    Conversation {
+        context_id: context.map(str::to_owned),
+        task_id: task.map(str::to_owned),
+        interrupt_id: interrupt.map(str::to_owned),
+        ..Conversation::default()
     }
-    record
 }
 
 fn message_json(outgoing: &Outgoing) -> Value {
@@ -36,7 +40,7 @@ fn message_json(outgoing: &Outgoing) -> Value {
 
 #[test]
 fn request_is_a_json_rpc_message_stream_with_a_string_id_and_no_configuration() {
-    let outgoing = outgoing(&turn(vec![user("hi")]), &Record::default()).unwrap();
+    let outgoing = outgoing(&turn(vec![user("hi")]), &Conversation::default()).unwrap();
     let params = wire::MessageSendParams {
         message: outgoing.message.unwrap(),
         configuration: None,
@@ -79,7 +83,7 @@ fn new_messages_become_parts_of_one_message_in_the_known_context() {
     let system = Message::text_message("s1", Role::System, "Be brief.");
     let assistant = Message::text_message("a1", Role::Assistant, "Earlier answer");
     let messages = vec![system, user("look at"), assistant, image];
-    let outgoing = outgoing(&turn(messages), &record(&[(CONTEXT_ID, "ctx-1")])).unwrap();
+    let outgoing = outgoing(&turn(messages), &conversation(Some("ctx-1"), None, None)).unwrap();
     let message = message_json(&outgoing);
     assert_eq!(message["contextId"], "ctx-1");
     assert!(message.get("taskId").is_none());
@@ -98,7 +102,7 @@ fn new_messages_become_parts_of_one_message_in_the_known_context() {
 fn tool_results_are_sent_as_labelled_text() {
     let mut result = Message::text_message("t1", Role::Tool, "{\"temp\":21}");
     result.tool_call_id = Some("call_7".to_owned());
-    let outgoing = outgoing(&turn(vec![result]), &Record::default()).unwrap();
+    let outgoing = outgoing(&turn(vec![result]), &Conversation::default()).unwrap();
     assert_eq!(
         message_json(&outgoing)["parts"],
         json!([{"kind": "text", "text": "[Result of tool call call_7]\n{\"temp\":21}"}])
@@ -107,11 +111,7 @@ fn tool_results_are_sent_as_labelled_text() {
 
 #[test]
 fn resume_answers_continue_the_paused_task() {
-    let paused = record(&[
-        (CONTEXT_ID, "ctx-1"),
-        (TASK_ID, "task-1"),
-        (INTERRUPT_ID, "int_1"),
-    ]);
+    let paused = conversation(Some("ctx-1"), Some("task-1"), Some("int_1"));
     let mut resumed = turn(Vec::new());
     resumed.resume = vec![
         Resume {
@@ -155,14 +155,14 @@ fn resume_answers_continue_the_paused_task() {
 
 #[test]
 fn a_new_message_while_a_task_waits_continues_that_task() {
-    let paused = record(&[(CONTEXT_ID, "ctx-1"), (TASK_ID, "task-1")]);
+    let paused = conversation(Some("ctx-1"), Some("task-1"), None);
     let message = message_json(&outgoing(&turn(vec![user("Paris")]), &paused).unwrap());
     assert_eq!(message["taskId"], "task-1");
 }
 
 #[test]
 fn declining_the_question_cancels_the_paused_task() {
-    let paused = record(&[(TASK_ID, "task-1"), (INTERRUPT_ID, "int_1")]);
+    let paused = conversation(None, Some("task-1"), Some("int_1"));
     let mut declined = turn(Vec::new());
     declined.resume = vec![Resume {
         interrupt_id: "int_1".to_owned(),
@@ -185,10 +185,10 @@ fn declining_the_question_cancels_the_paused_task() {
 
 #[test]
 fn a_turn_with_nothing_new_is_a_client_error() {
-    let error = outgoing(&turn(Vec::new()), &Record::default()).unwrap_err();
+    let error = outgoing(&turn(Vec::new()), &Conversation::default()).unwrap_err();
     assert!(error.is_client());
     let system_only = turn(vec![Message::text_message("s", Role::System, "x")]);
-    assert!(outgoing(&system_only, &Record::default()).is_err());
+    assert!(outgoing(&system_only, &Conversation::default()).is_err());
 }
 
 // --- The agent card ----------------------------------------------------------------------------------
@@ -420,7 +420,7 @@ fn a_continued_task_shows_only_what_it_had_not_shown() {
     let shown = first.shown_artifacts();
 
     let mut next = Decoder::new();
-    next.seed_shown_artifacts(&shown);
+    next.seed_shown_artifacts(shown);
     out.clear();
     let blocking = json!({"kind": "task", "id": "t", "contextId": "c",
         "status": {"state": "completed"},

@@ -6,12 +6,12 @@
 //! always a `session_id` and `user_id` of the conversation's own. The SSE answer is decoded by [`Decoder`],
 //! one `data:` payload at a time, into canonical events.
 //!
-//! Conversation state lives in the record under keys this module owns:
-//! - `agentscope.session_id` / `agentscope.user_id`: minted on the conversation's first turn and kept, so
-//!   every turn of a conversation uses the same pair and no two conversations share one. (The runtime runs
-//!   one request per `user_id:session_id` at a time, and requests without them all share the key
-//!   `None:None`.) A turn with no conversation key gets a fresh pair that is not kept.
-//! - `agentscope.approvals`: the `mcp_approval_request`s of the last run, which the next turn may answer.
+//! What a conversation remembers of its runtime is a [`Conversation`] in its record:
+//! - its `session_id` / `user_id`: minted on the conversation's first turn and kept, so every turn of a
+//!   conversation uses the same pair and no two conversations share one. (The runtime runs one request per
+//!   `user_id:session_id` at a time, and requests without them all share the key `None:None`.) A turn with
+//!   no conversation key gets a fresh pair that is not kept.
+//! - the `mcp_approval_request`s of the last run, which the next turn may answer.
 //!
 //! Choices where the protocol leaves room (see also `docs/translation.md`, "AgentScope ↔ canonical"):
 //! - Tool-call `arguments` arrive as whole snapshots (replace, not append). Downstream only ever gets
@@ -52,16 +52,23 @@ use crate::error::{Error, Result};
 use crate::model::{new_id, Event, Turn};
 use crate::relay::{relay, UpstreamEvents};
 use crate::sse;
-use crate::store::Record;
+use crate::store::{Record, UpstreamState};
 use crate::translate::RunContext;
 use crate::upstream::Upstream;
 
-/// Record key: the `session_id` of the conversation upstream.
-const SESSION_ID: &str = "agentscope.session_id";
-/// Record key: the `user_id` of the conversation upstream.
-const USER_ID: &str = "agentscope.user_id";
-/// Record key: the approval requests of the last run (JSON array of [`PendingApproval`]).
-const APPROVALS: &str = "agentscope.approvals";
+/// What a conversation remembers of its AgentScope runtime.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+struct Conversation {
+    /// The `session_id` / `user_id` it uses upstream.
+    identity: Option<Identity>,
+    /// The approval requests of the last run, which the next turn may answer.
+    approvals: Vec<PendingApproval>,
+}
+
+impl UpstreamState for Conversation {
+    const OWNER: &'static str = "agentscope";
+}
 
 /// The largest SSE event accepted: more than [`sse::MAX_EVENT_BYTES`], as a completed `response` repeats the
 /// whole run.
@@ -138,7 +145,7 @@ async fn emit_all(
 // --- Conversation identity ---------------------------------------------------------------------------------
 
 /// The `session_id` / `user_id` a conversation uses upstream.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub(super) struct Identity {
     pub(super) session_id: String,
     pub(super) user_id: String,
@@ -147,30 +154,16 @@ pub(super) struct Identity {
 /// The conversation's pair: kept in the record from its first turn on. Without a conversation key every
 /// turn would share one record, so such a turn gets a fresh pair that is not kept.
 fn identity(turn: &Turn, record: &mut Record) -> Identity {
-    if let (Some(session_id), Some(user_id)) = (
-        record.upstream.get(SESSION_ID),
-        record.upstream.get(USER_ID),
-    ) {
-        if !turn.conversation.is_empty() {
-            return Identity {
-                session_id: session_id.clone(),
-                user_id: user_id.clone(),
-            };
-        }
-    }
-    let identity = Identity {
+    let fresh = || Identity {
         session_id: new_id("session"),
         user_id: new_id("user"),
     };
-    if !turn.conversation.is_empty() {
-        record
-            .upstream
-            .insert(SESSION_ID.to_owned(), identity.session_id.clone());
-        record
-            .upstream
-            .insert(USER_ID.to_owned(), identity.user_id.clone());
+    if turn.conversation.is_empty() {
+        return fresh();
     }
-    identity
+    record.update_upstream(|conversation: &mut Conversation| {
+        conversation.identity.get_or_insert_with(fresh).clone()
+    })
 }
 
 // --- Approvals ---------------------------------------------------------------------------------------------
@@ -183,24 +176,14 @@ pub(crate) struct PendingApproval {
 }
 
 fn take_approvals(record: &mut Record) -> Vec<PendingApproval> {
-    record
-        .upstream
-        .remove(APPROVALS)
-        .and_then(|json| serde_json::from_str(&json).ok())
-        .unwrap_or_default()
+    record.update_upstream(|conversation: &mut Conversation| {
+        std::mem::take(&mut conversation.approvals)
+    })
 }
 
 fn remember_approvals(new: Vec<PendingApproval>, record: &mut Record) {
-    if new.is_empty() {
-        return;
-    }
-    let mut all: Vec<PendingApproval> = record
-        .upstream
-        .get(APPROVALS)
-        .and_then(|json| serde_json::from_str(json).ok())
-        .unwrap_or_default();
-    all.extend(new);
-    if let Ok(json) = serde_json::to_string(&all) {
-        record.upstream.insert(APPROVALS.to_owned(), json);
+    if !new.is_empty() {
+        record
+            .update_upstream(|conversation: &mut Conversation| conversation.approvals.extend(new));
     }
 }

@@ -164,7 +164,7 @@ fn identity_is_kept_per_conversation_and_fresh_without_one() {
     let a = identity_of(&anonymous, &mut shared);
     let b = identity_of(&anonymous, &mut shared);
     assert_ne!(a, b, "turns without a conversation never share a session");
-    assert!(shared.upstream.is_empty());
+    assert_eq!(shared, Record::default(), "and keep nothing");
 }
 
 fn identity_of(turn: &Turn, record: &mut Record) -> Identity {

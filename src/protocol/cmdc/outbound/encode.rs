@@ -7,26 +7,9 @@ use crate::error::{Error, Result};
 use crate::model::{Message, ResumeStatus, Role, Turn};
 use crate::store::Record;
 
-use super::{Action, CallbackAnswer, Waiting, WAITING};
+use super::{Action, CallbackAnswer, Conversation, Waiting};
 
 impl Waiting {
-    pub(super) fn to_record(&self) -> String {
-        match self {
-            Self::Approval(id) => format!("approval:{id}"),
-            Self::Question(reference) => format!("ask:{reference}"),
-            Self::Callback(call_id) => format!("callback:{call_id}"),
-        }
-    }
-
-    fn from_record(text: &str) -> Option<Self> {
-        match text.split_once(':')? {
-            ("approval", id) => Some(Self::Approval(id.to_owned())),
-            ("ask", reference) => Some(Self::Question(reference.to_owned())),
-            ("callback", call_id) => Some(Self::Callback(call_id.to_owned())),
-            _ => None,
-        }
-    }
-
     fn id(&self) -> &str {
         match self {
             Self::Approval(id) | Self::Question(id) | Self::Callback(id) => id,
@@ -38,11 +21,8 @@ impl Waiting {
 /// turn moves on without one, declining it), then the new text as a prompt.
 pub(super) fn plan(turn: &Turn, record: &mut Record) -> Result<Vec<Action>> {
     let mut actions = Vec::new();
-    let waiting = record
-        .upstream
-        .remove(WAITING)
-        .as_deref()
-        .and_then(Waiting::from_record);
+    let waiting =
+        record.update_upstream(|conversation: &mut Conversation| conversation.waiting.take());
     if let Some(waiting) = &waiting {
         actions.push(answer(turn, waiting));
     }

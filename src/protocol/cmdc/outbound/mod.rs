@@ -27,7 +27,7 @@ mod tests;
 pub use decode::Decoder;
 use encode::plan;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -35,7 +35,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode, Uri};
 use hyper::body::Incoming;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use subtle::ConstantTimeEq;
 use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, info};
@@ -47,24 +47,33 @@ use crate::error::{Error, Result};
 use crate::model::{Event, Message, Outcome, Role, Turn, Usage};
 use crate::relay::{Next, UpstreamEvents};
 use crate::sse;
-use crate::store::Record;
+use crate::store::{Record, UpstreamState};
 use crate::translate::RunContext;
 use crate::upstream::{self, Upstream};
 
-/// Record key: the gateway session of this conversation.
-const SESSION_ID: &str = "cmdc.session_id";
-/// Record key: what the session's run waits on, as `approval:<approvalId>`, `ask:<ref>` or
-/// `callback:<callId>`.
-const WAITING: &str = "cmdc.waiting";
-/// Record key, present while a step reads a run: left behind when the client went away mid-run, so the
-/// next turn knows the gateway may still be running it.
-const RUNNING: &str = "cmdc.running";
-/// Record key: the system prompt the conversation's session was created with, for a session created again.
-const SYSTEM_PROMPT: &str = "cmdc.system_prompt";
-/// Record key: the client tools registered on the session as callback tools, one name a line.
-const REGISTERED: &str = "cmdc.tools";
-/// Record key: the token of the session's callback URLs (32 hex digits).
-const CALLBACK_TOKEN: &str = "cmdc.callback_token";
+/// What a conversation remembers of its gateway session.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+struct Conversation {
+    /// The gateway session.
+    session_id: Option<String>,
+    /// What the session's run waits on.
+    waiting: Option<Waiting>,
+    /// Set while a step reads a run: left behind when the client went away mid-run, so the next turn knows
+    /// the gateway may still be running it.
+    running: bool,
+    /// The system prompt the session was created with, for a session created again.
+    system_prompt: Option<String>,
+    /// The client tools registered on the session as callback tools.
+    registered: BTreeSet<String>,
+    /// The token of the session's callback URLs (32 hex digits).
+    callback_token: Option<String>,
+}
+
+impl UpstreamState for Conversation {
+    const OWNER: &'static str = "cmdc";
+}
+
 /// Where under the route the gateway calls the client's tools.
 const CALLBACK_PATH: &str = "/agent-bridge/cmdc-callback";
 /// The largest callback body accepted.
@@ -98,7 +107,7 @@ struct Listener {
     /// The token of the session's callback URLs; `None` while it has no callback tools.
     token: Option<String>,
     /// The session's callback tools.
-    tools: HashSet<String>,
+    tools: BTreeSet<String>,
     sender: mpsc::Sender<wire::ToolCallback>,
 }
 
@@ -176,7 +185,8 @@ enum CallbackAnswer {
 }
 
 /// The pause a gateway run waits on.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Waiting {
     Approval(String),
     Question(String),
@@ -279,13 +289,18 @@ impl Outbound {
 
     pub async fn run(&self, turn: &Turn, context: &mut RunContext) -> Result<()> {
         let actions = plan(turn, &mut context.record)?;
-        let mut session = match context.record.upstream.get(SESSION_ID) {
-            Some(session) => session.clone(),
+        let mut session = match context.record.upstream_state::<Conversation>().session_id {
+            Some(session) => session,
             None => self.create_session(turn, &mut context.record).await?,
         };
         self.register_tools(&session, turn, &mut context.record)
             .await?;
-        if context.record.upstream.remove(RUNNING).is_some() {
+        let abandoned = context
+            .record
+            .update_upstream(|conversation: &mut Conversation| {
+                std::mem::take(&mut conversation.running)
+            });
+        if abandoned {
             self.await_abandoned_run(&session).await?;
         }
         let mut usage = None;
@@ -307,8 +322,9 @@ impl Outbound {
                 StepEnd::Paused(waiting) => {
                     context
                         .record
-                        .upstream
-                        .insert(WAITING.to_owned(), waiting.to_record());
+                        .update_upstream(|conversation: &mut Conversation| {
+                            conversation.waiting = Some(waiting.clone())
+                        });
                     // A client tool's call ends the turn as any client tool call does; the others pause it.
                     let outcome = match waiting {
                         Waiting::Callback(_) => Outcome::Completed,
@@ -352,19 +368,16 @@ impl Outbound {
             .filter(|m| matches!(m.role, Role::System | Role::Developer))
             .map(Message::text)
             .collect();
-        // A session created again (the first one died) keeps the instructions of the first.
-        let system_prompt = match system.is_empty() {
-            true => record.upstream.get(SYSTEM_PROMPT).cloned(),
-            false => Some(system.join("\n\n")),
-        };
-        if let Some(prompt) = &system_prompt {
-            record
-                .upstream
-                .insert(SYSTEM_PROMPT.to_owned(), prompt.clone());
-        }
-        // A new session has none of the client's tools yet, and gets a token of its own for them.
-        record.upstream.remove(REGISTERED);
-        record.upstream.remove(CALLBACK_TOKEN);
+        let system_prompt = record.update_upstream(|conversation: &mut Conversation| {
+            // A session created again (the first one died) keeps the instructions of the first.
+            if !system.is_empty() {
+                conversation.system_prompt = Some(system.join("\n\n"));
+            }
+            // A new session has none of the client's tools yet, and gets a token of its own for them.
+            conversation.registered.clear();
+            conversation.callback_token = None;
+            conversation.system_prompt.clone()
+        });
         let request = wire::CreateSession {
             model: Some(model),
             system_prompt,
@@ -387,15 +400,15 @@ impl Outbound {
         let created: wire::SessionCreated = serde_json::from_slice(&body).map_err(|e| {
             Error::upstream_malformed(format!("the CMDC gateway's session answer is not one: {e}"))
         })?;
-        record
-            .upstream
-            .insert(SESSION_ID.to_owned(), created.session_id.clone());
+        record.update_upstream(|conversation: &mut Conversation| {
+            conversation.session_id = Some(created.session_id.clone())
+        });
         Ok(created.session_id)
     }
 
     /// Registers the turn's client tools not registered on the session yet as callback tools.
     async fn register_tools(&self, session: &str, turn: &Turn, record: &mut Record) -> Result<()> {
-        let registered = registered_tools(record);
+        let registered = record.upstream_state::<Conversation>().registered;
         let new: Vec<_> = turn
             .tools
             .iter()
@@ -404,14 +417,13 @@ impl Outbound {
         if new.is_empty() {
             return Ok(());
         }
-        let token = match record.upstream.get(CALLBACK_TOKEN) {
-            Some(token) => token.clone(),
-            // 128 random bits: the token is the callback endpoint's only credential.
-            None => crate::model::random_hex(),
-        };
-        record
-            .upstream
-            .insert(CALLBACK_TOKEN.to_owned(), token.clone());
+        let token = record.update_upstream(|conversation: &mut Conversation| {
+            conversation
+                .callback_token
+                // 128 random bits: the token is the callback endpoint's only credential.
+                .get_or_insert_with(crate::model::random_hex)
+                .clone()
+        });
         for tool in new {
             let request = wire::CallbackTool {
                 name: tool.name.clone(),
@@ -428,9 +440,9 @@ impl Outbound {
                 .post_json_to(uri, json_body(&request)?, "application/json")
                 .await?;
             upstream::check_status(response).await?;
-            let names = record.upstream.entry(REGISTERED.to_owned()).or_default();
-            names.push_str(&tool.name);
-            names.push('\n');
+            record.update_upstream(|conversation: &mut Conversation| {
+                conversation.registered.insert(tool.name.clone())
+            });
         }
         Ok(())
     }
@@ -443,12 +455,9 @@ impl Outbound {
         action: &Action,
         context: &mut RunContext,
     ) -> Result<StepEnd, StepError> {
-        context
-            .record
-            .upstream
-            .insert(RUNNING.to_owned(), String::new());
+        set_running(&mut context.record, true);
         let end = self.read_step(session, action, context).await;
-        context.record.upstream.remove(RUNNING);
+        set_running(&mut context.record, false);
         end
     }
 
@@ -460,9 +469,10 @@ impl Outbound {
     ) -> Result<StepEnd, StepError> {
         let mut reader = self.subscribe(session).await?;
         let (callback_sender, mut callbacks) = mpsc::channel(4);
+        let conversation: Conversation = context.record.upstream_state();
         let listener = Listener {
-            token: context.record.upstream.get(CALLBACK_TOKEN).cloned(),
-            tools: registered_tools(&context.record),
+            token: conversation.callback_token,
+            tools: conversation.registered,
             sender: callback_sender,
         };
         self.callbacks.listen(session, listener);
@@ -692,13 +702,8 @@ fn query_token(query: &str) -> &str {
         .unwrap_or("")
 }
 
-/// The names of the callback tools registered on the conversation's session.
-fn registered_tools(record: &Record) -> HashSet<String> {
-    record
-        .upstream
-        .get(REGISTERED)
-        .map(|names| names.lines().map(str::to_owned).collect())
-        .unwrap_or_default()
+fn set_running(record: &mut Record, running: bool) {
+    record.update_upstream(|conversation: &mut Conversation| conversation.running = running);
 }
 
 fn json_body<T: Serialize>(value: &T) -> Result<Bytes> {

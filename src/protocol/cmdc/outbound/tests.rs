@@ -7,9 +7,9 @@ fn user(text: &str) -> Message {
     Message::text_message(new_id("msg"), Role::User, text)
 }
 
-fn waiting(pause: &str) -> Record {
+fn waiting(pause: Waiting) -> Record {
     let mut record = Record::default();
-    record.upstream.insert(WAITING.to_owned(), pause.to_owned());
+    record.update_upstream(|conversation: &mut Conversation| conversation.waiting = Some(pause));
     record
 }
 
@@ -47,7 +47,7 @@ fn answers_resolve_the_paused_run_before_anything_else() {
         messages: vec![user("then this")],
         ..Turn::default()
     };
-    let mut record = waiting("approval:apr_1");
+    let mut record = waiting(Waiting::Approval("apr_1".into()));
     assert_eq!(
         plan(&approved, &mut record).unwrap(),
         [
@@ -55,14 +55,14 @@ fn answers_resolve_the_paused_run_before_anything_else() {
             Action::Prompt("then this".into())
         ]
     );
-    assert!(!record.upstream.contains_key(WAITING));
+    assert_eq!(record.upstream_state::<Conversation>().waiting, None);
 
     let answered = Turn {
         resume: vec![answer("ask_1", json!("Paris"))],
         ..Turn::default()
     };
     assert_eq!(
-        plan(&answered, &mut waiting("ask:ask_1")).unwrap(),
+        plan(&answered, &mut waiting(Waiting::Question("ask_1".into()))).unwrap(),
         [Action::Respond {
             reference: "ask_1".into(),
             response: "Paris".into()
@@ -81,7 +81,7 @@ fn a_dismissed_pause_aborts_the_run_or_else_declines_it() {
         ..Turn::default()
     };
     assert_eq!(
-        plan(&dismissed, &mut waiting("approval:apr_1")).unwrap(),
+        plan(&dismissed, &mut waiting(Waiting::Approval("apr_1".into()))).unwrap(),
         [Action::Abort {
             decline: Box::new(Action::Reject("apr_1".into()))
         }]
@@ -95,7 +95,7 @@ fn moving_on_without_an_answer_declines_the_pause() {
         ..Turn::default()
     };
     assert_eq!(
-        plan(&moved_on, &mut waiting("approval:apr_1")).unwrap(),
+        plan(&moved_on, &mut waiting(Waiting::Approval("apr_1".into()))).unwrap(),
         [
             Action::Reject("apr_1".into()),
             Action::Prompt("something else".into())
@@ -112,7 +112,7 @@ fn a_held_callback_is_answered_with_the_clients_tool_message() {
         ..Turn::default()
     };
     assert_eq!(
-        plan(&answered, &mut waiting("callback:tc_1")).unwrap(),
+        plan(&answered, &mut waiting(Waiting::Callback("tc_1".into()))).unwrap(),
         [
             Action::Callback {
                 call_id: "tc_1".into(),
@@ -127,7 +127,7 @@ fn a_held_callback_is_answered_with_the_clients_tool_message() {
         ..Turn::default()
     };
     assert!(matches!(
-        &plan(&moved_on, &mut waiting("callback:tc_1")).unwrap()[0],
+        &plan(&moved_on, &mut waiting(Waiting::Callback("tc_1".into()))).unwrap()[0],
         Action::Callback {
             answer: CallbackAnswer::Error(_),
             ..
@@ -141,7 +141,7 @@ fn a_callback_is_taken_only_with_the_sessions_token_and_for_its_tools() {
     let (sender, _) = mpsc::channel(1);
     let listener = Listener {
         token: Some(token.clone()),
-        tools: HashSet::from(["paint".to_owned()]),
+        tools: BTreeSet::from(["paint".to_owned()]),
         sender,
     };
     let call = |tool: &str| wire::ToolCallback {
