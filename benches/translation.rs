@@ -22,6 +22,7 @@ use bytes::{Bytes, BytesMut};
 use criterion::{criterion_group, criterion_main, BatchSize, BenchmarkId, Criterion, Throughput};
 
 use agent_bridge::config::Translate;
+use agent_bridge::face::EventEncoder;
 use agent_bridge::model::{Event, Message, Outcome, Role, Turn};
 use agent_bridge::normalize::Normalizer;
 use agent_bridge::protocol::{a2a, ag_kit, ag_ui, agentscope, cmdc};
@@ -89,7 +90,7 @@ const UPSTREAMS: [Upstream; 5] = [
 const CLIENTS: [Client; 5] = [
     Client {
         name: "ag_ui",
-        encoder: |turn| Box::new(ag_ui::Encoder::new(turn, &Translate::default())),
+        encoder: |turn| Box::new(Frames::of(ag_ui::Encoder::new(turn, &Translate::default()))),
     },
     Client {
         name: "a2a",
@@ -97,11 +98,11 @@ const CLIENTS: [Client; 5] = [
     },
     Client {
         name: "agentscope",
-        encoder: |turn| Box::new(agentscope_encoder(turn)),
+        encoder: |turn| Box::new(Frames::of(agentscope_encoder(turn))),
     },
     Client {
         name: "ag_kit",
-        encoder: |_| Box::new(ag_kit::Encoder::default()),
+        encoder: |_| Box::new(Frames::of(ag_kit::Encoder)),
     },
     Client {
         name: "cmdc",
@@ -181,21 +182,25 @@ impl Decode for CmdcDecoder {
     fn finish(&mut self, _: &mut Vec<Event>) {}
 }
 
-impl Encode for ag_ui::Encoder {
-    fn encode(&mut self, event: Event) -> usize {
-        self.encode(event).len()
+/// An inbound that streams its encoder's frames straight to the client (AG-UI, AG-Kit, AgentScope).
+struct Frames<E> {
+    encoder: E,
+    frames: BytesMut,
+}
+
+impl<E> Frames<E> {
+    fn of(encoder: E) -> Self {
+        Self {
+            encoder,
+            frames: BytesMut::new(),
+        }
     }
 }
 
-impl Encode for ag_kit::Encoder {
+impl<E: EventEncoder<Out = BytesMut>> Encode for Frames<E> {
     fn encode(&mut self, event: Event) -> usize {
-        self.encode(event).len()
-    }
-}
-
-impl Encode for agentscope::Encoder {
-    fn encode(&mut self, event: Event) -> usize {
-        self.encode(Some(event)).len()
+        self.encoder.encode(event, &mut self.frames);
+        black_box(self.frames.split()).len()
     }
 }
 
@@ -240,6 +245,7 @@ impl Encode for A2aEncoder {
 /// The CMDC inbound's `GET …/events`: the run's gateway events, each as an SSE frame.
 struct CmdcEncoder {
     encoder: cmdc::Encoder,
+    events: Vec<cmdc::wire::Event>,
     frames: BytesMut,
 }
 
@@ -247,6 +253,7 @@ impl CmdcEncoder {
     fn new() -> Self {
         Self {
             encoder: cmdc::Encoder::new(Vec::new()),
+            events: Vec::new(),
             frames: BytesMut::new(),
         }
     }
@@ -254,8 +261,10 @@ impl CmdcEncoder {
 
 impl Encode for CmdcEncoder {
     fn encode(&mut self, event: Event) -> usize {
-        let frames = &mut self.frames;
-        self.encoder.encode(event, |cmdc| cmdc.write_sse(frames));
+        self.encoder.encode(event, &mut self.events);
+        for event in self.events.drain(..) {
+            event.write_sse(&mut self.frames);
+        }
         black_box(self.frames.split()).len()
     }
 }

@@ -12,6 +12,7 @@ pub mod connection;
 pub mod cors;
 pub mod egress;
 pub mod error;
+pub mod face;
 pub mod gauges;
 pub mod history;
 pub mod json;

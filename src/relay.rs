@@ -5,28 +5,15 @@
 //! each kind of ending means in its protocol, and [`relay`] drives the two and hands the events to the run.
 //! The protocol knowledge stays in the decoders; this module knows SSE and the canonical model only.
 
-use std::time::Duration;
-
 use bytes::Bytes;
 use http_body::Body;
 
 use crate::error::{Error, Result};
+use crate::face::{StreamEnd, UpstreamDecoder};
 use crate::model::Event;
 use crate::sse::{SseEvent, SseReadError, SseReader};
 use crate::store::Record;
 use crate::translate::RunContext;
-
-/// How an upstream body ended.
-#[derive(Debug)]
-pub enum StreamEnd {
-    /// After a whole event (or with nothing at all).
-    Whole,
-    /// Inside an event: fields arrived after the last blank line. The cut event, when it had data, is
-    /// here; whether it counts is the protocol's call (an end marker is whole without its blank line).
-    InsideEvent(Option<SseEvent>),
-    /// The connection failed mid-body (reset, or cut before the last chunk).
-    BrokeOff,
-}
 
 /// What the next read of an upstream stream found.
 #[derive(Debug)]
@@ -76,22 +63,6 @@ where
                 self.protocol
             ))),
         }
-    }
-}
-
-/// An outbound's reading of its upstream's frames.
-pub trait UpstreamDecoder {
-    /// Appends the events one frame stands for; whether the run is over. An error ends the run with it.
-    fn frame(&mut self, frame: &SseEvent, out: &mut Vec<Event>) -> Result<bool>;
-
-    /// Appends what the end of the body means for the run (its last events, or nothing when the run stays
-    /// unfinished and the hub reports the stream cut short); an error ends the run with it.
-    fn end(&mut self, end: StreamEnd, out: &mut Vec<Event>) -> Result<()>;
-
-    /// How long to wait for the next frame before taking the stream as ended whole; `None`: as long as the
-    /// route allows.
-    fn patience(&self) -> Option<Duration> {
-        None
     }
 }
 

@@ -16,8 +16,11 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs;
 use std::path::{Path, PathBuf};
 
+use bytes::BytesMut;
+
 use agent_bridge::config::{AguiInterrupts, Translate};
 use agent_bridge::error::Error;
+use agent_bridge::face::EventEncoder;
 use agent_bridge::model::{
     Artifact, Event, Interrupt, InterruptKind, Message, Outcome, Part, Role, Turn, Usage,
 };
@@ -437,11 +440,11 @@ fn pipeline(input: &[u8]) -> Vec<Event> {
 
 fn encode(turn: &Turn, translate: &Translate, events: Vec<Event>) -> String {
     let mut encoder = Encoder::new(turn, translate);
-    let mut bytes = Vec::new();
+    let mut bytes = BytesMut::new();
     for event in events {
-        bytes.extend_from_slice(&encoder.encode(event));
+        encoder.encode(event, &mut bytes);
     }
-    String::from_utf8(bytes).expect("the encoder writes UTF-8")
+    String::from_utf8(bytes.to_vec()).expect("the encoder writes UTF-8")
 }
 
 // ---------------------------------------------------------------------------------------------------------

@@ -22,6 +22,7 @@ use tracing::debug;
 use super::part_to_wire;
 use super::wire::{self, StreamResult, TaskState};
 use crate::error::Error;
+use crate::face::EventEncoder;
 use crate::model::{new_id, Event, Interrupt, InterruptKind, Outcome};
 
 /// The artifact name of streamed reply text.
@@ -103,9 +104,13 @@ impl Encoder {
     pub fn is_done(&self) -> bool {
         self.done
     }
+}
+
+impl EventEncoder for Encoder {
+    type Out = Vec<StreamResult>;
 
     /// Appends what `event` becomes (usually nothing or one result).
-    pub fn encode(&mut self, event: Event, out: &mut Vec<StreamResult>) {
+    fn encode(&mut self, event: Event, out: &mut Vec<StreamResult>) {
         if self.done {
             debug!(
                 event = %crate::logging::clipped(&format!("{event:?}")),
@@ -197,7 +202,9 @@ impl Encoder {
             ),
         }
     }
+}
 
+impl Encoder {
     /// The final `canceled` status, unless the run already ended.
     pub fn cancel(&mut self, reason: CancelReason, out: &mut Vec<StreamResult>) {
         if !self.done {

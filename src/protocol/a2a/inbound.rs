@@ -559,6 +559,7 @@ fn plain_error(error: &Error, allow: &'static str) -> Response<Body> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::face::EventEncoder;
     use serde_json::json;
 
     fn message(value: Value) -> wire::Message {

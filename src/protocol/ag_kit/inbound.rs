@@ -29,6 +29,7 @@ use super::{wire, APPROVAL, INPUT_REQUIRED, QUESTION};
 use crate::auth::KeySources;
 use crate::body::{self, Body};
 use crate::error::{Error, Result};
+use crate::face::{encode_frames, EventEncoder};
 use crate::model::{
     new_id, Event, History, Interrupt, InterruptKind, Message, Part, Resume, ResumeStatus, Role,
     Tool, Turn,
@@ -97,11 +98,11 @@ async fn respond<S>(mut events: S) -> Result<Response<Body>>
 where
     S: Stream<Item = Event> + Send + Unpin + 'static,
 {
-    let mut encoder = Encoder::default();
+    let mut encoder = Encoder;
     let first = first_frame(&mut events, &mut encoder).await?;
     let frames = stream::once(std::future::ready(first))
-        .chain(events.map(move |event| encoder.encode(event)))
-        .filter(|frame| std::future::ready(!frame.is_empty()));
+        .filter(|frame| std::future::ready(!frame.is_empty()))
+        .chain(encode_frames(events, encoder));
     Ok(sse::stream_response(frames, sse::EVENT_STREAM, sse::PING))
 }
 
@@ -122,9 +123,10 @@ where
             Ok(None) => return Ok(Bytes::new()),
             Ok(Some(Event::RunError(error))) => return Err(error),
             Ok(Some(event)) => {
-                let frame = encoder.encode(event);
+                let mut frame = BytesMut::new();
+                encoder.encode(event, &mut frame);
                 if !frame.is_empty() {
-                    return Ok(frame);
+                    return Ok(frame.freeze());
                 }
             }
         }
@@ -251,47 +253,64 @@ fn read_answer(asked: &InterruptKind, payload: &mut Value) {
 
 /// Encodes one run's canonical events as v0 frames. The normalizer already serialized tool calls and made
 /// their arguments JSON, which is what `useChat` needs.
-#[derive(Default)]
-pub struct Encoder {
-    buf: BytesMut,
-}
+pub struct Encoder;
 
-impl Encoder {
-    /// The frames for one event; empty for events v0 has no form for.
-    pub fn encode(&mut self, event: Event) -> Bytes {
+impl EventEncoder for Encoder {
+    type Out = BytesMut;
+
+    /// The frames for one event; none for events v0 has no form for.
+    fn encode(&mut self, event: Event, out: &mut BytesMut) {
         match event {
             Event::TextDelta { delta, .. } if !delta.is_empty() => {
-                self.write(&wire::Event::Text {
-                    content: delta.into(),
-                });
+                write(
+                    out,
+                    &wire::Event::Text {
+                        content: delta.into(),
+                    },
+                );
             }
-            Event::ToolCallStart { call_id, name, .. } => self.write(&wire::Event::ToolCallStart {
-                tool_call_id: call_id.into(),
-                tool_call_name: name.into(),
-            }),
-            Event::ToolCallArgs { call_id, delta } if !delta.is_empty() => {
-                self.write(&wire::Event::ToolCallArgs {
+            Event::ToolCallStart { call_id, name, .. } => write(
+                out,
+                &wire::Event::ToolCallStart {
                     tool_call_id: call_id.into(),
-                    delta: delta.into(),
-                });
+                    tool_call_name: name.into(),
+                },
+            ),
+            Event::ToolCallArgs { call_id, delta } if !delta.is_empty() => {
+                write(
+                    out,
+                    &wire::Event::ToolCallArgs {
+                        tool_call_id: call_id.into(),
+                        delta: delta.into(),
+                    },
+                );
             }
-            Event::ToolCallEnd { call_id } => self.write(&wire::Event::ToolCallEnd {
-                tool_call_id: call_id.into(),
-            }),
+            Event::ToolCallEnd { call_id } => write(
+                out,
+                &wire::Event::ToolCallEnd {
+                    tool_call_id: call_id.into(),
+                },
+            ),
             Event::ToolResult {
                 call_id, content, ..
-            } => self.write(&wire::Event::ToolResult {
-                tool_call_id: call_id.into(),
-                result: Value::String(content),
-            }),
-            Event::Interrupt(interrupt) => self.write(&interrupt_to_wire(interrupt)),
-            Event::RunFinished { .. } => self.done(),
+            } => write(
+                out,
+                &wire::Event::ToolResult {
+                    tool_call_id: call_id.into(),
+                    result: Value::String(content),
+                },
+            ),
+            Event::Interrupt(interrupt) => write(out, &interrupt_to_wire(interrupt)),
+            Event::RunFinished { .. } => done(out),
             Event::RunError(error) => {
-                self.write(&wire::Event::Error {
-                    code: Some(error.code().to_owned()),
-                    message: error.message().to_owned(),
-                });
-                self.done();
+                write(
+                    out,
+                    &wire::Event::Error {
+                        code: Some(error.code().to_owned()),
+                        message: error.message().to_owned(),
+                    },
+                );
+                done(out);
             }
             Event::RunStarted
             | Event::TextStart { .. }
@@ -303,18 +322,17 @@ impl Encoder {
                 "AG-Kit v0 has no event for this; not sent"
             ),
         }
-        self.buf.split().freeze()
     }
+}
 
-    fn write(&mut self, event: &wire::Event<'_>) {
-        // Serializing our own wire types cannot fail.
-        let json = serde_json::to_string(event).unwrap_or_default();
-        sse::write_event(&mut self.buf, None, &json);
-    }
+fn write(out: &mut BytesMut, event: &wire::Event<'_>) {
+    // Serializing our own wire types cannot fail.
+    let json = serde_json::to_string(event).unwrap_or_default();
+    sse::write_event(out, None, &json);
+}
 
-    fn done(&mut self) {
-        sse::write_event(&mut self.buf, None, wire::DONE);
-    }
+fn done(out: &mut BytesMut) {
+    sse::write_event(out, None, wire::DONE);
 }
 
 /// A canonical pause as an `interrupt` event (`specs/ag-kit.md` §4.3).
@@ -468,12 +486,11 @@ mod tests {
     }
 
     fn frames(events: Vec<Event>) -> String {
-        let mut encoder = Encoder::default();
-        let bytes: Vec<u8> = events
-            .into_iter()
-            .flat_map(|event| encoder.encode(event).to_vec())
-            .collect();
-        String::from_utf8(bytes).unwrap()
+        let mut bytes = BytesMut::new();
+        for event in events {
+            Encoder.encode(event, &mut bytes);
+        }
+        String::from_utf8(bytes.to_vec()).unwrap()
     }
 
     #[test]

@@ -12,12 +12,13 @@ use tracing::{debug, info, warn};
 use super::{wire, APPROVAL, INPUT_REQUIRED, QUESTION};
 use crate::body;
 use crate::error::{Error, Result};
+use crate::face::{StreamEnd, UpstreamDecoder};
 use crate::model::{
     Event, Interrupt, InterruptKind, MediaSource, Message, Outcome, Part, Resume, ResumeStatus,
     Role, Turn,
 };
 use crate::protocol::ag_ui;
-use crate::relay::{relay, StreamEnd, UpstreamDecoder, UpstreamEvents};
+use crate::relay::{relay, UpstreamEvents};
 use crate::sse::{self, SseEvent};
 use crate::store::{Record, UpstreamState};
 use crate::translate::RunContext;

@@ -4,8 +4,7 @@
 
 use std::borrow::Cow;
 
-use bytes::{Bytes, BytesMut};
-use futures_util::StreamExt;
+use bytes::BytesMut;
 use http::{Method, Request, Response};
 use hyper::body::Incoming;
 use serde_json::json;
@@ -16,6 +15,7 @@ use crate::auth::KeySources;
 use crate::body::{self, Body};
 use crate::config::{AguiInterrupts, Translate};
 use crate::error::{Error, Result};
+use crate::face::{encode_frames, EventEncoder};
 use crate::model::{
     ContextItem, Event, History, Interrupt, InterruptKind, Outcome, Resume, ResumeStatus, Role,
     Tool, Turn,
@@ -87,9 +87,8 @@ impl Inbound {
             tenant: caller.tenant,
             ..decode(&bytes)?
         };
-        let mut encoder = Encoder::new(&turn, &self.translate);
-        let events = mount.translator.start(turn);
-        let frames = events.map(move |event| encoder.encode(event));
+        let encoder = Encoder::new(&turn, &self.translate);
+        let frames = encode_frames(mount.translator.start(turn), encoder);
         Ok(sse::stream_response(frames, sse::EVENT_STREAM, sse::PING))
     }
 }
@@ -176,7 +175,6 @@ pub struct Encoder {
     /// The last assistant text message: the parent of a pause's tool call, as the normalizer makes it the
     /// parent of upstream calls (`specs/ag-ui.md` §4.2.4).
     last_assistant_message: Option<String>,
-    buf: BytesMut,
 }
 
 impl Encoder {
@@ -188,25 +186,28 @@ impl Encoder {
             options: EncodeOptions::new(translate, turn),
             interrupts: Vec::new(),
             last_assistant_message: None,
-            buf: BytesMut::new(),
         }
     }
+}
+
+impl EventEncoder for Encoder {
+    type Out = BytesMut;
 
     /// The frames for one event (usually one; an interrupt paused as a tool call takes three).
-    pub fn encode(&mut self, event: Event) -> Bytes {
+    fn encode(&mut self, event: Event, out: &mut BytesMut) {
         match event {
             Event::RunStarted => {
                 let started = wire::Event::RunStarted {
                     thread_id: Cow::Borrowed(&self.thread_id),
                     run_id: Cow::Borrowed(&self.run_id),
                 };
-                write(&mut self.buf, &started);
+                write(out, &started);
             }
-            Event::RunFinished { outcome, .. } => self.encode_finish(outcome),
-            Event::Interrupt(interrupt) => self.encode_interrupt(interrupt),
+            Event::RunFinished { outcome, .. } => self.encode_finish(outcome, out),
+            Event::Interrupt(interrupt) => self.encode_interrupt(interrupt, out),
             Event::ReasoningStart { .. }
             | Event::ReasoningDelta { .. }
-            | Event::ReasoningEnd { .. } => self.encode_reasoning(&event),
+            | Event::ReasoningEnd { .. } => self.encode_reasoning(&event, out),
             other => {
                 if let Event::TextStart {
                     message_id,
@@ -216,18 +217,19 @@ impl Encoder {
                     self.last_assistant_message = Some(message_id.clone());
                 }
                 if let Some(wire) = to_wire(&other) {
-                    write(&mut self.buf, &wire);
+                    write(out, &wire);
                 }
             }
         }
-        self.buf.split().freeze()
     }
+}
 
+impl Encoder {
     /// A pause becomes a call of the route's approval or question tool, answered in the next run, when the
     /// client handles that tool (see [`EncodeOptions::new`]); otherwise an interrupt in
     /// `RUN_FINISHED.outcome`, preceded by the question as text so that clients that ignore `outcome` still
     /// show it.
-    fn encode_interrupt(&mut self, interrupt: Interrupt) {
+    fn encode_interrupt(&mut self, interrupt: Interrupt, out: &mut BytesMut) {
         let as_tool = match interrupt.kind {
             InterruptKind::Approval { .. } => self.options.approval_as_tool,
             _ => self.options.question_as_tool,
@@ -236,21 +238,21 @@ impl Encoder {
             let message_id = crate::model::new_id("msg");
             let prompt = interrupt.kind.prompt();
             write(
-                &mut self.buf,
+                out,
                 &wire::Event::TextMessageStart {
                     message_id: (&message_id).into(),
                     role: Some(TextRole::Assistant),
                 },
             );
             write(
-                &mut self.buf,
+                out,
                 &wire::Event::TextMessageContent {
                     message_id: (&message_id).into(),
                     delta: prompt.clone().into(),
                 },
             );
             write(
-                &mut self.buf,
+                out,
                 &wire::Event::TextMessageEnd {
                     message_id: message_id.into(),
                 },
@@ -280,21 +282,21 @@ impl Encoder {
             tool_call_name: Cow::Owned(tool.clone()),
             parent_message_id: self.last_assistant_message.as_deref().map(Cow::Borrowed),
         };
-        write(&mut self.buf, &start);
+        write(out, &start);
         let args = wire::Event::ToolCallArgs {
             tool_call_id: Cow::Borrowed(&interrupt.id),
             delta: arguments.to_string().into(),
         };
-        write(&mut self.buf, &args);
+        write(out, &args);
         write(
-            &mut self.buf,
+            out,
             &wire::Event::ToolCallEnd {
                 tool_call_id: Cow::Borrowed(&interrupt.id),
             },
         );
     }
 
-    fn encode_finish(&mut self, outcome: Outcome) {
+    fn encode_finish(&mut self, outcome: Outcome, out: &mut BytesMut) {
         let outcome = match outcome {
             Outcome::Interrupted if !self.interrupts.is_empty() => {
                 Some(wire::RunOutcome::Interrupt {
@@ -309,12 +311,12 @@ impl Encoder {
             run_id: Cow::Owned(std::mem::take(&mut self.run_id)),
             outcome,
         };
-        write(&mut self.buf, &finished);
+        write(out, &finished);
     }
 
     /// Reasoning as `REASONING_*` events when the route allows them (they break 0.0.36 clients); otherwise
     /// as namespaced `CUSTOM` events, visible to clients that look for them and harmless to the rest.
-    fn encode_reasoning(&mut self, event: &Event) {
+    fn encode_reasoning(&self, event: &Event, out: &mut BytesMut) {
         if !self.options.reasoning {
             let value = match event {
                 Event::ReasoningStart { message_id } => {
@@ -332,12 +334,12 @@ impl Encoder {
                 name: Cow::Borrowed("agent-bridge.reasoning"),
                 value,
             };
-            return write(&mut self.buf, &custom);
+            return write(out, &custom);
         }
         match event {
             Event::ReasoningStart { message_id } => {
                 write(
-                    &mut self.buf,
+                    out,
                     &wire::Event::ReasoningStart {
                         message_id: message_id.into(),
                     },
@@ -346,24 +348,24 @@ impl Encoder {
                     message_id: message_id.into(),
                     role: wire::ReasoningRole::Reasoning,
                 };
-                write(&mut self.buf, &start);
+                write(out, &start);
             }
             Event::ReasoningDelta { message_id, delta } => {
                 let content = wire::Event::ReasoningMessageContent {
                     message_id: message_id.into(),
                     delta: delta.into(),
                 };
-                write(&mut self.buf, &content);
+                write(out, &content);
             }
             Event::ReasoningEnd { message_id } => {
                 write(
-                    &mut self.buf,
+                    out,
                     &wire::Event::ReasoningMessageEnd {
                         message_id: message_id.into(),
                     },
                 );
                 write(
-                    &mut self.buf,
+                    out,
                     &wire::Event::ReasoningEnd {
                         message_id: message_id.into(),
                     },

@@ -11,10 +11,11 @@ use super::pause_tools::{Diverter, PauseCall, PauseTools, Paused};
 use super::{message_from_wire, message_to_wire, wire};
 use crate::config::{Protocol, Translate};
 use crate::error::{Error, Result};
+use crate::face::{StreamEnd, UpstreamDecoder};
 use crate::model::{
     new_id, Event, Interrupt, InterruptKind, Message, Outcome, Resume, ResumeStatus, Role, Turn,
 };
-use crate::relay::{relay, StreamEnd, UpstreamDecoder, UpstreamEvents};
+use crate::relay::{relay, UpstreamEvents};
 use crate::sse::{self, SseEvent};
 use crate::store::{Record, UpstreamState};
 use crate::translate::RunContext;

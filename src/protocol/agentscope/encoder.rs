@@ -25,7 +25,7 @@
 use std::collections::{HashMap, HashSet};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use bytes::{Bytes, BytesMut};
+use bytes::BytesMut;
 use serde::Serialize;
 use serde_json::{json, Map, Value};
 use tracing::debug;
@@ -33,6 +33,7 @@ use tracing::debug;
 use super::request::SERVER_LABEL;
 use super::wire::{self, ContentBody, MessageType, RunStatus, SequenceNumber};
 use crate::error::Error;
+use crate::face::EventEncoder;
 use crate::model::{
     Artifact, Event, Interrupt, InterruptKind, MediaKind, MediaSource, Outcome, Part, Role, Turn,
     Usage,
@@ -84,6 +85,27 @@ enum OpenKind {
     },
 }
 
+impl<G> EventEncoder for Encoder<G> {
+    type Out = BytesMut;
+
+    /// The frames for one event; none after the terminal one.
+    fn encode(&mut self, event: Event, out: &mut BytesMut) {
+        if !self.done {
+            self.writing_to(out, |encoder| encoder.event(event));
+        }
+    }
+
+    /// A stream that ended without a terminal event fails the response. The run lock is let go.
+    fn finish(&mut self, out: &mut BytesMut) {
+        if !self.done {
+            self.writing_to(out, |encoder| {
+                encoder.fail(&Error::internal("the run ended without a result"))
+            });
+        }
+        self.guard = None;
+    }
+}
+
 impl<G> Encoder<G> {
     /// An encoder for the run of `turn` in `session_id`; `guard` is dropped when the run's event stream
     /// ends, which is after the run saved its conversation record, and before the client sees the end.
@@ -105,20 +127,11 @@ impl<G> Encoder<G> {
         }
     }
 
-    /// The frames for one event (none after the terminal one). `None` is the end of the event stream: a
-    /// stream that ended without a terminal event fails the response.
-    pub fn encode(&mut self, event: Option<Event>) -> Bytes {
-        match event {
-            Some(_) if self.done => {}
-            Some(event) => self.event(event),
-            None => {
-                if !self.done {
-                    self.fail(&Error::internal("the run ended without a result"));
-                }
-                self.guard = None;
-            }
-        }
-        self.buf.split().freeze()
+    /// Runs `write` with `out` as the buffer the encoder's writes go to: the caller's own, for one call.
+    fn writing_to(&mut self, out: &mut BytesMut, write: impl FnOnce(&mut Self)) {
+        std::mem::swap(&mut self.buf, out);
+        write(self);
+        std::mem::swap(&mut self.buf, out);
     }
 
     fn event(&mut self, event: Event) {
@@ -150,7 +163,7 @@ impl<G> Encoder<G> {
             Event::Interrupt(interrupt) => self.interrupt(interrupt),
             Event::Artifact(artifact) => self.artifact(artifact),
             Event::Usage(usage) => self.usage = Some(usage),
-            Event::RunFinished { outcome, usage } => self.finish(outcome, usage),
+            Event::RunFinished { outcome, usage } => self.run_finished(outcome, usage),
             Event::RunError(error) => self.fail(&error),
             other => debug!(
                 event = %crate::logging::clipped(&format!("{other:?}")),
@@ -485,7 +498,7 @@ impl<G> Encoder<G> {
         self.complete_message(message, contents);
     }
 
-    fn finish(&mut self, outcome: Outcome, usage: Option<Usage>) {
+    fn run_finished(&mut self, outcome: Outcome, usage: Option<Usage>) {
         self.close();
         if usage.is_some() {
             self.usage = usage;
@@ -643,7 +656,11 @@ mod tests {
     fn frames(encoder: &mut Encoder, events: Vec<Option<Event>>) -> Vec<Value> {
         let mut out = Vec::new();
         for event in events {
-            let bytes = encoder.encode(event);
+            let mut bytes = BytesMut::new();
+            match event {
+                Some(event) => encoder.encode(event, &mut bytes),
+                None => encoder.finish(&mut bytes),
+            }
             let text = std::str::from_utf8(&bytes).unwrap();
             for frame in text.split_terminator("\n\n") {
                 out.push(serde_json::from_str(frame.strip_prefix("data: ").unwrap()).unwrap());

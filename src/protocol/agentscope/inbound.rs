@@ -22,10 +22,9 @@
 
 use std::collections::HashSet;
 use std::fmt::Write;
-use std::future::ready;
 use std::sync::{Arc, Mutex};
 
-use futures_util::{stream, Stream, StreamExt};
+use futures_util::Stream;
 use http::header::{HeaderValue, CONTENT_TYPE};
 use http::{Method, Request, Response, StatusCode};
 use hyper::body::Incoming;
@@ -36,6 +35,7 @@ use super::request::{self, Refusal};
 use crate::auth::{self, KeySources};
 use crate::body::{self, Body};
 use crate::config::RouteConfig;
+use crate::face::encode_frames;
 use crate::model::{Event, History, Turn};
 use crate::mount::Mount;
 use crate::sse;
@@ -97,7 +97,7 @@ impl Inbound {
     pub fn serve<F, S>(&self, body: &[u8], tenant: &str, start: F) -> Response<Body>
     where
         F: FnOnce(Turn) -> S,
-        S: Stream<Item = Event> + Send + 'static,
+        S: Stream<Item = Event> + Send + Unpin + 'static,
     {
         let mut accepted = match request::decode(body, &self.options.question_tool) {
             Ok(accepted) => accepted,
@@ -109,17 +109,13 @@ impl Inbound {
         let Some(guard) = Running::enter(&self.running, (tenant.to_owned(), run.clone())) else {
             return error_frame(&format!("Task {run} is already in RUNNING state."));
         };
-        let mut encoder = Encoder::new(
+        let encoder = Encoder::new(
             &accepted.turn,
             &accepted.session_id,
             self.options.clone(),
             guard,
         );
-        let frames = start(accepted.turn)
-            .map(Some)
-            .chain(stream::once(ready(None)))
-            .map(move |event| encoder.encode(event))
-            .filter(|frame| ready(!frame.is_empty()));
+        let frames = encode_frames(start(accepted.turn), encoder);
         sse::stream_response(frames, sse::EVENT_STREAM_UTF8, sse::PING)
     }
 }
@@ -230,6 +226,7 @@ mod tests {
     use super::*;
     use crate::config::Config;
     use crate::model::Outcome;
+    use futures_util::stream;
     use http_body_util::BodyExt;
 
     fn inbound() -> Inbound {

@@ -22,6 +22,7 @@ use super::sessions::{
 };
 use super::wire::{self, CallbackAnswer, CallbackTool, Event as Cmdc, ToolCallback};
 use crate::egress::Egress;
+use crate::face::EventEncoder;
 use crate::model::{
     new_id, Event, GenerationOptions, History, InterruptKind, Message, Outcome, Resume,
     ResumeStatus, Role, Tool, Turn, Usage,
@@ -129,6 +130,7 @@ impl Runner {
         let end = loop {
             let tools: Vec<String> = turn.tools.iter().map(|t| t.name.clone()).collect();
             let mut encoder = Encoder::new(tools);
+            let mut encoded = Vec::new();
             let mut events = self.translator.start(turn);
             let mut end = None;
             let mut stop = End::Closed;
@@ -164,7 +166,11 @@ impl Runner {
                         });
                         run.push(interrupt_event(&interrupt.id, interrupt.kind));
                     }
-                    Some(event) => end = encoder.encode(event, |cmdc| run.push(cmdc)),
+                    Some(event) => {
+                        encoder.encode(event, &mut encoded);
+                        encoded.drain(..).for_each(|cmdc| run.push(cmdc));
+                        end = encoder.end.take();
+                    }
                 }
             }
             // The turn's record is saved when its stream ends: wait for that before the next turn.
@@ -473,6 +479,8 @@ pub struct Encoder {
     logged_calls: Vec<Value>,
     server_results: Vec<(String, String, String, bool)>,
     usage: wire::TokenUsage,
+    /// How the turn ended, once its terminal event came.
+    end: Option<End>,
 }
 
 impl Encoder {
@@ -487,29 +495,33 @@ impl Encoder {
             logged_calls: Vec::new(),
             server_results: Vec::new(),
             usage: wire::TokenUsage::default(),
+            end: None,
         }
     }
+}
 
-    /// Emits the CMDC events of one canonical event; how the turn ended at its terminal event. Pure: the
-    /// caller decides where the events go (the run's buffer).
-    pub fn encode(&mut self, event: Event, mut emit: impl FnMut(Cmdc)) -> Option<End> {
+impl EventEncoder for Encoder {
+    type Out = Vec<Cmdc>;
+
+    /// Appends the CMDC events of one canonical event; at the terminal event, keeps how the turn ended.
+    fn encode(&mut self, event: Event, out: &mut Vec<Cmdc>) {
         match event {
             Event::TextStart {
                 role: Role::Assistant,
                 ..
             } => {
-                emit(Cmdc::MessageStart {});
+                out.push(Cmdc::MessageStart {});
             }
             Event::TextDelta { delta, .. } if !delta.is_empty() => {
                 self.text.push_str(&delta);
-                emit(Cmdc::MessageDelta { delta });
+                out.push(Cmdc::MessageDelta { delta });
             }
             Event::TextEnd { .. } if !self.text.is_empty() => {
                 self.last_text = Some(self.text.clone());
             }
-            Event::ReasoningStart { .. } => emit(Cmdc::ThinkingStart {}),
+            Event::ReasoningStart { .. } => out.push(Cmdc::ThinkingStart {}),
             Event::ReasoningDelta { delta, .. } if !delta.is_empty() => {
-                emit(Cmdc::ThinkingDelta { delta });
+                out.push(Cmdc::ThinkingDelta { delta });
             }
             Event::ToolCallStart { call_id, name, .. } => {
                 self.calls.insert(
@@ -531,8 +543,8 @@ impl Encoder {
                     let args = parse_args(&call.args);
                     self.logged_calls
                         .push(json!({"id": call.id, "name": call.name, "args": args}));
-                    emit(Cmdc::ToolCalls { count: 1 });
-                    emit(Cmdc::ToolExecutionStart {
+                    out.push(Cmdc::ToolCalls { count: 1 });
+                    out.push(Cmdc::ToolExecutionStart {
                         tool_name: call.name.clone(),
                         call_id: call.id.clone(),
                         args,
@@ -554,7 +566,7 @@ impl Encoder {
                     .get(&call_id)
                     .map(|c| c.name.clone())
                     .unwrap_or_default();
-                emit(Cmdc::ToolExecutionEnd {
+                out.push(Cmdc::ToolExecutionEnd {
                     tool_name: name.clone(),
                     call_id: call_id.clone(),
                     status: if is_error { "error" } else { "ok" }.into(),
@@ -567,17 +579,16 @@ impl Encoder {
                 if let Some(usage) = usage {
                     self.usage = token_usage(&usage, self.usage);
                 }
-                return Some(match outcome {
+                self.end = Some(match outcome {
                     Outcome::Completed => End::Completed,
                     Outcome::Interrupted => End::Interrupted,
                     Outcome::Cancelled => End::Cancelled,
                 });
             }
-            Event::RunError(error) if error.is_cancelled() => return Some(End::Cancelled),
-            Event::RunError(error) => return Some(End::Error(error.message().to_owned())),
+            Event::RunError(error) if error.is_cancelled() => self.end = Some(End::Cancelled),
+            Event::RunError(error) => self.end = Some(End::Error(error.message().to_owned())),
             _ => {}
         }
-        None
     }
 }
 

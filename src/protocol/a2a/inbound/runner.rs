@@ -10,6 +10,7 @@ use tokio::sync::broadcast::error::RecvError;
 use tokio::sync::{broadcast, mpsc, oneshot};
 
 use super::result_frame;
+use crate::face::EventEncoder;
 use crate::model::Event;
 use crate::protocol::a2a::encoder::{CancelReason, Encoder};
 use crate::protocol::a2a::tasks::{self, Registry, Update};

@@ -6,9 +6,9 @@ use serde::{Deserialize, Serialize};
 use tracing::debug;
 
 use crate::error::{Error, Result};
+use crate::face::{StreamEnd, UpstreamDecoder};
 use crate::model::{new_id, Artifact, Event, Interrupt, InterruptKind, Outcome, Part};
 use crate::protocol::a2a::{part_from_wire, wire};
-use crate::relay::{StreamEnd, UpstreamDecoder};
 use crate::sse::SseEvent;
 
 use super::rpc_error;

@@ -7,11 +7,11 @@ use serde_json::{Map, Value};
 use tracing::debug;
 
 use crate::error::{Error, Result};
+use crate::face::{StreamEnd, UpstreamDecoder};
 use crate::model::{
     new_id, Artifact, Event, Media, MediaKind, MediaSource, Outcome, Part, Role, Usage,
 };
 use crate::protocol::agentscope::wire;
-use crate::relay::{StreamEnd, UpstreamDecoder};
 use crate::sse::SseEvent;
 
 use super::{PendingApproval, AGENTSCOPE_ERROR};

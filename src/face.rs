@@ -1,0 +1,196 @@
+//! The contracts a protocol's faces implement, and the driver of the inbound one. The hub drives them and
+//! knows no protocol; each protocol's module implements them and knows no other protocol.
+//!
+//! - An inbound's [`EventEncoder`]: one run's canonical events into its protocol's output, appended to a
+//!   buffer the caller owns. [`encode_frames`] serves every inbound that streams frames straight to its
+//!   client: it encodes every event that is ready into one buffer, so everything one upstream read produced
+//!   goes out as one write.
+//! - An outbound's [`UpstreamDecoder`]: one upstream frame into canonical events, and what the end of the
+//!   body means in its protocol. [`crate::relay::relay`] drives it.
+//! - What an outbound remembers between turns is [`crate::store::UpstreamState`]; what the hub runs a turn
+//!   against is [`crate::translate::Agent`].
+
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use futures_util::Stream;
+
+use crate::error::Result;
+use crate::model::Event;
+use crate::sse::SseEvent;
+
+/// An inbound's encoding of one run's canonical events (normalized: one `RunStarted` first, exactly one
+/// terminal event last).
+pub trait EventEncoder {
+    /// Where the output goes: frames (`BytesMut`), or the protocol's wire items when the inbound keeps them
+    /// for more than one reader (A2A tasks, CMDC runs).
+    type Out;
+
+    /// Appends what `event` is in the protocol (often one item; none for events it has no form for).
+    fn encode(&mut self, event: Event, out: &mut Self::Out);
+
+    /// Appends what the end of the run's events says (nothing, once the terminal event was encoded).
+    fn finish(&mut self, _out: &mut Self::Out) {}
+}
+
+/// The largest buffer [`encode_frames`] fills before it hands it on, even with more events ready.
+const MAX_BATCH_BYTES: usize = 64 * 1024;
+
+/// The frames of a run: `events` through `encoder`, every event already waiting encoded into one frame
+/// buffer. It never waits for an event to fill a buffer: an event that is alone goes out alone.
+pub fn encode_frames<S, E>(events: S, encoder: E) -> EncodedFrames<S, E>
+where
+    S: Stream<Item = Event> + Unpin,
+    E: EventEncoder<Out = BytesMut> + Unpin,
+{
+    EncodedFrames {
+        events,
+        encoder,
+        buf: BytesMut::new(),
+        ended: false,
+    }
+}
+
+/// The stream [`encode_frames`] returns.
+pub struct EncodedFrames<S, E> {
+    events: S,
+    encoder: E,
+    buf: BytesMut,
+    ended: bool,
+}
+
+impl<S, E> Stream for EncodedFrames<S, E>
+where
+    S: Stream<Item = Event> + Unpin,
+    E: EventEncoder<Out = BytesMut> + Unpin,
+{
+    type Item = Bytes;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Bytes>> {
+        let this = self.get_mut();
+        while !this.ended && this.buf.len() < MAX_BATCH_BYTES {
+            match Pin::new(&mut this.events).poll_next(cx) {
+                Poll::Ready(Some(event)) => this.encoder.encode(event, &mut this.buf),
+                Poll::Ready(None) => {
+                    this.encoder.finish(&mut this.buf);
+                    this.ended = true;
+                }
+                Poll::Pending => break,
+            }
+        }
+        if !this.buf.is_empty() {
+            Poll::Ready(Some(this.buf.split().freeze()))
+        } else if this.ended {
+            Poll::Ready(None)
+        } else {
+            Poll::Pending
+        }
+    }
+}
+
+/// How an upstream body ended.
+#[derive(Debug)]
+pub enum StreamEnd {
+    /// After a whole event (or with nothing at all).
+    Whole,
+    /// Inside an event: fields arrived after the last blank line. The cut event, when it had data, is
+    /// here; whether it counts is the protocol's call (an end marker is whole without its blank line).
+    InsideEvent(Option<SseEvent>),
+    /// The connection failed mid-body (reset, or cut before the last chunk).
+    BrokeOff,
+}
+
+/// An outbound's reading of its upstream's frames.
+pub trait UpstreamDecoder {
+    /// Appends the events one frame stands for; whether the run is over. An error ends the run with it.
+    fn frame(&mut self, frame: &SseEvent, out: &mut Vec<Event>) -> Result<bool>;
+
+    /// Appends what the end of the body means for the run (its last events, or nothing when the run stays
+    /// unfinished and the hub reports the stream cut short); an error ends the run with it.
+    fn end(&mut self, end: StreamEnd, out: &mut Vec<Event>) -> Result<()>;
+
+    /// How long to wait for the next frame before taking the stream as ended whole; `None`: as long as the
+    /// route allows.
+    fn patience(&self) -> Option<Duration> {
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{Outcome, Role};
+    use futures_util::StreamExt;
+
+    /// Writes each event's name on a line; the end of the events as `end`.
+    struct Names;
+
+    impl EventEncoder for Names {
+        type Out = BytesMut;
+
+        fn encode(&mut self, event: Event, out: &mut BytesMut) {
+            let name = match event {
+                Event::RunStarted => "started",
+                Event::TextDelta { .. } => "delta",
+                Event::RunFinished { .. } => "finished",
+                _ => return,
+            };
+            out.extend_from_slice(name.as_bytes());
+            out.extend_from_slice(b"\n");
+        }
+
+        fn finish(&mut self, out: &mut BytesMut) {
+            out.extend_from_slice(b"end\n");
+        }
+    }
+
+    fn delta() -> Event {
+        Event::TextDelta {
+            message_id: "m".into(),
+            delta: "hi".into(),
+        }
+    }
+
+    #[tokio::test]
+    async fn the_events_waiting_go_out_as_one_frame_and_a_lone_event_alone() {
+        let (sender, receiver) = tokio::sync::mpsc::channel(8);
+        let events = tokio_stream_of(receiver);
+        let mut frames = encode_frames(events, Names);
+        sender.send(Event::RunStarted).await.unwrap();
+        sender.send(delta()).await.unwrap();
+        assert_eq!(frames.next().await.unwrap(), "started\ndelta\n");
+
+        sender
+            .send(Event::TextStart {
+                message_id: "m".into(),
+                role: Role::Assistant,
+            })
+            .await
+            .unwrap();
+        sender.send(delta()).await.unwrap();
+        assert_eq!(
+            frames.next().await.unwrap(),
+            "delta\n",
+            "an event without a form adds nothing"
+        );
+
+        sender
+            .send(Event::RunFinished {
+                outcome: Outcome::Completed,
+                usage: None,
+            })
+            .await
+            .unwrap();
+        drop(sender);
+        assert_eq!(frames.next().await.unwrap(), "finished\nend\n");
+        assert_eq!(frames.next().await, None);
+    }
+
+    fn tokio_stream_of(
+        mut receiver: tokio::sync::mpsc::Receiver<Event>,
+    ) -> impl Stream<Item = Event> + Unpin {
+        futures_util::stream::poll_fn(move |cx| receiver.poll_recv(cx))
+    }
+}
