@@ -34,8 +34,6 @@ use crate::error::{Error, Result};
 
 mod jwt;
 
-pub use jwt::decoding_key;
-
 const CHALLENGE: &str = r#"Bearer realm="agent-bridge""#;
 const CHALLENGE_INVALID: &str = r#"Bearer realm="agent-bridge", error="invalid_token""#;
 /// Every this many checks, a limiter forgets the clients whose budget is whole again: its memory follows

@@ -6,9 +6,9 @@
 //!   client: it encodes every event that is ready into one buffer, so everything one upstream read produced
 //!   goes out as one write.
 //! - An outbound's [`UpstreamDecoder`]: one upstream frame into canonical events, and what the end of the
-//!   body means in its protocol. [`crate::relay::relay`] drives it.
-//! - What an outbound remembers between turns is [`crate::store::UpstreamState`]; what the hub runs a turn
-//!   against is [`crate::translate::Agent`].
+//!   body means in its protocol. `relay::relay` drives it.
+//! - What an outbound remembers between turns is `store::UpstreamState`; what the hub runs a turn
+//!   against is `translate::Agent`.
 
 use std::pin::Pin;
 use std::task::{Context, Poll};

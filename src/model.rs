@@ -361,7 +361,7 @@ pub struct Usage {
 /// One thing the agent did, in stream order.
 ///
 /// Decoders may produce loose streams (deltas without a start, ids left empty, nothing closed);
-/// [`crate::normalize`] makes every stream well formed before an encoder sees it.
+/// `normalize` makes every stream well formed before an encoder sees it.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Event {
     RunStarted,

@@ -12,10 +12,10 @@ use std::time::{Duration, Instant};
 use http::Uri;
 use http_body_util::{BodyExt, Limited};
 use jsonwebtoken::jwk::{AlgorithmParameters, JwkSet, PublicKeyUse};
-use jsonwebtoken::{Algorithm, DecodingKey, Validation};
+use jsonwebtoken::{DecodingKey, Validation};
 use serde_json::{Map, Value};
 
-use crate::config::JwtConfig;
+use crate::config::{decoding_key, JwtConfig};
 use crate::error::{Error, Result};
 use crate::upstream::Upstream;
 
@@ -94,18 +94,6 @@ impl Verifier {
             .filter(|tenant| !tenant.trim().is_empty())
             .map(str::to_owned)
             .ok_or_else(refused)
-    }
-}
-
-/// `pem` as a key for `algorithm`'s family, if it is one.
-pub fn decoding_key(pem: &str, algorithm: Algorithm) -> Option<DecodingKey> {
-    use Algorithm::*;
-    let pem = pem.as_bytes();
-    match algorithm {
-        RS256 | RS384 | RS512 | PS256 | PS384 | PS512 => DecodingKey::from_rsa_pem(pem).ok(),
-        ES256 | ES384 => DecodingKey::from_ec_pem(pem).ok(),
-        EdDSA => DecodingKey::from_ed_pem(pem).ok(),
-        HS256 | HS384 | HS512 => None,
     }
 }
 

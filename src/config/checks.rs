@@ -46,7 +46,7 @@ fn check_jwt(jwt: &JwtConfig, at: &KeyPath) -> Result<(), Issue> {
         ));
     }
     for &algorithm in &jwt.algorithms {
-        if crate::auth::decoding_key(pem, algorithm).is_none() {
+        if super::decoding_key(pem, algorithm).is_none() {
             return Err(Issue::new(
                 at.clone().key("public_key"),
                 format!("not a PEM public key that {algorithm:?} tokens can be checked with"),

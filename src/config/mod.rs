@@ -41,8 +41,8 @@ use checks::{validate, KeyPath, Segment};
 pub use error::ConfigError;
 use error::Issue;
 pub use route::{
-    AguiInterrupts, Card, JwtConfig, Quota, RouteConfig, Skill, Translate, DEFAULT_RUN_BUFFER,
-    DEFAULT_WS_IDLE,
+    decoding_key, AguiInterrupts, Card, JwtConfig, Quota, RouteConfig, Skill, Translate,
+    DEFAULT_RUN_BUFFER, DEFAULT_WS_IDLE,
 };
 
 /// The default `listen` address.

@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use http::{HeaderName, HeaderValue, Uri};
+use jsonwebtoken::{Algorithm, DecodingKey};
 use serde::Deserialize;
 
 use super::{de, Outbound, Protocol};
@@ -78,6 +79,18 @@ pub struct RouteConfig {
     /// behind); absent: [`DEFAULT_RUN_BUFFER`].
     #[serde(default, deserialize_with = "de::some_byte_size")]
     pub run_buffer: Option<usize>,
+}
+
+/// `pem` as a key for `algorithm`'s family, if it is one: how `check` reads `public_key`, and how auth uses it.
+pub fn decoding_key(pem: &str, algorithm: Algorithm) -> Option<DecodingKey> {
+    use Algorithm::*;
+    let pem = pem.as_bytes();
+    match algorithm {
+        RS256 | RS384 | RS512 | PS256 | PS384 | PS512 => DecodingKey::from_rsa_pem(pem).ok(),
+        ES256 | ES384 => DecodingKey::from_ec_pem(pem).ok(),
+        EdDSA => DecodingKey::from_ed_pem(pem).ok(),
+        HS256 | HS384 | HS512 => None,
+    }
 }
 
 /// `[routes.jwt]`: which signed tokens admit a client, and which claim names its tenant.
