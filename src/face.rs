@@ -7,6 +7,8 @@
 //!   goes out as one write.
 //! - An outbound's [`UpstreamDecoder`]: one upstream frame into canonical events, and what the end of the
 //!   body means in its protocol. `relay::relay` drives it.
+//! - A protocol's [`Row`]: what it can carry and which options its faces read, for the registry
+//!   (`protocol::registry`).
 //! - What an outbound remembers between turns is `store::UpstreamState`; what the hub runs a turn
 //!   against is `translate::Agent`.
 
@@ -18,8 +20,28 @@ use bytes::{Bytes, BytesMut};
 use futures_util::Stream;
 
 use crate::error::Result;
-use crate::model::Event;
+use crate::model::{Event, History};
 use crate::sse::SseEvent;
+
+/// A protocol's row in the registry: what it can carry, and the `[routes.translate]` options each of its
+/// faces reads.
+#[derive(Debug)]
+pub struct Row {
+    /// The history its agents want: the whole conversation, or what is new (they keep their own).
+    pub history: History,
+    /// A client can offer its own tools, and an agent can be offered them.
+    pub client_tools: bool,
+    /// The calls of an agent's own tools can be shown to a client.
+    pub server_tools: bool,
+    /// It has an approval pause of its own (not only a question asked in words).
+    pub approvals: bool,
+    /// It has a free-text question pause.
+    pub questions: bool,
+    /// The options its inbound face reads.
+    pub inbound_options: &'static [&'static str],
+    /// The options its outbound face reads.
+    pub outbound_options: &'static [&'static str],
+}
 
 /// An inbound's encoding of one run's canonical events (normalized: one `RunStarted` first, exactly one
 /// terminal event last).

@@ -524,6 +524,27 @@ fn check_rejects_an_unknown_key_naming_file_line_and_key() {
 }
 
 #[test]
+fn check_warns_about_an_option_the_pair_does_not_read_and_accepts_the_file() {
+    let config = TempConfig::new(
+        "unread-option",
+        "[[routes]]\nname = \"echo\"\npath = \"/echo\"\ninbound = \"ag-ui\"\noutbound = \"echo\"\n[routes.translate]\na2a_card = \"auto\"\n",
+    );
+
+    let output = check_command(&config.0);
+
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    let expected = format!(
+        "{}:7: routes[0].translate.a2a_card: not read by a route from ag-ui to echo; ignored",
+        config.0.display()
+    );
+    assert!(
+        stderr.contains(&expected),
+        "expected {expected:?} in {stderr}"
+    );
+}
+
+#[test]
 fn check_rejects_a_bad_value_naming_file_line_and_key() {
     let config = TempConfig::new(
         "bad-value",

@@ -17,6 +17,7 @@ pub(super) fn validate(document: Document) -> Result<Config, Issue> {
     check_unique(&document.routes, "name", |route| &route.name)?;
     check_unique(&document.routes, "path", |route| &route.path)?;
     Ok(Config {
+        source: String::new(),
         listen: document.listen,
         connections: ConnectionLimits {
             header_read_timeout: document.header_read_timeout,

@@ -41,7 +41,7 @@ use checks::{validate, KeyPath, Segment};
 pub use error::ConfigError;
 use error::Issue;
 pub use route::{
-    decoding_key, AguiInterrupts, Card, JwtConfig, Quota, RouteConfig, Skill, Translate,
+    decoding_key, AguiInterrupts, Card, JwtConfig, Quota, RouteConfig, Skill, Translate, Written,
     DEFAULT_RUN_BUFFER, DEFAULT_WS_IDLE,
 };
 
@@ -131,6 +131,8 @@ impl<'de> Deserialize<'de> for Outbound {
 /// The whole file.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
+    /// The file as named to [`Config::load`] or [`Config::parse`].
+    pub source: String,
     pub listen: SocketAddr,
     pub connections: ConnectionLimits,
     pub store: StoreConfig,
@@ -263,6 +265,35 @@ impl Config {
     pub fn parse(text: &str, file: &str) -> Result<Config, ConfigError> {
         let document: Document =
             toml::from_str(text).map_err(|err| ConfigError::from_toml(&err, text, file))?;
-        validate(document).map_err(|issue| issue.locate(text, file))
+        let mut config = validate(document).map_err(|issue| issue.locate(text, file))?;
+        config.source = file.to_owned();
+        if let Some(tree) = spans::Node::parse(text) {
+            for (index, route) in config.routes.iter_mut().enumerate() {
+                route.written = written(&tree, text, index);
+            }
+        }
+        Ok(config)
+    }
+
+    /// Where a key of route `index` sits: `file:line: routes[index].key.…`, as config errors say it.
+    pub fn location(&self, index: usize, keys: &[&str], line: usize) -> String {
+        let path = keys
+            .iter()
+            .fold(KeyPath::route(index), |path, key| path.key(key));
+        format!("{}:{line}: {path}", self.source)
+    }
+}
+
+/// Where route `index`'s keys are that later warnings name.
+fn written(tree: &spans::Node<'_>, text: &str, index: usize) -> Written {
+    let route = KeyPath::route(index);
+    let translate = tree
+        .keys_at(&route.clone().key("translate"))
+        .into_iter()
+        .map(|(key, offset)| (key, error::line_of(text, offset)))
+        .collect();
+    Written {
+        outbound_line: error::line_of(text, tree.offset_of(&route.key("outbound"))),
+        translate,
     }
 }

@@ -79,6 +79,18 @@ pub struct RouteConfig {
     /// behind); absent: [`DEFAULT_RUN_BUFFER`].
     #[serde(default, deserialize_with = "de::some_byte_size")]
     pub run_buffer: Option<usize>,
+    /// Where the file sets the keys that warnings name.
+    #[serde(skip)]
+    pub written: Written,
+}
+
+/// Where a route's keys sit in its file, for the warnings given once it is parsed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Written {
+    /// The line of the route's `outbound`.
+    pub outbound_line: usize,
+    /// The `[routes.translate]` keys the file sets, each with its line.
+    pub translate: Vec<(String, usize)>,
 }
 
 /// `pem` as a key for `algorithm`'s family, if it is one: how `check` reads `public_key`, and how auth uses it.

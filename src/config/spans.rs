@@ -48,6 +48,28 @@ impl<'t> Node<'t> {
         }
         offset.unwrap_or(0)
     }
+
+    /// The keys of the table at `path`, each with where it starts; none when the file has no such table.
+    pub(super) fn keys_at(&self, path: &KeyPath) -> Vec<(String, usize)> {
+        let mut item = self.0.as_item();
+        for segment in &path.0 {
+            match child(item, segment) {
+                Some((_, child)) => item = child,
+                None => return Vec::new(),
+            }
+        }
+        let Some(table) = item.as_table_like() else {
+            return Vec::new();
+        };
+        table
+            .iter()
+            .map(|(name, value)| {
+                let at = table.key(name).and_then(Key::span).map(|span| span.start);
+                let at = at.or_else(|| first_offset(value)).unwrap_or(0);
+                (name.to_owned(), at)
+            })
+            .collect()
+    }
 }
 
 fn find(item: &Item, offset: usize, path: &mut KeyPath) -> bool {

@@ -50,9 +50,13 @@ fn header(name: &'static str, value: &str) -> (HeaderName, HeaderValue) {
 #[test]
 fn full_file_parses_into_expected_structs() {
     std::env::set_var("WEATHER_AGENT_KEY", "weather-secret");
-    let config = Config::load(Path::new("tests/fixtures/config/full.toml"))
-        .unwrap_or_else(|err| panic!("{err}"));
-    assert_eq!(config, parse(FULL).expect("same text parses the same"));
+    let file = "tests/fixtures/config/full.toml";
+    let config = Config::load(Path::new(file)).unwrap_or_else(|err| panic!("{err}"));
+    assert_eq!(config.source, file);
+    assert_eq!(
+        config,
+        Config::parse(FULL, file).expect("same text parses the same")
+    );
     assert_eq!(config.listen, "127.0.0.1:8080".parse().unwrap());
     assert_eq!(config.store, StoreConfig::default());
 
@@ -94,6 +98,10 @@ fn full_file_parses_into_expected_structs() {
         body_timeout: Duration::from_secs(30),
         ws_idle: None,
         run_buffer: None,
+        written: Written {
+            outbound_line: 14,
+            translate: vec![("approval_tool".into(), 20), ("model".into(), 21)],
+        },
     };
     assert_eq!(*weather, expected);
 

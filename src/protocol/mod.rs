@@ -13,6 +13,7 @@ pub mod ag_ui;
 pub mod agentscope;
 pub mod cmdc;
 pub mod echo;
+pub mod registry;
 
 use std::net::SocketAddr;
 
@@ -128,8 +129,12 @@ impl Outbound {
 impl Agent for Outbound {
     fn history(&self) -> History {
         match self {
-            Self::AgUi(_) | Self::Agentscope(_) | Self::Echo(_) => History::Full,
-            Self::A2a(_) | Self::AgKit(_) | Self::Cmdc(_) => History::Delta,
+            Self::AgUi(_) => ag_ui::ROW.history,
+            Self::A2a(_) => a2a::ROW.history,
+            Self::Agentscope(_) => agentscope::ROW.history,
+            Self::AgKit(_) => ag_kit::ROW.history,
+            Self::Cmdc(_) => cmdc::ROW.history,
+            Self::Echo(_) => History::Full,
         }
     }
 

@@ -27,6 +27,7 @@ use crate::config::{Config, ConnectionLimits};
 use crate::connection::LocalAddr;
 use crate::error::{Error, Result};
 use crate::gauges::Gauges;
+use crate::protocol::registry;
 use crate::route::Route;
 use crate::store;
 use crate::translate::{Runs, RunsEnder};
@@ -426,6 +427,9 @@ struct Routes {
 
 impl Routes {
     fn from_config(config: &Config, local: SocketAddr, runs: &Runs) -> Result<Self> {
+        for warning in registry::warnings(config) {
+            tracing::warn!("{warning}");
+        }
         let store = store::open(&config.store)?;
         let mut routes = config
             .routes

@@ -16,7 +16,20 @@ pub use outbound::{Decoder, Outbound};
 
 use serde_json::{Map, Value};
 
-use crate::model::{Media, MediaKind, MediaSource, Message, Part, Role};
+use crate::face::Row;
+use crate::model::{History, Media, MediaKind, MediaSource, Message, Part, Role};
+
+/// A2A agents keep the history. A2A has no tools on either side, and pauses only as `input-required`, a
+/// question answered in words (docs/translation.md, "A2A ↔ canonical").
+pub const ROW: Row = Row {
+    history: History::Delta,
+    client_tools: false,
+    server_tools: false,
+    approvals: false,
+    questions: true,
+    inbound_options: &["a2a_status_message"],
+    outbound_options: &["a2a_card"],
+};
 
 /// A wire message as a canonical one: `user` → user, `agent` → assistant.
 fn message_from_wire(message: wire::Message) -> Message {

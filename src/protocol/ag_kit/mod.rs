@@ -10,6 +10,20 @@ pub mod wire;
 pub use inbound::{decode as decode_request, Encoder, Inbound};
 pub use outbound::{Decoder, Outbound};
 
+use crate::face::Row;
+use crate::model::History;
+
+/// An AG-Kit v0 agent keeps the history under its `conversationId`; `interrupt` carries both pauses.
+pub const ROW: Row = Row {
+    history: History::Delta,
+    client_tools: true,
+    server_tools: true,
+    approvals: true,
+    questions: true,
+    inbound_options: &[],
+    outbound_options: &[],
+};
+
 /// Interrupt reasons of the canonical pauses (`specs/ag-kit.md` §4.3); an upstream's own reasons pass
 /// through as they are.
 const APPROVAL: &str = "approval";

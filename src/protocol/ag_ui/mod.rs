@@ -9,7 +9,24 @@ pub mod wire;
 pub use inbound::{decode as decode_request, Encoder, Inbound};
 pub use outbound::{Decoder, Outbound};
 
-use crate::model::{Media, MediaKind, MediaSource, Message, Part, Role, ToolCall};
+use crate::face::Row;
+use crate::model::{History, Media, MediaKind, MediaSource, Message, Part, Role, ToolCall};
+
+/// AG-UI sends the whole conversation and has everything; its pauses are calls of frontend tools.
+pub const ROW: Row = Row {
+    history: History::Full,
+    client_tools: true,
+    server_tools: true,
+    approvals: true,
+    questions: true,
+    inbound_options: &[
+        "approval_tool",
+        "question_tool",
+        "agui_interrupts",
+        "agui_reasoning",
+    ],
+    outbound_options: &["approval_tool", "question_tool", "agui_protocol_version"],
+};
 
 /// A wire message as a canonical one; `None` for messages that are never sent to an agent (activity,
 /// reasoning).

@@ -12,3 +12,18 @@ pub mod wire;
 pub use encoder::{EncodeOptions, Encoder};
 pub use inbound::Inbound;
 pub use outbound::{Decoder, Outbound};
+
+use crate::face::Row;
+use crate::model::History;
+
+/// An AgentScope runtime takes the whole conversation, and pauses only with `mcp_approval_request`: a
+/// question reaches its clients as an approval request answered by its reason.
+pub const ROW: Row = Row {
+    history: History::Full,
+    client_tools: true,
+    server_tools: true,
+    approvals: true,
+    questions: false,
+    inbound_options: &["question_tool", "agentscope_session_memory"],
+    outbound_options: &["model"],
+};

@@ -12,3 +12,17 @@ pub mod wire;
 pub use inbound::Inbound;
 pub use outbound::{Decoder, Outbound};
 pub use run::Encoder;
+
+use crate::face::Row;
+use crate::model::History;
+
+/// A CMDC gateway keeps the history in its session; the client's tools become callback tools.
+pub const ROW: Row = Row {
+    history: History::Delta,
+    client_tools: true,
+    server_tools: true,
+    approvals: true,
+    questions: true,
+    inbound_options: &[],
+    outbound_options: &["model", "proxy_url"],
+};
