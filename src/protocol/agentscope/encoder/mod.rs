@@ -27,18 +27,17 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::BytesMut;
 use serde::Serialize;
-use serde_json::{json, Map, Value};
+use serde_json::{Map, Value};
 use tracing::debug;
 
 use super::request::SERVER_LABEL;
 use super::wire::{self, ContentBody, MessageType, RunStatus, SequenceNumber};
 use crate::error::Error;
 use crate::face::EventEncoder;
-use crate::model::{
-    Artifact, Event, Interrupt, InterruptKind, MediaKind, MediaSource, Outcome, Part, Role, Turn,
-    Usage,
-};
+use crate::model::{Artifact, Event, MediaKind, MediaSource, Outcome, Part, Role, Turn, Usage};
 use crate::sse;
+
+mod calls;
 
 /// What the route's options change in the output.
 #[derive(Debug, Clone)]
@@ -316,52 +315,6 @@ impl<G> Encoder<G> {
         );
     }
 
-    fn open_call(&mut self, call_id: String, name: String) {
-        self.close();
-        let client = self.client_tools.contains(&name);
-        self.calls.insert(call_id.clone(), (name.clone(), client));
-        let kind = if client {
-            MessageType::FunctionCall
-        } else {
-            MessageType::PluginCall
-        };
-        let message = self.start_message(new_message_id(), kind, wire::Role::Assistant, Map::new());
-        let body = call_body(&call_id, &name, "");
-        self.content(&message.id, body, RunStatus::InProgress, Some(false));
-        self.open = Some(Open {
-            message,
-            kind: OpenKind::Call {
-                call_id,
-                name,
-                arguments: String::new(),
-            },
-            announced: true,
-        });
-    }
-
-    fn call_args(&mut self, delta: &str) {
-        let Some(Open {
-            message,
-            kind:
-                OpenKind::Call {
-                    call_id,
-                    name,
-                    arguments,
-                },
-            ..
-        }) = &mut self.open
-        else {
-            return;
-        };
-        if delta.is_empty() {
-            return;
-        }
-        arguments.push_str(delta);
-        let body = call_body(call_id, name, arguments);
-        let id = message.id.clone();
-        self.content(&id, body, RunStatus::InProgress, Some(false));
-    }
-
     /// Completes the open message, if any.
     fn close(&mut self) {
         let Some(open) = self.open.take() else { return };
@@ -389,90 +342,6 @@ impl<G> Encoder<G> {
                 self.complete_message(open.message, vec![kept_data(body)]);
             }
         }
-    }
-
-    fn tool_result(&mut self, call_id: String, message_id: String, output: String, is_error: bool) {
-        self.close();
-        let (name, client) = self.calls.get(&call_id).cloned().unwrap_or_default();
-        let kind = if client {
-            MessageType::FunctionCallOutput
-        } else {
-            MessageType::PluginCallOutput
-        };
-        let mut metadata = Map::new();
-        if is_error {
-            metadata.insert("is_error".to_owned(), Value::Bool(true));
-        }
-        let message = self.start_message(message_id, kind, wire::Role::Tool, metadata);
-        let result = |output: String| {
-            data_body(wire::FunctionCallOutput {
-                call_id: call_id.clone(),
-                name: (!name.is_empty()).then(|| name.clone()),
-                output,
-            })
-        };
-        self.content(
-            &message.id,
-            result(String::new()),
-            RunStatus::InProgress,
-            Some(false),
-        );
-        let body = result(output);
-        self.content(&message.id, body.clone(), RunStatus::Completed, Some(false));
-        self.complete_message(message, vec![kept_data(body)]);
-    }
-
-    fn interrupt(&mut self, interrupt: Interrupt) {
-        self.close();
-        let prompt = interrupt.kind.prompt();
-        let (kind, name, arguments) = match &interrupt.kind {
-            InterruptKind::Approval { tool, args, .. } => {
-                let arguments = match args {
-                    Value::String(text) => text.clone(),
-                    other => other.to_string(),
-                };
-                ("approval", tool.clone(), arguments)
-            }
-            InterruptKind::Question { text, options } => {
-                let mut arguments = json!({ "question": text });
-                if !options.is_empty() {
-                    arguments["options"] = json!(options);
-                }
-                (
-                    "question",
-                    self.options.question_tool.clone(),
-                    arguments.to_string(),
-                )
-            }
-            InterruptKind::InputRequired { text } => (
-                "input_required",
-                self.options.question_tool.clone(),
-                json!({ "question": text }).to_string(),
-            ),
-            InterruptKind::Custom { reason, payload } => (
-                reason.as_str(),
-                self.options.question_tool.clone(),
-                json!({ "question": prompt, "reason": reason, "payload": payload }).to_string(),
-            ),
-        };
-        let metadata = Map::from_iter([
-            ("interrupt".to_owned(), Value::from(kind)),
-            ("prompt".to_owned(), Value::from(prompt)),
-        ]);
-        let message = self.start_message(
-            new_message_id(),
-            MessageType::McpApprovalRequest,
-            wire::Role::Assistant,
-            metadata,
-        );
-        let body = data_body(wire::McpApprovalRequest {
-            id: interrupt.id,
-            name,
-            arguments,
-            server_label: SERVER_LABEL.to_owned(),
-        });
-        self.content(&message.id, body.clone(), RunStatus::Completed, Some(false));
-        self.complete_message(message, vec![kept_data(body)]);
     }
 
     fn artifact(&mut self, artifact: Artifact) {
@@ -632,6 +501,7 @@ fn part_to_wire(part: Part) -> ContentBody {
 mod tests {
     use super::*;
     use crate::model::Tool;
+    use serde_json::json;
 
     fn encoder(tools: &[&str]) -> Encoder {
         let turn = Turn {

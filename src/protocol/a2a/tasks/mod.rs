@@ -14,9 +14,9 @@
 //!   still answer those).
 //! - Per tenant (`[routes.quota]` tasks): a tenant at its quota makes room among its own tasks the same way;
 //!   when every one of them runs, its new task is refused with -32051.
-//! - Bounded in bytes too: a task keeps the latest [`MAX_HISTORY_BYTES`] of history (the oldest messages go,
-//!   the latest always stays) and [`MAX_ARTIFACT_BYTES`] of artifacts (text beyond is cut and ends with
-//!   [`ARTIFACT_TRUNCATED`]; later chunks of it are not kept). Live subscribers still get every chunk; what is
+//! - Bounded in bytes too: a task keeps the latest [`content::MAX_HISTORY_BYTES`] of history (the oldest messages go,
+//!   the latest always stays) and [`content::MAX_ARTIFACT_BYTES`] of artifacts (text beyond is cut and ends with
+//!   [`content::ARTIFACT_TRUNCATED`]; later chunks of it are not kept). Live subscribers still get every chunk; what is
 //!   bounded is what `tasks/get` and a resubscription read back. Sizes: text by its bytes, other parts and
 //!   messages by their JSON length.
 //! - The fan-out is a broadcast channel per run, made for its first subscriber (most runs have none, and
@@ -33,7 +33,11 @@ use super::encoder::{self, CancelReason};
 use super::rpc::RpcError;
 use super::wire::{self, StreamResult, TaskState};
 use crate::model::new_id;
-use crate::size::json_len;
+
+mod content;
+
+pub use content::with_history_length;
+use content::{merge_artifact, push_history};
 
 /// How long a task is kept without being used.
 pub const IDLE_TTL: Duration = Duration::from_secs(24 * 60 * 60);
@@ -41,13 +45,6 @@ pub const IDLE_TTL: Duration = Duration::from_secs(24 * 60 * 60);
 pub const MAX_TASKS: usize = 10_000;
 /// How many updates a live subscriber may fall behind before it is resynchronised.
 pub const FANOUT: usize = 256;
-/// The bytes of history a task keeps.
-pub const MAX_HISTORY_BYTES: usize = 1 << 20;
-/// The bytes of artifacts a task keeps.
-pub const MAX_ARTIFACT_BYTES: usize = 1 << 20;
-/// Ends an artifact's kept text when the rest of it was not kept.
-pub const ARTIFACT_TRUNCATED: &str =
-    "…[truncated: the task's artifacts exceeded what the proxy keeps]";
 /// How often expired tasks are swept (on the next new task).
 const SWEEP_EVERY: Duration = Duration::from_secs(60);
 
@@ -595,135 +592,11 @@ impl Entry {
         }
     }
 }
-
-/// Appends a message, then drops the oldest ones beyond [`MAX_HISTORY_BYTES`] (never the latest).
-fn push_history(history: &mut Vec<wire::Message>, message: wire::Message) {
-    history.push(message);
-    let sizes: Vec<usize> = history.iter().map(json_len).collect();
-    let mut total: usize = sizes.iter().sum();
-    let mut drop = 0;
-    while total > MAX_HISTORY_BYTES && drop + 1 < history.len() {
-        total -= sizes[drop];
-        drop += 1;
-    }
-    history.drain(..drop);
-}
-
-fn part_bytes(part: &wire::Part) -> usize {
-    match part {
-        wire::Part::Text { text, .. } => text.len(),
-        other => json_len(other),
-    }
-}
-
-/// Keeps a task's artifacts within [`MAX_ARTIFACT_BYTES`]: the parts of artifact `index` that do not fit go,
-/// a text part is cut and marked [`ARTIFACT_TRUNCATED`].
-fn bound_artifacts(artifacts: &mut [wire::Artifact], index: usize) {
-    let total: usize = artifacts
-        .iter()
-        .flat_map(|artifact| &artifact.parts)
-        .map(part_bytes)
-        .sum();
-    let mut over = total.saturating_sub(MAX_ARTIFACT_BYTES);
-    let parts = &mut artifacts[index].parts;
-    while over > 0 {
-        match parts.last_mut() {
-            Some(wire::Part::Text { text, .. }) if text.ends_with(ARTIFACT_TRUNCATED) => {
-                let keep = text.len() - ARTIFACT_TRUNCATED.len();
-                let cut = crate::logging::char_prefix(text, keep.saturating_sub(over)).len();
-                text.truncate(cut);
-                text.push_str(ARTIFACT_TRUNCATED);
-                return;
-            }
-            Some(wire::Part::Text { text, .. }) if text.len() > over => {
-                let keep = text.len() - over;
-                let cut = crate::logging::char_prefix(
-                    text,
-                    keep.saturating_sub(ARTIFACT_TRUNCATED.len()),
-                )
-                .len();
-                text.truncate(cut);
-                text.push_str(ARTIFACT_TRUNCATED);
-                return;
-            }
-            Some(part) => {
-                over = over.saturating_sub(part_bytes(part));
-                parts.pop();
-            }
-            None => return,
-        }
-    }
-}
-
-/// Merges a chunk into the task's artifacts: one artifact per id; `append` adds parts (a text part joins the
-/// text part before it), otherwise the chunk replaces the artifact. Appending to an unknown id creates it.
-pub fn merge_artifact(artifacts: &mut Vec<wire::Artifact>, chunk: &wire::Artifact, append: bool) {
-    let Some(existing) = artifacts
-        .iter_mut()
-        .find(|a| a.artifact_id == chunk.artifact_id)
-    else {
-        let mut artifact = chunk.clone();
-        artifact.parts = Vec::new();
-        push_parts(&mut artifact.parts, &chunk.parts);
-        artifacts.push(artifact);
-        let last = artifacts.len() - 1;
-        bound_artifacts(artifacts, last);
-        return;
-    };
-    if !append {
-        existing.parts.clear();
-    }
-    push_parts(&mut existing.parts, &chunk.parts);
-    if chunk.name.is_some() {
-        existing.name.clone_from(&chunk.name);
-    }
-    if chunk.description.is_some() {
-        existing.description.clone_from(&chunk.description);
-    }
-    if chunk.metadata.is_some() {
-        existing.metadata.clone_from(&chunk.metadata);
-    }
-    if let Some(index) = artifacts
-        .iter()
-        .position(|a| a.artifact_id == chunk.artifact_id)
-    {
-        bound_artifacts(artifacts, index);
-    }
-}
-
-/// Appends parts, joining consecutive text parts (the text of an empty part alone is kept only when nothing
-/// else is there).
-fn push_parts(parts: &mut Vec<wire::Part>, new: &[wire::Part]) {
-    for part in new {
-        match (parts.last_mut(), part) {
-            (
-                Some(wire::Part::Text {
-                    text: last,
-                    metadata: None,
-                }),
-                wire::Part::Text {
-                    text,
-                    metadata: None,
-                },
-            ) => last.push_str(text),
-            _ => parts.push(part.clone()),
-        }
-    }
-}
-
-/// The task with only its last `history_length` messages (all when absent).
-pub fn with_history_length(mut task: wire::Task, history_length: Option<u64>) -> wire::Task {
-    if let Some(length) = history_length {
-        let keep = usize::try_from(length).unwrap_or(usize::MAX);
-        let drop = task.history.len().saturating_sub(keep);
-        task.history.drain(..drop);
-    }
-    task
-}
-
 #[cfg(test)]
 mod tests {
+    use super::content::{ARTIFACT_TRUNCATED, MAX_ARTIFACT_BYTES, MAX_HISTORY_BYTES};
     use super::*;
+    use crate::size::json_len;
     use serde_json::json;
 
     fn user(text: &str) -> wire::Message {

@@ -6,7 +6,6 @@
 //! the session's callback tools are POSTed to their `callbackUrl`, and the result continues the run as a
 //! tool message. The run ends at a canonical terminal that is not a pause (`specs/cmdc.md` §4.3).
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -24,10 +23,15 @@ use super::wire::{self, CallbackAnswer, CallbackTool, Event as Cmdc, ToolCallbac
 use crate::egress::Egress;
 use crate::face::EventEncoder;
 use crate::model::{
-    new_id, Event, GenerationOptions, History, InterruptKind, Message, Outcome, Resume,
-    ResumeStatus, Role, Tool, Turn, Usage,
+    new_id, Event, GenerationOptions, History, InterruptKind, Message, Resume, ResumeStatus, Role,
+    Tool, Turn,
 };
 use crate::translate::Translator;
+
+mod encode;
+
+pub use encode::Encoder;
+use encode::{interrupt_event, Call};
 
 /// A callback tool's default time to answer.
 const CALLBACK_TIMEOUT: Duration = Duration::from_secs(30);
@@ -457,174 +461,6 @@ pub enum End {
     Error(String),
     /// The session was deleted.
     Closed,
-}
-
-#[derive(Debug, Clone)]
-struct Call {
-    id: String,
-    name: String,
-    args: String,
-}
-
-/// Canonical events of one turn to CMDC events (§4.3).
-pub struct Encoder {
-    client_tools: Vec<String>,
-    calls: HashMap<String, Call>,
-    /// Calls of callback tools the turn made and did not answer.
-    client_calls: Vec<Call>,
-    /// Interrupts the turn asked.
-    asked: Vec<Pending>,
-    text: String,
-    last_text: Option<String>,
-    logged_calls: Vec<Value>,
-    server_results: Vec<(String, String, String, bool)>,
-    usage: wire::TokenUsage,
-    /// How the turn ended, once its terminal event came.
-    end: Option<End>,
-}
-
-impl Encoder {
-    pub fn new(client_tools: Vec<String>) -> Self {
-        Self {
-            client_tools,
-            calls: HashMap::new(),
-            client_calls: Vec::new(),
-            asked: Vec::new(),
-            text: String::new(),
-            last_text: None,
-            logged_calls: Vec::new(),
-            server_results: Vec::new(),
-            usage: wire::TokenUsage::default(),
-            end: None,
-        }
-    }
-}
-
-impl EventEncoder for Encoder {
-    type Out = Vec<Cmdc>;
-
-    /// Appends the CMDC events of one canonical event; at the terminal event, keeps how the turn ended.
-    fn encode(&mut self, event: Event, out: &mut Vec<Cmdc>) {
-        match event {
-            Event::TextStart {
-                role: Role::Assistant,
-                ..
-            } => {
-                out.push(Cmdc::MessageStart {});
-            }
-            Event::TextDelta { delta, .. } if !delta.is_empty() => {
-                self.text.push_str(&delta);
-                out.push(Cmdc::MessageDelta { delta });
-            }
-            Event::TextEnd { .. } if !self.text.is_empty() => {
-                self.last_text = Some(self.text.clone());
-            }
-            Event::ReasoningStart { .. } => out.push(Cmdc::ThinkingStart {}),
-            Event::ReasoningDelta { delta, .. } if !delta.is_empty() => {
-                out.push(Cmdc::ThinkingDelta { delta });
-            }
-            Event::ToolCallStart { call_id, name, .. } => {
-                self.calls.insert(
-                    call_id.clone(),
-                    Call {
-                        id: call_id,
-                        name,
-                        args: String::new(),
-                    },
-                );
-            }
-            Event::ToolCallArgs { call_id, delta } => {
-                if let Some(call) = self.calls.get_mut(&call_id) {
-                    call.args.push_str(&delta);
-                }
-            }
-            Event::ToolCallEnd { call_id } => {
-                if let Some(call) = self.calls.get(&call_id).cloned() {
-                    let args = parse_args(&call.args);
-                    self.logged_calls
-                        .push(json!({"id": call.id, "name": call.name, "args": args}));
-                    out.push(Cmdc::ToolCalls { count: 1 });
-                    out.push(Cmdc::ToolExecutionStart {
-                        tool_name: call.name.clone(),
-                        call_id: call.id.clone(),
-                        args,
-                    });
-                    if self.client_tools.contains(&call.name) {
-                        self.client_calls.push(call);
-                    }
-                }
-            }
-            Event::ToolResult {
-                call_id,
-                content,
-                is_error,
-                ..
-            } => {
-                self.client_calls.retain(|call| call.id != call_id);
-                let name = self
-                    .calls
-                    .get(&call_id)
-                    .map(|c| c.name.clone())
-                    .unwrap_or_default();
-                out.push(Cmdc::ToolExecutionEnd {
-                    tool_name: name.clone(),
-                    call_id: call_id.clone(),
-                    status: if is_error { "error" } else { "ok" }.into(),
-                    result: Value::String(truncate(&content, RESULT_LIMIT)),
-                });
-                self.server_results.push((call_id, name, content, is_error));
-            }
-            Event::Usage(usage) => self.usage = token_usage(&usage, self.usage),
-            Event::RunFinished { outcome, usage } => {
-                if let Some(usage) = usage {
-                    self.usage = token_usage(&usage, self.usage);
-                }
-                self.end = Some(match outcome {
-                    Outcome::Completed => End::Completed,
-                    Outcome::Interrupted => End::Interrupted,
-                    Outcome::Cancelled => End::Cancelled,
-                });
-            }
-            Event::RunError(error) if error.is_cancelled() => self.end = Some(End::Cancelled),
-            Event::RunError(error) => self.end = Some(End::Error(error.message().to_owned())),
-            _ => {}
-        }
-    }
-}
-
-/// `approval_required` or `ask_user` for a canonical interrupt.
-fn interrupt_event(id: &str, kind: InterruptKind) -> Cmdc {
-    match kind {
-        InterruptKind::Approval { tool, args, hint } => Cmdc::ApprovalRequired {
-            approval_id: id.to_owned(),
-            tool_name: tool,
-            args,
-            hint: hint.unwrap_or_default(),
-            requested_at: Some(timestamp(SystemTime::now(), false)),
-        },
-        InterruptKind::Question { text, options } => Cmdc::AskUser {
-            reference: id.to_owned(),
-            question: text,
-            options: (!options.is_empty()).then_some(options),
-        },
-        other => Cmdc::AskUser {
-            reference: id.to_owned(),
-            question: other.prompt(),
-            options: None,
-        },
-    }
-}
-
-/// The canonical usage added to what the turn reported so far.
-fn token_usage(usage: &Usage, mut total: wire::TokenUsage) -> wire::TokenUsage {
-    let input = usage.input_tokens.unwrap_or(0);
-    let output = usage.output_tokens.unwrap_or(0);
-    total.prompt_tokens = total.prompt_tokens.max(input);
-    total.completion_tokens = total.completion_tokens.max(output);
-    total.total_tokens = total
-        .total_tokens
-        .max(usage.total_tokens.unwrap_or(input + output));
-    total
 }
 
 fn tool_from_callback(tool: &CallbackTool) -> Tool {
