@@ -3,10 +3,13 @@
 use std::collections::HashSet;
 
 use serde_json::Value;
+use tracing::debug;
 
 use crate::error::{Error, Result};
+use crate::face::{StreamEnd, UpstreamDecoder};
 use crate::model::{new_id, Event, Interrupt, InterruptKind, Usage};
 use crate::protocol::cmdc::wire;
+use crate::sse::SseEvent;
 
 use super::encode::answer_text;
 use super::{StepEnd, Waiting};
@@ -23,9 +26,56 @@ pub struct Decoder {
     shown_calls: HashSet<String>,
     /// Client tool calls the client answered itself: the gateway's report of their end is not shown.
     pub(super) answered: HashSet<String>,
+    /// The run before our queued prompt's ended: the gateway closes the stream after each run, so the next
+    /// run, ours, is read on a new subscription.
+    pub(super) resubscribe: bool,
+    /// How the step ended, once its run ended, paused or failed.
+    ended: Option<Result<StepEnd>>,
+}
+
+impl UpstreamDecoder for Decoder {
+    /// One frame of the session's events: over when the step's run ended, paused or failed (see
+    /// [`Decoder::take_end`]). Frames without a name and events this proxy does not translate are dropped; a
+    /// frame that does not read is `UPSTREAM_MALFORMED`.
+    fn frame(&mut self, frame: &SseEvent, out: &mut Vec<Event>) -> Result<bool> {
+        let Some(name) = frame.event.as_deref() else {
+            debug!("dropping a CMDC frame without an event name");
+            return Ok(false);
+        };
+        let event = wire::Event::from_sse(name, &frame.data).map_err(|e| {
+            Error::upstream_malformed(format!("the CMDC event `{name}` does not read: {e}"))
+        })?;
+        let Some(event) = event else {
+            debug!(
+                event = %crate::logging::clipped(name),
+                "dropping a CMDC event this proxy does not translate"
+            );
+            return Ok(false);
+        };
+        self.resubscribe = self.skip_until_prompt.is_some() && event.is_terminal();
+        let step = self.decode(event, out);
+        if self.resubscribe {
+            self.skip_until_prompt = None;
+        }
+        self.ended = step.transpose();
+        Ok(self.ended.is_some())
+    }
+
+    /// The gateway ends each run with an event of its own: a body that ends first was cut off.
+    fn end(&mut self, _end: StreamEnd, _out: &mut Vec<Event>) -> Result<()> {
+        Err(Error::upstream_eof())
+    }
 }
 
 impl Decoder {
+    /// How the step ended, once [`UpstreamDecoder::frame`] said it is over: the gateway's run ended or paused,
+    /// or the agent failed.
+    pub(super) fn take_end(&mut self) -> Result<StepEnd> {
+        self.ended
+            .take()
+            .unwrap_or_else(|| Err(Error::upstream_eof()))
+    }
+
     /// Decodes one event. `Ok(Some(_))` when the step's run ended or paused; `Err` when it failed.
     pub fn decode(&mut self, event: wire::Event, out: &mut Vec<Event>) -> Result<Option<StepEnd>> {
         use wire::Event as W;

@@ -44,6 +44,7 @@ use super::wire;
 use crate::body::{self, Body, BodyLimit};
 use crate::config::RouteConfig;
 use crate::error::{Error, Result};
+use crate::face::UpstreamDecoder;
 use crate::model::{Event, Message, Outcome, Role, Turn, Usage};
 use crate::relay::{Next, UpstreamEvents};
 use crate::sse;
@@ -512,45 +513,24 @@ impl Outbound {
                     return Ok(StepEnd::Paused(waiting));
                 }
             };
-            // The gateway ends each run with an event of its own: a body that ends first was cut off.
-            let Next::Frame(frame) = next? else {
-                return Err(Error::upstream_eof().into());
+            // A body that ends early, or a frame that does not read, leaves the gateway's run to the guard.
+            let over = match next? {
+                Next::Frame(frame) => decoder.frame(&frame, &mut out)?,
+                Next::End(end) => {
+                    decoder.end(end, &mut out)?;
+                    true
+                }
             };
-            let Some(name) = frame.event.as_deref() else {
-                debug!("dropping a CMDC frame without an event name");
-                continue;
-            };
-            let event = wire::Event::from_sse(name, &frame.data).map_err(|e| {
-                Error::upstream_malformed(format!("the CMDC event `{name}` does not read: {e}"))
-            })?;
-            let Some(event) = event else {
-                debug!(
-                    event = %crate::logging::clipped(name),
-                    "dropping a CMDC event this proxy does not translate"
-                );
-                continue;
-            };
-            // The gateway closes the stream after each run: one that ends before our queued prompt's run
-            // starts means a new subscription, and the next run is ours.
-            let earlier_run_ended = decoder.skip_until_prompt.is_some() && event.is_terminal();
-            let end = decoder.decode(event, &mut out);
-            if earlier_run_ended {
-                decoder.skip_until_prompt = None;
+            if std::mem::take(&mut decoder.resubscribe) {
                 reader = self.subscribe(session).await?;
             }
             for event in out.drain(..) {
                 context.emit(event).await?;
             }
-            match end {
-                Ok(None) => {}
-                Ok(Some(end)) => {
-                    guard.armed = false;
-                    return Ok(end);
-                }
-                Err(error) => {
-                    guard.armed = false;
-                    return Err(error.into());
-                }
+            if over {
+                // The run ended, paused or failed on the gateway's side: nothing is left to abort.
+                guard.armed = false;
+                return decoder.take_end().map_err(StepError::from);
             }
         }
     }
