@@ -6,15 +6,13 @@
 //! the AG-UI upstreams are the scripted `Reply` streams of `support::ag_ui`. Every AG-UI stream the proxy
 //! serves must pass the AG-UI conservative profile.
 
-mod support;
-
 use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use support::a2a::{self, Agent};
-use support::ag_ui::{self, finished, input, started, text, tool, user};
-use support::{Proxy, Reply, Upstream};
+use crate::support::a2a::{self, Agent};
+use crate::support::ag_ui::{self, finished, input, started, text, tool, user};
+use crate::support::{Proxy, Reply, Upstream};
 
 const PATH: &str = "/agents/pair";
 

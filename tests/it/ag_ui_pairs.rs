@@ -2,14 +2,12 @@
 //! real socket, one test per behaviour. Every stream a client receives must also pass the AG-UI
 //! conservative profile (`support::ag_ui::check`).
 
-mod support;
-
 use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use support::ag_ui::{self, call, finished, input, started, text, tool, user, Profile};
-use support::{within, Proxy, Reply, Upstream};
+use crate::support::ag_ui::{self, call, finished, input, started, text, tool, user, Profile};
+use crate::support::{within, Proxy, Reply, Upstream};
 
 const PATH: &str = "/agents/pair";
 

@@ -13,8 +13,6 @@
 //! Needs what `bash .ci/run` installs (the venv `tests/interop/.venv`, `npm ci` in
 //! `tests/interop/ag-ui/client-1.0.0`); without it the tests fail and say so.
 
-mod support;
-
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -22,9 +20,10 @@ use std::time::Duration;
 use agent_bridge::config::Config;
 use agent_bridge::server::Server;
 use serde_json::{json, Value};
-use support::interop::{require_installed, run_driver, Process};
 use tokio::process::Command;
 use tokio::sync::oneshot;
+
+use crate::support::interop::{require_installed, run_driver, Process};
 
 /// The longest a peer may take to print its port (the A2A server imports a2a-sdk and uvicorn first).
 const START_LIMIT: Duration = Duration::from_secs(30);

@@ -13,8 +13,6 @@
 //! on what the real server logged it received. Needs what `bash .ci/run` installs: `npm ci` in
 //! `tests/interop/*/client-*/` and the Python venv `tests/interop/.venv`; without them the tests fail and say so.
 
-mod support;
-
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -22,9 +20,10 @@ use std::time::Duration;
 use agent_bridge::config::Config;
 use agent_bridge::server::Server;
 use serde_json::{json, Value};
-use support::interop::{require_installed, run_driver, Process};
 use tokio::process::Command;
 use tokio::sync::oneshot;
+
+use crate::support::interop::{require_installed, run_driver, Process};
 
 /// The pinned `@ag-ui/client` versions installed for `tests/interop_ag_ui.rs`.
 const AG_UI_CLIENTS: [&str; 2] = ["1.0.0", "0.0.59"];

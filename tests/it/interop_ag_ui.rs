@@ -7,8 +7,6 @@
 //! Needs what `bash .ci/run` installs: `npm ci` in `tests/interop/ag-ui/client-*/` and the Python venv
 //! `tests/interop/.venv` (shared with the A2A interop tests). Without them the tests fail and say so.
 
-mod support;
-
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -16,9 +14,10 @@ use std::time::Duration;
 use agent_bridge::config::Config;
 use agent_bridge::server::Server;
 use serde_json::{json, Value};
-use support::interop::{require_installed, run_driver, Process};
 use tokio::process::Command;
 use tokio::sync::oneshot;
+
+use crate::support::interop::{require_installed, run_driver, Process};
 
 /// Every pinned client version; each lives in `tests/interop/ag-ui/client-VERSION/`.
 const CLIENTS: [&str; 2] = ["1.0.0", "0.0.59"];

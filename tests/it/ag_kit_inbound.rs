@@ -2,12 +2,11 @@
 //! upstreams: what a `useChat` client (`support::ag_kit::Chat`) sees, and how the inbound refuses bad
 //! requests (HTTP 400 `{"error":{"code","message"}}`, never forwarded, the conversation still usable).
 
-mod support;
-
 use serde_json::{json, Value};
 
-use support::ag_kit::{self as kit, Chat};
-use support::{post_json, Proxy, Reply, Upstream};
+use crate::support;
+use crate::support::ag_kit::{self as kit, Chat};
+use crate::support::{post_json, Proxy, Reply, Upstream};
 
 const PATH: &str = "/agents/kit";
 

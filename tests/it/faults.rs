@@ -10,15 +10,14 @@
 //! open), no run in flight, no client connection open. All cases run at once, each with its own proxy and
 //! upstream, so the matrix takes about one short route timeout.
 
-mod support;
-
 use std::future::Future;
 use std::time::Duration;
 
 use serde_json::{json, Value};
 use tokio::time::Instant;
 
-use support::{a2a, post_json, within_for, Proxy, Received, Reply, Silent, Upstream};
+use crate::support;
+use crate::support::{a2a, post_json, within_for, Proxy, Received, Reply, Silent, Upstream};
 
 /// The route's `timeout` (the whole upstream run) where the fault is an upstream that takes too long.
 const TIMEOUT: Duration = Duration::from_secs(2);

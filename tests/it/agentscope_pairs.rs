@@ -8,16 +8,14 @@
 //! stream must keep the runtime's lifecycle (sequence numbers from 0, created → in_progress → one terminal
 //! response). Every AG-UI stream the proxy serves must pass the AG-UI conservative profile.
 
-mod support;
-
 use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use support::a2a::{self, Agent};
-use support::ag_ui::{self, finished, started};
-use support::agentscope::{self as scope, Run};
-use support::{Proxy, Reply, Upstream};
+use crate::support::a2a::{self, Agent};
+use crate::support::ag_ui::{self, finished, started};
+use crate::support::agentscope::{self as scope, Run};
+use crate::support::{Proxy, Reply, Upstream};
 
 const PATH: &str = "/agents/pair";
 

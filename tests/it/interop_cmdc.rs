@@ -6,15 +6,14 @@
 //! The upstream is a scripted AG-UI agent: prompts containing "danger" ask for approval first. Needs the
 //! Python venv `tests/interop/.venv` that `bash .ci/run` installs; without it the test fails and says so.
 
-mod support;
-
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use support::interop::{require_installed, run_driver};
-use support::{Proxy, Reply, Upstream};
 use tokio::process::Command;
+
+use crate::support::interop::{require_installed, run_driver};
+use crate::support::{Proxy, Reply, Upstream};
 
 /// The longest the whole driver may take.
 const DRIVE_LIMIT: Duration = Duration::from_secs(60);

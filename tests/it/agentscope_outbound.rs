@@ -3,12 +3,10 @@
 //! field written). One test per behaviour; each checks what reached the runtime as well as what the client
 //! saw.
 
-mod support;
-
 use serde_json::{json, Value};
 
-use support::ag_ui::{self, assistant_call, input, tool, tool_result, user};
-use support::{Proxy, Received, Reply, Upstream};
+use crate::support::ag_ui::{self, assistant_call, input, tool, tool_result, user};
+use crate::support::{Proxy, Received, Reply, Upstream};
 
 const PATH: &str = "/agents/scope";
 

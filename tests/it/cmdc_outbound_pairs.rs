@@ -8,14 +8,13 @@
 //! events published while no subscriber is attached are lost. Every AG-UI stream the proxy serves must pass
 //! the AG-UI conservative profile.
 
-mod support;
-
 use serde_json::{json, Value};
 
-use support::ag_kit::Chat;
-use support::ag_ui;
-use support::cmdc::{self, Gateway, History, Options, Step, KEY};
-use support::{a2a, agentscope as scope, Proxy, Received};
+use crate::support;
+use crate::support::ag_kit::Chat;
+use crate::support::ag_ui;
+use crate::support::cmdc::{self, Gateway, History, Options, Step, KEY};
+use crate::support::{a2a, agentscope as scope, Proxy, Received};
 
 const PATH: &str = "/agents/pair";
 const MODEL: &str = "deepseek:deepseek-chat";

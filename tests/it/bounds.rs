@@ -3,8 +3,6 @@
 //! `max_connections`, a CMDC WebSocket that is silent (`ws_idle`) or sends too much (`max_body`); and the
 //! binary under a full file table and on SIGHUP.
 
-mod support;
-
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -19,9 +17,9 @@ use tokio::net::TcpStream;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::Message as WsMessage;
 
-use support::ag_ui::{finished, input, started, text, user};
-use support::binary::{agent_bridge, AgentBridge, TempConfig};
-use support::{send, within, within_for, Proxy, Reply};
+use crate::support::ag_ui::{finished, input, started, text, user};
+use crate::support::binary::{agent_bridge, AgentBridge, TempConfig};
+use crate::support::{send, within, within_for, Proxy, Reply};
 
 /// Longer than any bound these tests set (1 s), with room for a busy machine.
 const CLOSED_WITHIN: Duration = Duration::from_secs(5);

@@ -12,15 +12,13 @@
 //! full-history AG-UI client it sends only the messages the agent has not seen, under a stable
 //! `conversationId` of its own, and a rewritten history starts a fresh upstream conversation.
 
-mod support;
-
 use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use support::ag_kit::{self as kit, Chat};
-use support::ag_ui::{self, finished, started};
-use support::{post_json, Proxy, Reply, Upstream};
+use crate::support::ag_kit::{self as kit, Chat};
+use crate::support::ag_ui::{self, finished, started};
+use crate::support::{post_json, Proxy, Reply, Upstream};
 
 const PATH: &str = "/agents/pair";
 

@@ -2,8 +2,6 @@
 //! of a scripted AG-UI upstream that can be held mid-run (for what happens while a task runs). One test per
 //! behaviour.
 
-mod support;
-
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -11,8 +9,9 @@ use http::{Method, Request};
 use http_body_util::Full;
 use serde_json::{json, Value};
 
-use support::ag_ui::{finished, started, text};
-use support::{post_json, send, within, Proxy, Reply, Upstream};
+use crate::support;
+use crate::support::ag_ui::{finished, started, text};
+use crate::support::{post_json, send, within, Proxy, Reply, Upstream};
 
 const PATH: &str = "/agents/a2a";
 

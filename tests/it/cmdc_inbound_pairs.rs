@@ -9,20 +9,19 @@
 //! `tests/support`: `a2a::Agent`, the CMDC `Gateway`, AG-Kit v0 replies and `kit::memory_agent`, and the
 //! AgentScope `scope::runtime`.
 
-mod support;
-
 use bytes::Bytes;
 use http::{Method, Request, StatusCode};
 use http_body_util::Full;
 use serde_json::{json, Value};
 
-use support::a2a::{self, Agent};
-use support::ag_kit as kit;
-use support::agentscope::{self as scope, Run};
-use support::cmdc::{
+use crate::support;
+use crate::support::a2a::{self, Agent};
+use crate::support::ag_kit as kit;
+use crate::support::agentscope::{self as scope, Run};
+use crate::support::cmdc::{
     self, all, names, recv_ws, streamed_text, until, Gateway, History, Step, Ws, KEY as GATEWAY_KEY,
 };
-use support::{send, Proxy, Response, SseStream, Upstream};
+use crate::support::{send, Proxy, Response, SseStream, Upstream};
 
 const PATH: &str = "/gw";
 /// The API key of the CMDC client (tenant `acme`).
@@ -1751,8 +1750,8 @@ async fn cmdc_to_cmdc_two_tenants_with_the_same_session_id_have_distinct_upstrea
 
 #[tokio::test]
 async fn cmdc_to_agui_confirm_action_is_approval_required_and_approve_is_the_tools_result() {
-    use support::ag_ui::{call as agui_call, finished, started, text};
-    use support::Reply;
+    use crate::support::ag_ui::{call as agui_call, finished, started, text};
+    use crate::support::Reply;
     let upstream = Upstream::serve([
         Reply::sse()
             .event(started())
@@ -1802,8 +1801,8 @@ async fn cmdc_to_agui_confirm_action_is_approval_required_and_approve_is_the_too
 
 #[tokio::test]
 async fn cmdc_to_agui_ask_user_call_is_ask_user_and_respond_is_the_tools_result() {
-    use support::ag_ui::{call as agui_call, finished, started, text};
-    use support::Reply;
+    use crate::support::ag_ui::{call as agui_call, finished, started, text};
+    use crate::support::Reply;
     let upstream = Upstream::serve([
         Reply::sse()
             .event(started())

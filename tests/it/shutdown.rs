@@ -4,8 +4,6 @@
 //!
 //! Every case runs one inbound against the same AG-UI agent that says a word and then never ends.
 
-mod support;
-
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -14,9 +12,10 @@ use http_body_util::Full;
 use serde_json::{json, Value};
 use tokio::time::Instant;
 
-use support::ag_kit::{self as kit};
-use support::ag_ui::{self, started, user};
-use support::{a2a, agentscope, cmdc, post_json, within, Proxy, Reply, Upstream};
+use crate::support;
+use crate::support::ag_kit::{self as kit};
+use crate::support::ag_ui::{self, started, user};
+use crate::support::{a2a, agentscope, cmdc, post_json, within, Proxy, Reply, Upstream};
 
 const PATH: &str = "/agents/goodbye";
 /// How long the proxy lets open streams run after the shutdown signal.

@@ -9,15 +9,14 @@
 //! `support::ag_kit::Chat`; runtimes are scripted like agentscope-runtime 1.1.6.post2 and every AgentScope
 //! stream the proxy serves must keep the runtime's lifecycle (`scope::run` checks it).
 
-mod support;
-
 use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use support::ag_kit::{self as kit, Chat};
-use support::agentscope::{self as scope, Run};
-use support::{post_json, Proxy, Upstream};
+use crate::support;
+use crate::support::ag_kit::{self as kit, Chat};
+use crate::support::agentscope::{self as scope, Run};
+use crate::support::{post_json, Proxy, Upstream};
 
 const PATH: &str = "/agents/pair";
 

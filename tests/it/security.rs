@@ -6,8 +6,6 @@
 //! to the proxy to be refused by its policy before any socket opens (src/egress.rs has the unit tests that
 //! prove it with an injected resolver); this machine never sends them traffic.
 
-mod support;
-
 use std::io::Write;
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -15,8 +13,10 @@ use bytes::Bytes;
 use http::{Method, Request, StatusCode};
 use http_body_util::Full;
 use serde_json::{json, Value};
-use support::cmdc::{self as gateway, all, names, Gate, Gateway, KEY};
-use support::{ag_ui, send, Proxy, Reply, Response, Upstream};
+
+use crate::support;
+use crate::support::cmdc::{self as gateway, all, names, Gate, Gateway, KEY};
+use crate::support::{ag_ui, send, Proxy, Reply, Response, Upstream};
 
 // --- A CMDC client --------------------------------------------------------------------------------------------
 

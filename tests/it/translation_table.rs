@@ -544,7 +544,7 @@ fn every_inbound_outbound_pair_has_a_section_under_pairs() {
 }
 
 /// The pairs `tests/matrix.rs` runs: its `<inbound>_to_<outbound>` entries, protocols in snake case.
-const MATRIX: &str = "tests/matrix.rs";
+const MATRIX: &str = "tests/it/matrix.rs";
 
 fn snake(name: &str) -> String {
     name.replace('-', "_")

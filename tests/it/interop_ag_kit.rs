@@ -21,15 +21,14 @@
 //! `bash .ci/run` makes (`tests/interop/.venv`, which also holds `cloudbase-agent-server`); without it the
 //! tests fail and say so.
 
-mod support;
-
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use support::interop::{require_installed, run_driver, Process};
-use support::Proxy;
 use tokio::process::Command;
+
+use crate::support::interop::{require_installed, run_driver, Process};
+use crate::support::Proxy;
 
 /// The longest one client run (every step of a scenario) may take.
 const DRIVE_LIMIT: Duration = Duration::from_secs(40);

@@ -18,8 +18,6 @@
 //! `tests/interop/agentscope/.venv` (agentscope-runtime needs a2a-sdk 0.3, so it has a venv of its own);
 //! without them the tests fail and say so.
 
-mod support;
-
 use std::collections::HashSet;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -28,9 +26,10 @@ use std::time::Duration;
 use agent_bridge::config::Config;
 use agent_bridge::server::Server;
 use serde_json::{json, Value};
-use support::interop::{require_installed_with, run_driver, Process};
 use tokio::process::Command;
 use tokio::sync::oneshot;
+
+use crate::support::interop::{require_installed_with, run_driver, Process};
 
 /// The pinned `@ag-ui/client` versions installed for `tests/interop_ag_ui.rs`.
 const AG_UI_CLIENTS: [&str; 2] = ["1.0.0", "0.0.59"];

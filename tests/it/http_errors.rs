@@ -2,8 +2,6 @@
 //! problem, and nothing sent upstream), the health check, HTTP/2 clients, graceful shutdown, and
 //! `agent-bridge check`.
 
-mod support;
-
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -14,9 +12,9 @@ use http_body_util::Full;
 use serde_json::json;
 use tokio::net::TcpStream;
 
-use support::ag_ui::{self, finished, input, started, text, user, Profile};
-use support::binary::{agent_bridge, AgentBridge, TempConfig};
-use support::{send, send_over_http2, within, Proxy, Reply, Response, Upstream};
+use crate::support::ag_ui::{self, finished, input, started, text, user, Profile};
+use crate::support::binary::{agent_bridge, AgentBridge, TempConfig};
+use crate::support::{send, send_over_http2, within, Proxy, Reply, Response, Upstream};
 
 const PATH: &str = "/agents/pair";
 

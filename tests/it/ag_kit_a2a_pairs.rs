@@ -9,17 +9,15 @@
 //! anything `useChat` would choke on); A2A agents are scripted like a2a-sdk 0.2.13; v0 agents are scripted
 //! `kit::reply` streams or `kit::memory_agent`.
 
-mod support;
-
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use support::a2a::{self, Agent};
-use support::ag_kit::{self as kit, Chat};
-use support::{post_json, Proxy, Reply, Upstream};
+use crate::support::a2a::{self, Agent};
+use crate::support::ag_kit::{self as kit, Chat};
+use crate::support::{post_json, Proxy, Reply, Upstream};
 
 const PATH: &str = "/agents/pair";
 

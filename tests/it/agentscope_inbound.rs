@@ -1,8 +1,6 @@
 //! The AgentScope inbound through the real server on a real socket: in front of the built-in echo agent, and
 //! in front of a scripted AG-UI upstream that can be held mid-run (for the run lock). One test per behaviour.
 
-mod support;
-
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -10,8 +8,8 @@ use http::{Method, Request};
 use http_body_util::Full;
 use serde_json::{json, Value};
 
-use support::ag_ui::{finished, started, text};
-use support::{post_json, send, Proxy, Reply, SseStream, Upstream};
+use crate::support::ag_ui::{finished, started, text};
+use crate::support::{post_json, send, Proxy, Reply, SseStream, Upstream};
 
 const PATH: &str = "/agents/as";
 

@@ -1,8 +1,6 @@
 //! The CMDC inbound (we are a CMDC gateway), in-process over real sockets, with the built-in echo agent or
 //! scripted upstreams: what a cmdc-sdk client sees.
 
-mod support;
-
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -10,9 +8,10 @@ use futures_util::SinkExt;
 use http::{Method, Request, StatusCode};
 use http_body_util::Full;
 use serde_json::{json, Value};
-use support::cmdc::{all, frames, names, recv_ws, streamed_text, until, Ws};
-use support::{send, within, Proxy, Reply, Response, SseStream, Upstream};
 use tokio_tungstenite::tungstenite::Message as WsMessage;
+
+use crate::support::cmdc::{all, frames, names, recv_ws, streamed_text, until, Ws};
+use crate::support::{send, within, Proxy, Reply, Response, SseStream, Upstream};
 
 const KEYS: &str = "[routes.api_keys]\n\"sk-a\" = \"acme\"\n\"sk-b\" = \"globex\"\n";
 

@@ -20,23 +20,16 @@
 //! asks no free-text questions; echo has no upstream), the scenario asserts the documented downgrade
 //! (docs/translation.md) instead.
 
-mod support;
-
-#[path = "matrix/a2a.rs"]
 mod a2a;
-#[path = "matrix/ag_kit.rs"]
 mod ag_kit;
-#[path = "matrix/ag_ui.rs"]
 mod ag_ui;
-#[path = "matrix/agentscope.rs"]
 mod agentscope;
-#[path = "matrix/cmdc.rs"]
 mod cmdc;
-#[path = "matrix/peers.rs"]
 mod peers;
 
 use peers::{Agent, Capabilities, Client, Protocol, Script, Seen};
-use support::{within, Proxy, Upstream};
+
+use crate::support::{within, Proxy, Upstream};
 
 /// Where a pair's route sends its turns.
 #[derive(Clone, Copy, Debug)]
