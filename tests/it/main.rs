@@ -1,6 +1,9 @@
 //! The integration tests: one test binary (`cargo test --test it`), one module per area, all sharing
 //! [`support`]. One binary links the library and the dependencies once instead of once per test file, and
-//! runs every test in one process.
+//! runs every test in one process, so no test may change process-wide state that another test reads:
+//! environment variables are set only under names no other test uses (`AGENT_BRIDGE_<AREA>_TEST_*`), and
+//! logs are captured by a subscriber that is the test thread's default (`security::captured_logs`), never a
+//! global one.
 //!
 //! Run one area with a filter: `cargo test --test it matrix::`, `cargo test --test it interop_`.
 

@@ -7,7 +7,7 @@
 //! prove it with an injected resolver); this machine never sends them traffic.
 
 use std::io::Write;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use http::{Method, Request, StatusCode};
@@ -463,19 +463,19 @@ async fn a_cmdc_websocket_is_opened_only_by_pages_of_listed_origins_or_the_proxy
 
 // --- Secrets in errors --------------------------------------------------------------------------------------
 
-/// Everything the proxy logged in this test binary, at every level.
-fn captured_logs() -> Arc<Mutex<Vec<u8>>> {
-    static LOGS: OnceLock<Arc<Mutex<Vec<u8>>>> = OnceLock::new();
-    Arc::clone(LOGS.get_or_init(|| {
-        let logs = Arc::new(Mutex::new(Vec::new()));
-        let sink = Arc::clone(&logs);
-        tracing_subscriber::fmt()
-            .with_max_level(tracing::Level::TRACE)
-            .with_ansi(false)
-            .with_writer(move || LogWriter(Arc::clone(&sink)))
-            .init();
-        logs
-    }))
+/// Everything logged on this thread, at every level, until the guard drops. The subscriber is this thread's
+/// default, not the process's: every test of the one test binary shares the process, and a global one would
+/// take the others' logs (at TRACE) too. A `#[tokio::test]` runs on one thread, and so does an in-process
+/// [`Proxy`] it starts: everything the proxy logs is captured.
+fn captured_logs() -> (Arc<Mutex<Vec<u8>>>, tracing::subscriber::DefaultGuard) {
+    let logs = Arc::new(Mutex::new(Vec::new()));
+    let sink = Arc::clone(&logs);
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::TRACE)
+        .with_ansi(false)
+        .with_writer(move || LogWriter(Arc::clone(&sink)))
+        .finish();
+    (logs, tracing::subscriber::set_default(subscriber))
 }
 
 struct LogWriter(Arc<Mutex<Vec<u8>>>);
@@ -492,7 +492,7 @@ impl Write for LogWriter {
 
 #[tokio::test]
 async fn an_unreachable_upstreams_key_in_its_url_reaches_neither_client_nor_log() {
-    let logs = captured_logs();
+    let (logs, _logging) = captured_logs();
     let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = closed.local_addr().unwrap().port();
     drop(closed);
