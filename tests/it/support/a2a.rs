@@ -104,7 +104,6 @@ enum Step {
     Result(Value),
     Error(i64, String),
     Ping,
-    Delay(u64),
     Gate,
     Hang,
 }
@@ -152,11 +151,6 @@ impl Answer {
         self
     }
 
-    pub fn delay(mut self, millis: u64) -> Answer {
-        self.steps.push(Step::Delay(millis));
-        self
-    }
-
     /// Waits here until the test calls [`Upstream::release`].
     pub fn gate(mut self) -> Answer {
         self.steps.push(Step::Gate);
@@ -192,7 +186,6 @@ impl Answer {
                     reply.frame(&format!("data: {response}\r\n\r\n"))
                 }
                 Step::Ping => reply.frame(": ping - 2025-07-15 14:50:28.575338+00:00\r\n\r\n"),
-                Step::Delay(millis) => reply.delay(*millis),
                 Step::Gate => reply.gate(),
                 Step::Hang => reply.hang(),
             };

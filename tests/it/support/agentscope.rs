@@ -55,7 +55,6 @@ enum Step {
     Completed,
     Failed(String, String),
     BareError(String),
-    Delay(u64),
     Gate,
     Hang,
     Cut,
@@ -145,11 +144,6 @@ impl Run {
     pub fn failed(mut self, code: &str, message: &str) -> Run {
         self.steps
             .push(Step::Failed(code.to_owned(), message.to_owned()));
-        self
-    }
-
-    pub fn delay(mut self, millis: u64) -> Run {
-        self.steps.push(Step::Delay(millis));
         self
     }
 
@@ -395,7 +389,6 @@ impl Frames {
                 let frame = format!("data: {}\n\n", json!({"error": text}));
                 self.with(|reply| reply.frame(&frame));
             }
-            Step::Delay(millis) => self.with(|reply| reply.delay(*millis)),
             Step::Gate => self.with(Reply::gate),
             Step::Hang => self.with(Reply::hang),
             Step::Cut => self.with(Reply::close_mid_stream),

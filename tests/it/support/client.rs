@@ -89,8 +89,6 @@ impl Response {
     /// The body as an SSE stream, read incrementally.
     pub fn sse(self) -> SseStream {
         SseStream {
-            status: self.status,
-            headers: self.headers,
             body: self.body,
             buf: Vec::new(),
             raw: Vec::new(),
@@ -102,8 +100,6 @@ impl Response {
 /// An SSE response being read. Each frame's `data:` lines are joined and parsed as JSON; comments are
 /// skipped. `raw` keeps every byte received, for framing checks.
 pub struct SseStream {
-    pub status: StatusCode,
-    pub headers: HeaderMap,
     body: Incoming,
     buf: Vec<u8>,
     pub raw: Vec<u8>,

@@ -62,9 +62,7 @@ pub const USAGE: (u64, u64, u64) = (50, 5, 55);
 /// What a session has been told before the prompt being answered.
 #[derive(Clone, Debug, Default)]
 pub struct History {
-    pub session_id: String,
     pub model: String,
-    pub system_prompt: Option<String>,
     /// The session's earlier prompts, oldest first.
     pub prompts: Vec<String>,
     /// The callback tools registered on the session (`POST …/tools`), in order.
@@ -701,9 +699,7 @@ fn create(request: &Received, state: &Arc<State>) -> http::Response<Body> {
         prompts,
         inner: Mutex::new(SessionState {
             history: History {
-                session_id: id.clone(),
                 model: model.to_owned(),
-                system_prompt: field(request, "systemPrompt").map(str::to_owned),
                 prompts: Vec::new(),
                 tools: Vec::new(),
             },

@@ -4,9 +4,6 @@
 //! Everything binds `127.0.0.1:0`, every wait is bounded by [`WAIT`], and everything started stops when its
 //! handle is dropped. Protocol knowledge lives in one submodule per protocol ([`ag_ui`], [`a2a`], [`agentscope`], [`ag_kit`]).
 
-// Each test file compiles this module and uses a different part of it.
-#![allow(dead_code, unused_imports)]
-
 pub mod a2a;
 pub mod ag_kit;
 pub mod ag_ui;
