@@ -9,8 +9,8 @@
 //!   `message/stream` answer and as the blocking `message/send` result.
 //!
 //! Ids the proxy mints (`task_<uuid>`, ...) are replaced by numbered placeholders (`task_#1`, ...) in order of
-//! first appearance, and timestamps by `<timestamp>`. `UPDATE_GOLDEN=1 cargo test --test a2a_inbound_codec`
-//! rewrites the expected output instead of comparing; review the diff before keeping it.
+//! first appearance, and timestamps by `<timestamp>`. `UPDATE_GOLDEN=1 cargo test --test it
+//! a2a_inbound_codec::` rewrites the expected output instead of comparing; review the diff before keeping it.
 
 use std::collections::HashMap;
 use std::fs;

@@ -7,8 +7,9 @@
 //! `<case>.tasks_get.json` (no such file: the query failed).
 //!
 //! Ids the proxy mints (`msg_<uuid>`, `int_<uuid>`) are replaced by numbered placeholders (`msg_#1`, ...) in
-//! order of first appearance. `UPDATE_GOLDEN=1 cargo test --test a2a_outbound_codec` rewrites the expected
-//! files instead of comparing; review the diff before keeping it: the expected output is the assertion.
+//! order of first appearance. `UPDATE_GOLDEN=1 cargo test --test it a2a_outbound_codec::` rewrites the
+//! expected files instead of comparing; review the diff before keeping it: the expected output is the
+//! assertion.
 
 use std::collections::HashMap;
 use std::fs;

@@ -9,8 +9,8 @@
 //!
 //! Every `.expected.sse` is also checked against the conservative output profile (`specs/ag-ui.md` §4.2).
 //! Ids the proxy mints (`msg_<uuid>`, ...) are replaced by numbered placeholders (`msg_#1`, ...) in order of
-//! first appearance. `UPDATE_GOLDEN=1 cargo test --test ag_ui_codec` rewrites the expected files instead of
-//! comparing; review the diff before keeping it: the expected output is the assertion.
+//! first appearance. `UPDATE_GOLDEN=1 cargo test --test it ag_ui_codec::` rewrites the expected files
+//! instead of comparing; review the diff before keeping it: the expected output is the assertion.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs;

@@ -10,8 +10,8 @@
 //!
 //! Minted ids (`response_<uuid>`, `msg_<uuid>`) are replaced by numbered placeholders (`response_#1`, …) in
 //! order of first appearance, and unix timestamps (`created_at`, `completed_at`) by `<timestamp>`.
-//! `UPDATE_GOLDEN=1 cargo test --test agentscope_inbound_codec` rewrites the expected output instead of
-//! comparing; review the diff before keeping it.
+//! `UPDATE_GOLDEN=1 cargo test --test it agentscope_inbound_codec::` rewrites the expected output instead
+//! of comparing; review the diff before keeping it.
 
 use std::collections::{HashMap, HashSet};
 use std::fs;

@@ -7,8 +7,8 @@
 //! start with a comment line `: client-tools: a, b` naming the tools the client executes.
 //!
 //! Ids the proxy mints (`msg_<uuid>`, `call_<uuid>`) are replaced by numbered placeholders (`msg_#1`, ...) in
-//! order of first appearance. `UPDATE_GOLDEN=1 cargo test --test agentscope_outbound_codec` rewrites the
-//! expected files instead of comparing; review the diff before keeping it: the expected output is the
+//! order of first appearance. `UPDATE_GOLDEN=1 cargo test --test it agentscope_outbound_codec::` rewrites
+//! the expected files instead of comparing; review the diff before keeping it: the expected output is the
 //! assertion.
 
 use std::collections::HashMap;

@@ -6,7 +6,7 @@
 //! The client behaves as cmdc-sdk 0.1.0 does (`specs/cmdc.md` §4.1): it creates a session, POSTs a prompt
 //! (202), then reads the run on `GET …/events` until `agent_end`/`agent_abort`; pauses are answered with
 //! `POST …/approve` / `…/respond` while the stream stays open. Upstreams are the scripted ones of
-//! `tests/support`: `a2a::Agent`, the CMDC `Gateway`, AG-Kit v0 replies and `kit::memory_agent`, and the
+//! `tests/it/support`: `a2a::Agent`, the CMDC `Gateway`, AG-Kit v0 replies and `kit::memory_agent`, and the
 //! AgentScope `scope::runtime`.
 
 use bytes::Bytes;

@@ -25,7 +25,7 @@ use tokio::sync::oneshot;
 
 use crate::support::interop::{require_installed, run_driver, Process};
 
-/// The pinned `@ag-ui/client` versions installed for `tests/interop_ag_ui.rs`.
+/// The pinned `@ag-ui/client` versions installed for `tests/it/interop_ag_ui.rs`.
 const AG_UI_CLIENTS: [&str; 2] = ["1.0.0", "0.0.59"];
 /// The pinned `@a2a-js/sdk` version: `tests/interop/a2a/client-js-VERSION/`.
 const A2A_JS_VERSION: &str = "0.2.5";
@@ -387,7 +387,7 @@ fn statuses(events: &[&Value]) -> Vec<(String, bool)> {
 }
 
 // ---------------------------------------------------------------------------------------------------------
-// The real AG-UI client (tests/interop/ag-ui/drive.mjs, as in tests/interop_ag_ui.rs)
+// The real AG-UI client (tests/interop/ag-ui/drive.mjs, as in tests/it/interop_ag_ui.rs)
 
 /// What one `node drive.mjs` run of `@ag-ui/client` printed.
 struct AgUiDrive {

@@ -31,7 +31,7 @@ use tokio::sync::oneshot;
 
 use crate::support::interop::{require_installed_with, run_driver, Process};
 
-/// The pinned `@ag-ui/client` versions installed for `tests/interop_ag_ui.rs`.
+/// The pinned `@ag-ui/client` versions installed for `tests/it/interop_ag_ui.rs`.
 const AG_UI_CLIENTS: [&str; 2] = ["1.0.0", "0.0.59"];
 
 /// The longest one client run (every step of a spec) may take.

@@ -15,9 +15,9 @@
 //! 7. the client going away mid-stream: the agent's work is cancelled.
 //!
 //! Each pair runs the same scenario functions ([`scenario`]); each protocol's client and scripted agent live
-//! in `tests/matrix/<protocol>.rs`, the shared vocabulary in `tests/matrix/peers.rs`. Where a pair cannot
-//! carry a scenario (A2A has no client or server tools and asks approvals in words; an AgentScope runtime
-//! asks no free-text questions; echo has no upstream), the scenario asserts the documented downgrade
+//! in `tests/it/matrix/<protocol>.rs`, the shared vocabulary in `tests/it/matrix/peers.rs`. Where a pair
+//! cannot carry a scenario (A2A has no client or server tools and asks approvals in words; an AgentScope
+//! runtime asks no free-text questions; echo has no upstream), the scenario asserts the documented downgrade
 //! (docs/translation.md) instead.
 
 mod a2a;

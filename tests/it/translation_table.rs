@@ -1,5 +1,5 @@
 //! `docs/translation.md` checked against the code, so that the translation table cannot drift (issue 7); and
-//! every pair the code has run by `tests/matrix.rs`.
+//! every pair the code has run by `tests/it/matrix.rs`.
 //!
 //! Every rule reads its facts from the code (the protocols, the canonical `Event` variants, the record keys the
 //! outbounds keep, the `[routes.translate]` options) and its claims from the documents, with plain string
@@ -543,7 +543,7 @@ fn every_inbound_outbound_pair_has_a_section_under_pairs() {
     report("pairs without a section", &missing_pairs(&read(DOC)));
 }
 
-/// The pairs `tests/matrix.rs` runs: its `<inbound>_to_<outbound>` entries, protocols in snake case.
+/// The pairs `tests/it/matrix.rs` runs: its `<inbound>_to_<outbound>` entries, protocols in snake case.
 const MATRIX: &str = "tests/it/matrix.rs";
 
 fn snake(name: &str) -> String {

@@ -1,5 +1,5 @@
 """Drives an A2A agent with the real a2a-sdk 0.2.13 A2AClient, as an A2A application would, and prints what the
-client saw as one JSON line on stdout. Used by tests/interop_a2a.rs; runs in the venv .ci/run makes
+client saw as one JSON line on stdout. Used by tests/it/interop_a2a.rs; runs in the venv .ci/run makes
 (tests/interop/.venv).
 
     python a2a_client.py BASE_URL SPEC_JSON

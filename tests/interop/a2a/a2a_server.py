@@ -1,6 +1,6 @@
 """A real A2A 0.2.5 agent (a2a-sdk 0.2.13, the spec's echo agent plus a few scenarios) for the interop tests
-(tests/interop_a2a.rs). Listens on 127.0.0.1, port 0 unless given, and prints {"port": N} as its first stdout
-line once it accepts connections. The card is at /.well-known/agent.json (the only path a2a-sdk 0.2.x
+(tests/it/interop_a2a.rs). Listens on 127.0.0.1, port 0 unless given, and prints {"port": N} as its first
+stdout line once it accepts connections. The card is at /.well-known/agent.json (the only path a2a-sdk 0.2.x
 serves), the JSON-RPC endpoint at /.
 
     python a2a_server.py [PORT] [--no-streaming]     # --no-streaming: the card says capabilities.streaming=false

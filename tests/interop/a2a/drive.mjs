@@ -1,5 +1,5 @@
 // Drives an A2A agent with the real @a2a-js/sdk A2AClient (0.2.5), as an A2A application would, and prints what
-// the client saw as one JSON line on stdout. Used by tests/interop_a2a.rs; the same spec and report as
+// the client saw as one JSON line on stdout. Used by tests/it/interop_a2a.rs; the same spec and report as
 // a2a_client.py (the a2a-sdk driver).
 //
 //   node drive.mjs CLIENT_DIR BASE_URL SPEC_JSON

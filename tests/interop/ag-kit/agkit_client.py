@@ -1,4 +1,4 @@
-"""A useChat-like AG-Kit send-message v0 client (Python stdlib only) for tests/interop_ag_kit.rs. The real
+"""A useChat-like AG-Kit send-message v0 client (Python stdlib only) for tests/it/interop_ag_kit.rs. The real
 client, useChat of @cloudbase/agent-ui-web 0.0.24, cannot run outside a React bundle (specs/ag-kit.md §6); this
 driver follows its source (§1-3): delta `messages`, tools with `parameters` as JSON text, `conversationId` on
 every request, `Accept: text/event-stream`, the stream read until `data: [DONE]` (or EOF), client tools run

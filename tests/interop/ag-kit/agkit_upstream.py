@@ -1,4 +1,4 @@
-"""A scripted AG-Kit send-message v0 agent (Python stdlib only), the upstream of tests/interop_ag_kit.rs. No
+"""A scripted AG-Kit send-message v0 agent (Python stdlib only), the upstream of tests/it/interop_ag_kit.rs. No
 runnable v0 server exists (specs/ag-kit.md §6); this one is the spec note's §6 script, extended. It listens on
 127.0.0.1, port 0 unless given, and prints {"port": N} as its first stdout line once it accepts connections.
 

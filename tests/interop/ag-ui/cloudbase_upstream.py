@@ -1,5 +1,5 @@
 """A real CloudBase AG-UI server (cloudbase-agent-server 0.1.22) with a scripted agent and no LLM, for the
-interop tests (tests/interop_ag_ui.rs). Listens on 127.0.0.1, port 0 unless given, and prints {"port": N}
+interop tests (tests/it/interop_ag_ui.rs). Listens on 127.0.0.1, port 0 unless given, and prints {"port": N}
 as its first stdout line once it accepts connections.
 
     python cloudbase_upstream.py [PORT]        # POST http://127.0.0.1:PORT/send-message

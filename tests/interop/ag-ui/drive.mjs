@@ -1,5 +1,5 @@
 // Drives an AG-UI endpoint with the real @ag-ui/client HttpAgent, as a frontend would, and prints what the
-// client saw as one JSON line on stdout. Used by tests/interop_ag_ui.rs with every pinned client version.
+// client saw as one JSON line on stdout. Used by tests/it/interop_ag_ui.rs with every pinned client version.
 //
 //   node drive.mjs CLIENT_DIR URL SPEC_JSON
 //

@@ -1,6 +1,6 @@
 """Drives an AgentScope Runtime Agent API endpoint (POST .../process) with the real shipped client,
 agentscope-runtime 1.1.6.post2's HTTPAgentAPIClient, as an application would, and prints what the client saw
-as one JSON line on stdout. Used by tests/interop_agentscope.rs; runs in the AgentScope venv .ci/run makes
+as one JSON line on stdout. Used by tests/it/interop_agentscope.rs; runs in the AgentScope venv .ci/run makes
 (tests/interop/agentscope/.venv).
 
     python agentscope_client.py URL SPEC_JSON

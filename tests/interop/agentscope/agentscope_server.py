@@ -1,5 +1,5 @@
 """A real AgentScope Runtime agent (agentscope-runtime 1.1.6.post2, its AgentApp with a scripted agent and no LLM)
-for the interop tests (tests/interop_agentscope.rs). Runs in the AgentScope venv .ci/run makes
+for the interop tests (tests/it/interop_agentscope.rs). Runs in the AgentScope venv .ci/run makes
 (tests/interop/agentscope/.venv). Listens on 127.0.0.1, port 0 unless given, and prints {"port": N} as its first
 stdout line once it accepts connections (after the AgentApp's runner started). The Agent API is at POST /process.
 

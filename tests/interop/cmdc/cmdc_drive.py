@@ -5,7 +5,7 @@ the WebSocket, with auto-approve. Prints one JSON report as its last stdout line
 
 The gateway behind BASE_URL routes to an upstream that asks for approval when the prompt contains "danger",
 asks a question through the `ask_user` tool it is offered when the prompt asks "which colour?", and otherwise
-answers "echo: TEXT" (tests/interop_cmdc.rs).
+answers "echo: TEXT" (tests/it/interop_cmdc.rs).
 """
 
 import asyncio

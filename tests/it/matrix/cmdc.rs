@@ -8,7 +8,8 @@
 //! of its callback tool): [`Run::finish`] returns at the pause and the client keeps the stream, and the next
 //! [`Client::start`] answers (`approve`/`reject`, `respond`, the held callback) and reads on in it.
 //!
-//! The agent is the scripted gateway of `tests/support/cmdc.rs`, which keeps each session's history itself.
+//! The agent is the scripted gateway of `tests/it/support/cmdc.rs`, which keeps each session's history
+//! itself.
 
 use std::convert::Infallible;
 

@@ -1,4 +1,4 @@
-//! What the interop tests (`tests/interop_*.rs`) share: the real peers they start as child processes
+//! What the interop tests (`tests/it/interop_*.rs`) share: the real peers they start as child processes
 //! ([`Process`]), the drivers they run to completion ([`run_driver`]), and the check that what those need is
 //! installed ([`require_installed`]).
 
