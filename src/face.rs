@@ -37,6 +37,9 @@ pub struct Row {
     pub approvals: bool,
     /// It has a free-text question pause.
     pub questions: bool,
+    /// A client can dismiss a pause without answering it (A2A `tasks/cancel`, an AG-UI 1.0 `resume` entry
+    /// `cancelled`, CMDC `POST …/abort`); others can only go away.
+    pub pause_cancel: bool,
     /// The options its inbound face reads.
     pub inbound_options: &'static [&'static str],
     /// The options its outbound face reads.

@@ -27,6 +27,7 @@ pub const ROW: Row = Row {
     server_tools: false,
     approvals: false,
     questions: true,
+    pause_cancel: true,
     inbound_options: &["a2a_status_message"],
     outbound_options: &["a2a_card"],
 };

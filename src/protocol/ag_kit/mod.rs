@@ -20,6 +20,7 @@ pub const ROW: Row = Row {
     server_tools: true,
     approvals: true,
     questions: true,
+    pause_cancel: false,
     inbound_options: &[],
     outbound_options: &[],
 };

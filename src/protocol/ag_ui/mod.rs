@@ -19,6 +19,7 @@ pub const ROW: Row = Row {
     server_tools: true,
     approvals: true,
     questions: true,
+    pause_cancel: true,
     inbound_options: &[
         "approval_tool",
         "question_tool",

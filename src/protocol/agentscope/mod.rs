@@ -24,6 +24,7 @@ pub const ROW: Row = Row {
     server_tools: true,
     approvals: true,
     questions: false,
+    pause_cancel: false,
     inbound_options: &["question_tool", "agentscope_session_memory"],
     outbound_options: &["model"],
 };

@@ -23,6 +23,7 @@ pub const ROW: Row = Row {
     server_tools: true,
     approvals: true,
     questions: true,
+    pause_cancel: true,
     inbound_options: &[],
     outbound_options: &["model", "proxy_url"],
 };

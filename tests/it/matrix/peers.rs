@@ -9,6 +9,7 @@ use serde_json::{json, Value};
 use super::{a2a, ag_kit, ag_ui, agentscope, cmdc};
 
 pub use agent_bridge::config::Protocol;
+use agent_bridge::protocol::registry;
 
 /// What each protocol can carry, and the route settings its peers need.
 pub trait Capabilities {
@@ -23,35 +24,25 @@ pub trait Capabilities {
 }
 
 impl Capabilities for Protocol {
-    /// Whether a client of this protocol can offer its own tools, and an agent of it be offered them.
-    /// A2A cannot (docs/translation.md, "A2A ↔ canonical").
+    /// What each capability means, and why a protocol lacks one, is on its registry row (`face::Row`).
     fn has_client_tools(self) -> bool {
-        self != Protocol::A2a
+        registry::row(self).client_tools
     }
 
-    /// Whether tool calls made on the agent's side can be shown to a client, or made by an agent, in this
-    /// protocol. A2A has no tool calls: an A2A client sees only the text around them.
     fn has_server_tools(self) -> bool {
-        self != Protocol::A2a
+        registry::row(self).server_tools
     }
 
-    /// Whether this protocol has an approval pause of its own. A2A asks in words (`input-required`): an
-    /// approval reaches an A2A client as a question, and an A2A agent's question is answered in words.
     fn has_approvals(self) -> bool {
-        self != Protocol::A2a
+        registry::row(self).approvals
     }
 
-    /// Whether this protocol has a free-text question pause. An AgentScope runtime only asks approvals: a
-    /// question reaches an AgentScope client as an approval request, answered by its reason.
     fn has_questions(self) -> bool {
-        self != Protocol::Agentscope
+        registry::row(self).questions
     }
 
-    /// Whether a client of this protocol can dismiss a pause without answering it: A2A `tasks/cancel`, AG-UI
-    /// 1.0 a `resume` entry with status `cancelled`, CMDC `POST …/abort`. An AG-Kit v0 or AgentScope client
-    /// can only go away.
     fn has_pause_cancel(self) -> bool {
-        matches!(self, Protocol::A2a | Protocol::AgUi | Protocol::Cmdc)
+        registry::row(self).pause_cancel
     }
 
     /// `[routes.translate]` keys (TOML `key = value` lines) this protocol needs when it is the inbound face.
