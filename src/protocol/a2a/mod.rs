@@ -3,15 +3,13 @@
 //! JSON-RPC responses. See `specs/a2a.md`.
 
 mod card;
-mod encoder;
 mod inbound;
 mod outbound;
 mod rpc;
 mod tasks;
 pub mod wire;
 
-pub use encoder::{EncodeOptions, Encoder};
-pub use inbound::{result_frame, Inbound};
+pub use inbound::{result_frame, EncodeOptions, Encoder, Inbound};
 pub use outbound::{Decoder, Outbound};
 
 use serde_json::{Map, Value};

@@ -3,7 +3,6 @@
 
 mod inbound;
 mod outbound;
-mod pause_tools;
 pub mod wire;
 
 pub use inbound::{decode as decode_request, Encoder, Inbound};

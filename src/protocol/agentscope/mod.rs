@@ -2,15 +2,12 @@
 //! an `input` message list, answered by an SSE stream of `response` / `message` / `content` objects. See
 //! `specs/agentscope.md`.
 
-mod encoder;
 mod inbound;
 mod outbound;
-mod request;
 mod validate;
 pub mod wire;
 
-pub use encoder::{EncodeOptions, Encoder};
-pub use inbound::Inbound;
+pub use inbound::{EncodeOptions, Encoder, Inbound};
 pub use outbound::{Decoder, Outbound};
 
 use crate::face::Row;

@@ -9,10 +9,10 @@ use futures_util::{Stream, StreamExt};
 use tokio::sync::broadcast::error::RecvError;
 use tokio::sync::{broadcast, mpsc, oneshot};
 
+use super::encode::{CancelReason, Encoder};
 use super::result_frame;
 use crate::face::EventEncoder;
 use crate::model::Event;
-use crate::protocol::a2a::encoder::{CancelReason, Encoder};
 use crate::protocol::a2a::tasks::{self, Registry, Update};
 use crate::protocol::a2a::wire::{RequestId, StreamResult};
 

@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::{broadcast, oneshot, watch};
 
-use super::encoder::{self, CancelReason};
+use super::inbound::encode::{self, CancelReason};
 use super::rpc::RpcError;
 use super::wire::{self, StreamResult, TaskState};
 use crate::model::new_id;
@@ -244,7 +244,7 @@ impl Registry {
         message.task_id = Some(task_id.clone());
         message.context_id = Some(context_id.clone());
         push_history(&mut entry.task.history, message);
-        entry.task.status = encoder::status(TaskState::Submitted, None);
+        entry.task.status = encode::status(TaskState::Submitted, None);
         entry.touched = now;
         let (cancel_sender, cancel) = oneshot::channel();
         entry.run = Some(Run {
@@ -496,7 +496,7 @@ impl Entry {
                 kind: wire::TaskKind::Task,
                 id: task_id.to_owned(),
                 context_id,
-                status: encoder::status(TaskState::Submitted, None),
+                status: encode::status(TaskState::Submitted, None),
                 artifacts: Vec::new(),
                 history: Vec::new(),
                 metadata: None,
@@ -565,12 +565,12 @@ impl Entry {
 
     /// Ends the task in `state`, with an agent message saying why.
     fn settle(&mut self, state: TaskState, why: &str) {
-        let message = encoder::agent_message(
+        let message = encode::agent_message(
             &self.task.id,
             &self.task.context_id,
             vec![wire::Part::text(why)],
         );
-        let update = encoder::status_update(
+        let update = encode::status_update(
             &self.task.id,
             &self.task.context_id,
             state,
@@ -616,7 +616,7 @@ mod tests {
     }
 
     fn status(task: &str, ctx: &str, state: TaskState, is_final: bool) -> Arc<StreamResult> {
-        Arc::new(StreamResult::StatusUpdate(encoder::status_update(
+        Arc::new(StreamResult::StatusUpdate(encode::status_update(
             task, ctx, state, None, is_final,
         )))
     }

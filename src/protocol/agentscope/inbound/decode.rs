@@ -3,7 +3,7 @@
 //!
 //! Refusals come in the runtime's two shapes: FastAPI's HTTP 422 `{"detail":[…]}` when the body is not a
 //! JSON object (the route takes `request: dict`), and, for an object that does not fit `AgentRequest`, a
-//! `200` stream of one bare `{"error": "<pydantic's text>"}` frame ([`super::validate`]).
+//! `200` stream of one bare `{"error": "<pydantic's text>"}` frame ([`crate::protocol::agentscope::validate`]).
 //!
 //! What the `input` messages become:
 //!
@@ -18,12 +18,12 @@
 use serde_json::{json, Map, Value};
 use tracing::debug;
 
-use super::validate;
-use super::wire::{self, ContentBody, MessageType};
 use crate::model::{
     GenerationOptions, History, Media, MediaKind, MediaSource, Message, Part, Resume, ResumeStatus,
     Role, Tool, ToolCall, Turn,
 };
+use crate::protocol::agentscope::validate;
+use crate::protocol::agentscope::wire::{self, ContentBody, MessageType};
 
 /// The `server_label` of the approval requests the proxy sends.
 pub const SERVER_LABEL: &str = "agent-bridge";
@@ -48,7 +48,7 @@ pub enum Refusal {
 }
 
 /// Reads a request body. `question_tool` is the name the proxy gives question interrupts (see
-/// [`super::encoder`]), used to tell the answer to a question from the answer to an approval.
+/// [`super::encode`]), used to tell the answer to a question from the answer to an approval.
 pub fn decode(bytes: &[u8], question_tool: &str) -> Result<Accepted, Refusal> {
     let mut body = parse_body(bytes)?;
     validate::check_request(&mut body).map_err(Refusal::Frame)?;

@@ -1,31 +1,16 @@
-//! AG-UI inbound: we are the AG-UI agent. `POST path` with a `RunAgentInput` becomes a [`Turn`]; the run's
-//! canonical events go back as an SSE stream in the conservative profile of `specs/ag-ui.md` §4.2, which
-//! @ag-ui/client 1.0.0, 0.0.59 and 0.0.36 all accept.
+//! AG-UI inbound, the response: canonical events become AG-UI SSE frames.
 
 use std::borrow::Cow;
 
 use bytes::BytesMut;
-use http::{Method, Request, Response};
-use hyper::body::Incoming;
 use serde_json::json;
 
-use super::wire::{self, TextRole};
-use super::{message_from_wire, message_to_wire, part_to_wire};
-use crate::auth::KeySources;
-use crate::body::{self, Body};
 use crate::config::{AguiInterrupts, Translate};
-use crate::error::{Error, Result};
-use crate::face::{encode_frames, EventEncoder};
-use crate::model::{
-    ContextItem, Event, History, Interrupt, InterruptKind, Outcome, Resume, ResumeStatus, Role,
-    Tool, Turn,
-};
-use crate::mount::Mount;
+use crate::face::EventEncoder;
+use crate::model::{Event, Interrupt, InterruptKind, Outcome, Role, Turn};
+use crate::protocol::ag_ui::wire::{self, TextRole};
+use crate::protocol::ag_ui::{message_to_wire, part_to_wire};
 use crate::sse;
-
-pub struct Inbound {
-    translate: Translate,
-}
 
 /// What a route's options, and the run's client, change in the output.
 struct EncodeOptions {
@@ -56,114 +41,6 @@ impl EncodeOptions {
             reasoning: translate.agui_reasoning,
         }
     }
-}
-
-impl Inbound {
-    pub fn new(translate: &Translate) -> Self {
-        Self {
-            translate: translate.clone(),
-        }
-    }
-
-    pub async fn handle(&self, request: Request<Incoming>, mount: &Mount) -> Response<Body> {
-        match self.start(request, mount).await {
-            Ok(response) => response,
-            Err(error) => body::error_response(&error, "POST"),
-        }
-    }
-
-    async fn start(&self, request: Request<Incoming>, mount: &Mount) -> Result<Response<Body>> {
-        if mount.subpath(request.uri().path()) != Some("") {
-            return Err(Error::not_found(format!(
-                "no AG-UI endpoint at {}",
-                request.uri().path()
-            )));
-        }
-        let caller = mount.access.admit(&request, KeySources::Headers).await?;
-        body::expect_method(&request, Method::POST)?;
-        body::expect_json(request.headers())?;
-        let bytes = body::read_request(request.into_body(), mount.body_limit).await?;
-        let turn = Turn {
-            tenant: caller.tenant,
-            ..decode(&bytes)?
-        };
-        let encoder = Encoder::new(&turn, &self.translate);
-        let frames = encode_frames(mount.translator.start(turn), encoder);
-        Ok(sse::stream_response(frames, sse::EVENT_STREAM, sse::PING))
-    }
-}
-
-/// Decodes a `RunAgentInput` body into a turn.
-pub fn decode(bytes: &[u8]) -> Result<Turn> {
-    let deserializer = &mut serde_json::Deserializer::from_slice(bytes);
-    let input: wire::RunAgentInput =
-        serde_path_to_error::deserialize(deserializer).map_err(|e| {
-            let path = e.path().to_string();
-            let inner = e.into_inner();
-            if path == "." || inner.is_syntax() || inner.is_eof() {
-                Error::bad_request(format!("invalid RunAgentInput: {inner}"))
-            } else {
-                Error::bad_request(format!("invalid RunAgentInput at `{path}`: {inner}"))
-            }
-        })?;
-    turn_from_input(input)
-}
-
-fn turn_from_input(input: wire::RunAgentInput) -> Result<Turn> {
-    if input.thread_id.is_empty() || input.run_id.is_empty() {
-        return Err(Error::bad_request(
-            "invalid RunAgentInput: `threadId` and `runId` must not be empty",
-        ));
-    }
-    let mut extra = serde_json::Map::new();
-    if let Some(props) = input.forwarded_props {
-        extra.insert("forwardedProps".to_owned(), props);
-    }
-    Ok(Turn {
-        conversation: input.thread_id,
-        tenant: String::new(),
-        run_id: input.run_id,
-        messages: input
-            .messages
-            .into_iter()
-            .filter_map(message_from_wire)
-            .collect(),
-        history: History::Full,
-        tools: input
-            .tools
-            .into_iter()
-            .map(|tool| Tool {
-                name: tool.name,
-                description: tool.description,
-                parameters: tool
-                    .parameters
-                    .unwrap_or_else(crate::model::empty_object_schema),
-            })
-            .collect(),
-        context: input
-            .context
-            .into_iter()
-            .map(|c| ContextItem {
-                description: c.description,
-                value: c.value,
-            })
-            .collect(),
-        state: input.state.filter(|state| !state.is_null()),
-        options: Default::default(),
-        resume: input
-            .resume
-            .into_iter()
-            .map(|entry| Resume {
-                interrupt_id: entry.interrupt_id,
-                status: match entry.status {
-                    wire::ResumeStatus::Resolved => ResumeStatus::Resolved,
-                    wire::ResumeStatus::Cancelled => ResumeStatus::Cancelled,
-                },
-                payload: entry.payload,
-            })
-            .collect(),
-        extra,
-    })
 }
 
 /// Encodes one run's canonical events as AG-UI SSE frames.

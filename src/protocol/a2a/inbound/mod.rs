@@ -28,7 +28,11 @@
 //!   unless the route sets `card_auth` (then 401 `{"error":{"code":"UNAUTHORIZED",…}}`).
 //! - Tasks and contexts belong to the tenant whose key created them: another tenant's task id is -32001.
 
+mod decode;
+pub(super) mod encode;
 mod runner;
+
+pub use encode::{EncodeOptions, Encoder};
 
 use std::future::ready;
 use std::sync::Arc;
@@ -43,8 +47,6 @@ use tokio::sync::broadcast::error::RecvError;
 use tokio::sync::mpsc;
 
 use super::card::{self, CardTemplate, CardVersion};
-use super::encoder::{CancelReason, EncodeOptions, Encoder};
-use super::message_from_wire;
 use super::rpc::{self, Envelope, RpcError};
 use super::tasks::{self, Bounds, Cancel, Registry, Started, Subscription};
 use super::wire::{self, RequestId, StreamResult};
@@ -52,9 +54,11 @@ use crate::auth::{self, KeySources};
 use crate::body::{self, Body};
 use crate::config::RouteConfig;
 use crate::error::Error;
-use crate::model::{Event, History, Part, Resume, ResumeStatus, Turn};
+use crate::model::{Event, History, Resume, ResumeStatus, Turn};
 use crate::mount::Mount;
 use crate::sse;
+use decode::{check_message, turn_for};
+use encode::CancelReason;
 use runner::{forward, Runner};
 
 /// How many results may wait for a slow `message/stream` client before the upstream read pauses.
@@ -410,83 +414,6 @@ struct Accepted {
     history_length: Option<u64>,
 }
 
-/// What the params' types do not say: a user message with a non-empty id and at least one part, files by
-/// exactly one of `bytes` or `uri`.
-fn check_message(message: &wire::Message) -> Result<(), RpcError> {
-    if message.message_id.trim().is_empty() {
-        return Err(RpcError::invalid_params(
-            "`message.messageId` must not be empty",
-        ));
-    }
-    if message.role != wire::MessageRole::User {
-        return Err(RpcError::invalid_params("`message.role` must be \"user\""));
-    }
-    if message.parts.is_empty() {
-        return Err(RpcError::invalid_params(
-            "`message.parts` must not be empty",
-        ));
-    }
-    for (index, part) in message.parts.iter().enumerate() {
-        if let wire::Part::File { file, .. } = part {
-            if file.bytes.is_some() == file.uri.is_some() {
-                return Err(RpcError::invalid_params(format!(
-                    "`message.parts[{index}].file` must have exactly one of `bytes` or `uri`"
-                )));
-            }
-        }
-    }
-    Ok(())
-}
-
-/// The turn of an accepted message: the message as a delta in the task's context. When it continues a
-/// paused task, its text is the answer to the interrupt the task waits on (as a JSON string) and travels only
-/// as that `resume`, like an answer from any other inbound: sent again as a new message it would reach the
-/// upstream twice. A message with no text whose one data part answers (`{"approved": true}`) is that
-/// structured answer. What else the text cannot carry (file and data parts) stays a message.
-fn turn_for(started: &Started, message: wire::Message) -> Turn {
-    let mut message = message_from_wire(message);
-    let resume = started.resume.as_ref().map(|interrupt_id| Resume {
-        interrupt_id: interrupt_id.clone(),
-        status: ResumeStatus::Resolved,
-        payload: Some(answer_of(&mut message)),
-    });
-    if resume.is_some() {
-        message
-            .content
-            .retain(|part| !matches!(part, Part::Text(_)));
-    }
-    let messages = if message.content.is_empty() {
-        Vec::new()
-    } else {
-        vec![message]
-    };
-    Turn {
-        conversation: started.context_id.clone(),
-        tenant: started.tenant.clone(),
-        run_id: started.task_id.clone(),
-        messages,
-        history: History::Delta,
-        resume: resume.into_iter().collect(),
-        ..Turn::default()
-    }
-}
-
-/// The answer a continuing message gives: its one data part when it has no text (taken out of the message),
-/// else its text.
-fn answer_of(message: &mut crate::model::Message) -> Value {
-    let text = message.text();
-    let data: Vec<usize> = (0..message.content.len())
-        .filter(|&i| matches!(message.content[i], Part::Data(_)))
-        .collect();
-    match (text.is_empty(), data.as_slice()) {
-        (true, [only]) => match message.content.remove(*only) {
-            Part::Data(data) => data,
-            _ => Value::Null,
-        },
-        _ => Value::String(text),
-    }
-}
-
 /// Cancels the run of a blocking `message/send` whose client left before it ended.
 struct CancelOnDrop<'a> {
     tasks: &'a Registry,
@@ -564,60 +491,6 @@ mod tests {
 
     fn message(value: Value) -> wire::Message {
         serde_json::from_value(value).unwrap()
-    }
-
-    #[test]
-    fn messages_must_be_user_messages_with_parts_and_files_with_one_source() {
-        let ok = json!({"kind": "message", "role": "user", "messageId": "m", "parts": [{"kind": "text", "text": "x"}]});
-        assert!(check_message(&message(ok.clone())).is_ok());
-        let mut agent = ok.clone();
-        agent["role"] = json!("agent");
-        assert!(check_message(&message(agent))
-            .unwrap_err()
-            .message
-            .contains("message.role"));
-        let mut empty = ok.clone();
-        empty["parts"] = json!([]);
-        assert!(check_message(&message(empty))
-            .unwrap_err()
-            .message
-            .contains("message.parts"));
-        let mut file = ok;
-        file["parts"] = json!([{"kind": "file", "file": {"name": "a"}}]);
-        assert!(check_message(&message(file))
-            .unwrap_err()
-            .message
-            .contains("`message.parts[0].file`"));
-    }
-
-    #[test]
-    fn a_continuing_message_answers_the_interrupt_with_its_text() {
-        let registry = Registry::new();
-        let mut started = registry
-            .begin(
-                "",
-                message(json!({"kind": "message", "role": "user", "messageId": "m",
-                                   "parts": [{"kind": "text", "text": "Paris"}]})),
-            )
-            .unwrap();
-        started.resume = Some("int-1".into());
-        let turn = turn_for(
-            &started,
-            message(json!({"kind": "message", "role": "user", "messageId": "m",
-                           "parts": [{"kind": "text", "text": "Paris"}]})),
-        );
-        assert_eq!(turn.conversation, started.context_id);
-        assert_eq!(turn.run_id, started.task_id);
-        assert_eq!(turn.history, History::Delta);
-        assert!(turn.messages.is_empty(), "the answer is not sent twice");
-        assert_eq!(
-            turn.resume,
-            [Resume {
-                interrupt_id: "int-1".into(),
-                status: ResumeStatus::Resolved,
-                payload: Some(json!("Paris")),
-            }]
-        );
     }
 
     #[tokio::test]

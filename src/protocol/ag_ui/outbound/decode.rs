@@ -1,219 +1,27 @@
-//! AG-UI outbound: we are the AG-UI client. A [`Turn`] becomes one `POST` of `RunAgentInput`; the upstream's
-//! SSE stream is decoded into canonical events, tolerating what real servers send (`specs/ag-ui.md` §5.2).
+//! AG-UI outbound, the response: the upstream's SSE stream becomes canonical events, tolerating what real
+//! servers send (`specs/ag-ui.md` §5.2).
 
 use std::collections::HashMap;
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
-use serde_json::{json, Value};
+use serde_json::Value;
 
-use super::pause_tools::{Diverter, PauseCall, PauseTools, Paused};
-use super::{message_from_wire, message_to_wire, wire};
-use crate::config::{Protocol, Translate};
+use super::empty_object;
+use super::pause_tools::Diverter;
 use crate::error::{Error, Result};
 use crate::face::{StreamEnd, UpstreamDecoder};
-use crate::model::{
-    new_id, Event, Interrupt, InterruptKind, Message, Outcome, Resume, ResumeStatus, Role, Turn,
-};
-use crate::relay::{relay, UpstreamEvents};
-use crate::sse::{self, SseEvent};
-use crate::store::{Record, UpstreamState};
-use crate::translate::RunContext;
-use crate::upstream::Upstream;
+use crate::model::{new_id, Event, Interrupt, InterruptKind, Outcome, Role};
+use crate::protocol::ag_ui::{message_from_wire, wire};
+use crate::sse::SseEvent;
 
 /// How long to wait, after `RUN_FINISHED`, for another run in the same response before finishing.
 const NEXT_RUN_GRACE: Duration = Duration::from_secs(2);
-
-/// What the last run of a conversation left for the next turn to answer.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
-struct Conversation {
-    /// The ids of the run's interrupts read as approvals, answered `{"approved": …}` in the next `resume`.
-    approvals: Vec<String>,
-    /// The pause tools' calls the run paused on.
-    paused: Paused,
-}
-
-impl UpstreamState for Conversation {
-    const OWNER: &'static str = "ag_ui";
-}
-
-pub struct Outbound {
-    upstream: Upstream,
-    protocol_version: Option<String>,
-    pause_tools: PauseTools,
-}
-
-impl Outbound {
-    /// `inbound` is the protocol of the route's clients: whether the proxy stands in for them as the
-    /// frontend of the pause tools.
-    pub fn new(upstream: Upstream, translate: &Translate, inbound: Protocol) -> Self {
-        Self {
-            upstream,
-            protocol_version: translate.agui_protocol_version.clone(),
-            pause_tools: PauseTools::new(translate, inbound),
-        }
-    }
-
-    pub async fn run(&self, turn: &Turn, context: &mut RunContext) -> Result<()> {
-        // The last run's approvals and pause calls are answered now or lapse.
-        let Conversation { approvals, paused } = take_conversation(&mut context.record);
-        let answers = self.pause_tools.answers(&paused.calls, &turn.resume);
-        let at = paused.position(&turn.messages);
-        // When the proxy keeps this conversation's history for the agent, the answered calls belong in it.
-        let logged = !answers.is_empty() && !context.record.log.is_empty();
-        if logged {
-            context.record.log.splice(at..at, answers.iter().cloned());
-        }
-        let seen = turn.messages.len() + if logged { answers.len() } else { 0 };
-        let request = self.request(turn, &approvals, &paused.calls, (at, answers));
-        let body = serde_json::to_vec(&request)
-            .map_err(|e| Error::internal(format!("encoding RunAgentInput failed: {e}")))?;
-        let response = self
-            .upstream
-            .post_json(body.into(), "text/event-stream")
-            .await?;
-        let mut events = UpstreamEvents::new(response.into_body(), "AG-UI", sse::MAX_EVENT_BYTES);
-        let mut decoder = Decoder::diverting(self.pause_tools.diverter(turn));
-        let mut asked = Vec::new();
-        relay(&mut events, &mut decoder, context, |_, events, _| {
-            asked.extend(events.iter().filter_map(approval_asked));
-        })
-        .await?;
-        let calls = decoder.pauses.take_asked();
-        let paused = match calls.is_empty() {
-            true => Paused::default(),
-            false => Paused { seen, calls },
-        };
-        remember(
-            Conversation {
-                approvals: asked,
-                paused,
-            },
-            &mut context.record,
-        );
-        Ok(())
-    }
-
-    /// The run request: the whole history (with the `answers` to the pause calls at `at`), and always `tools`,
-    /// `context`, `state` and `forwardedProps` (servers on ≤0.0.59 schemas reject a body without them).
-    fn request(
-        &self,
-        turn: &Turn,
-        approvals: &[String],
-        pause_calls: &[PauseCall],
-        (at, answers): (usize, Vec<Message>),
-    ) -> wire::RunAgentInput {
-        let (before, since) = turn.messages.split_at(at);
-        let answered = |resume: &Resume| pause_calls.iter().any(|c| c.id == resume.interrupt_id);
-        wire::RunAgentInput {
-            thread_id: turn.conversation.clone(),
-            run_id: if turn.run_id.is_empty() {
-                new_id("run")
-            } else {
-                turn.run_id.clone()
-            },
-            messages: before
-                .iter()
-                .chain(&answers)
-                .chain(since)
-                .map(message_to_wire)
-                .collect(),
-            tools: turn
-                .tools
-                .iter()
-                .map(|tool| wire::Tool {
-                    name: tool.name.clone(),
-                    description: tool.description.clone(),
-                    parameters: Some(tool.parameters.clone()),
-                })
-                .chain(self.pause_tools.offered(turn))
-                .collect(),
-            context: turn
-                .context
-                .iter()
-                .map(|c| wire::Context {
-                    description: c.description.clone(),
-                    value: c.value.clone(),
-                })
-                .collect(),
-            state: Some(turn.state.clone().unwrap_or_else(empty_object)),
-            forwarded_props: Some(
-                turn.extra
-                    .get("forwardedProps")
-                    .cloned()
-                    .unwrap_or_else(empty_object),
-            ),
-            parent_run_id: None,
-            protocol_version: self.protocol_version.clone(),
-            resume: turn
-                .resume
-                .iter()
-                .filter(|resume| !answered(resume))
-                .map(|resume| resume_to_wire(resume, approvals.contains(&resume.interrupt_id)))
-                .collect(),
-        }
-    }
-}
-
-/// The id of the interrupt `event` asks an approval with, if it does.
-fn approval_asked(event: &Event) -> Option<String> {
-    match event {
-        Event::Interrupt(Interrupt {
-            id,
-            kind: InterruptKind::Approval { .. },
-        }) => Some(id.clone()),
-        _ => None,
-    }
-}
-
-fn take_conversation(record: &mut Record) -> Conversation {
-    record.update_upstream(std::mem::take)
-}
-
-fn remember(conversation: Conversation, record: &mut Record) {
-    record.update_upstream(|kept: &mut Conversation| *kept = conversation);
-}
-
-/// A resume entry as sent. An approval the client resolved is answered `{"approved": …}` (plus the `reason`
-/// its answer gave), the shape an approval interrupt asks for, whatever words the client used (an A2A client
-/// answers in words, an AG-UI client's tool message may say `confirmed`); an answer already in that shape goes
-/// as it is. Anything else goes as the client gave it.
-fn resume_to_wire(resume: &Resume, approval: bool) -> wire::ResumeEntry {
-    let decided = resume
-        .payload
-        .as_ref()
-        .is_some_and(|payload| payload.get("approved").is_some_and(Value::is_boolean));
-    let payload = match resume.status {
-        ResumeStatus::Resolved if approval && !decided => {
-            let (approved, reason) = resume.approval();
-            let mut decision = json!({ "approved": approved });
-            if let Some(reason) = reason {
-                decision["reason"] = Value::String(reason);
-            }
-            Some(decision)
-        }
-        _ => resume.payload.clone(),
-    };
-    wire::ResumeEntry {
-        interrupt_id: resume.interrupt_id.clone(),
-        status: match resume.status {
-            ResumeStatus::Resolved => wire::ResumeStatus::Resolved,
-            ResumeStatus::Cancelled => wire::ResumeStatus::Cancelled,
-        },
-        payload,
-    }
-}
-
-fn empty_object() -> Value {
-    Value::Object(Default::default())
-}
 
 /// Decodes an upstream AG-UI stream, one `data:` payload at a time, into canonical events.
 #[derive(Default)]
 pub struct Decoder {
     /// Turns calls of the pause tools the proxy answers into interrupts.
-    pauses: Diverter,
+    pub(super) pauses: Diverter,
     /// The call opened by `TOOL_CALL_CHUNK` events: it ends at the first event that is not one of its chunks.
     chunk_call: Option<String>,
     /// The reasoning message opened by a pre-1.0 `THINKING_TEXT_MESSAGE_START`.
@@ -255,7 +63,7 @@ impl UpstreamDecoder for Decoder {
 
 impl Decoder {
     /// A decoder that reads calls of the pause tools `pauses` names as interrupts.
-    fn diverting(pauses: Diverter) -> Self {
+    pub(super) fn diverting(pauses: Diverter) -> Self {
         Self {
             pauses,
             ..Self::default()
@@ -558,70 +366,5 @@ fn flatten_result(content: wire::ToolResultContent<'_>) -> String {
                 |texts| texts.concat(),
             )
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn resolved(payload: Value) -> Resume {
-        Resume {
-            interrupt_id: "int-1".to_owned(),
-            status: ResumeStatus::Resolved,
-            payload: Some(payload),
-        }
-    }
-
-    fn approval_answer(payload: Value) -> Option<Value> {
-        resume_to_wire(&resolved(payload), true).payload
-    }
-
-    #[test]
-    fn an_approval_is_answered_approved_true_or_false_whatever_the_words() {
-        assert_eq!(
-            approval_answer(json!("yes")),
-            Some(json!({"approved": true}))
-        );
-        assert_eq!(
-            approval_answer(json!("confirmed")),
-            Some(json!({"approved": true}))
-        );
-        assert_eq!(
-            approval_answer(json!("no")),
-            Some(json!({"approved": false}))
-        );
-        assert_eq!(
-            approval_answer(json!("only on Fridays")),
-            Some(json!({"approved": false, "reason": "only on Fridays"}))
-        );
-        let decided = json!({"approved": true, "editedArgs": {"n": 1}});
-        assert_eq!(approval_answer(decided.clone()), Some(decided));
-    }
-
-    #[test]
-    fn other_answers_go_as_the_client_gave_them() {
-        let answer = resume_to_wire(&resolved(json!("Paris")), false);
-        assert_eq!(answer.payload, Some(json!("Paris")));
-        let cancelled = Resume {
-            status: ResumeStatus::Cancelled,
-            payload: None,
-            ..resolved(Value::Null)
-        };
-        let answer = resume_to_wire(&cancelled, true);
-        assert_eq!(answer.status, wire::ResumeStatus::Cancelled);
-        assert_eq!(answer.payload, None);
-    }
-
-    #[test]
-    fn the_approvals_asked_are_remembered_for_the_next_turn_only() {
-        let mut record = Record::default();
-        let asked = Conversation {
-            approvals: vec!["int-1".to_owned()],
-            ..Conversation::default()
-        };
-        remember(asked, &mut record);
-        assert_eq!(take_conversation(&mut record).approvals, ["int-1"]);
-        assert!(take_conversation(&mut record).approvals.is_empty());
     }
 }

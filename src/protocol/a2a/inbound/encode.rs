@@ -19,11 +19,11 @@ use std::time::SystemTime;
 use serde_json::{json, Map, Value};
 use tracing::debug;
 
-use super::part_to_wire;
-use super::wire::{self, StreamResult, TaskState};
 use crate::error::Error;
 use crate::face::EventEncoder;
 use crate::model::{new_id, Event, Interrupt, InterruptKind, Outcome};
+use crate::protocol::a2a::part_to_wire;
+use crate::protocol::a2a::wire::{self, StreamResult, TaskState};
 
 /// The artifact name of streamed reply text.
 const RESPONSE_ARTIFACT: &str = "response";

@@ -1,11 +1,11 @@
 //! AgentScope inbound: we are the runtime (`specs/agentscope.md` §4). `POST P/process` and `POST P` take an
-//! `AgentRequest`; the run streams back as the runtime streams it ([`super::encoder`]).
+//! `AgentRequest`; the run streams back as the runtime streams it ([`encode`]).
 //!
 //! Answers, as agentscope-runtime 1.1.6.post2 gives them (§1.5):
 //! - a body that is not a JSON object: HTTP 422, FastAPI's `{"detail":[…]}` (`json_invalid`, `dict_type`,
 //!   `missing`); a `Content-Type` that is not JSON counts as not a JSON object, as in FastAPI;
 //! - a JSON object that does not fit `AgentRequest`: HTTP 200 `text/event-stream` with one frame
-//!   `data: {"error": "<pydantic's text>"}` ([`super::validate`]), then the end;
+//!   `data: {"error": "<pydantic's text>"}` ([`crate::protocol::agentscope::validate`]), then the end;
 //! - a request for a `user_id:session_id` whose run is still streaming: the same frame with
 //!   `Task <user_id>:<session_id> is already in RUNNING state.` (the runtime's run lock, held until the run's
 //!   event stream ends, so a client that read to the end may go on at once; our key is taken after the
@@ -20,6 +20,11 @@
 //!
 //! The run lock is per tenant: another tenant's `user_id:session_id` is another conversation.
 
+mod decode;
+mod encode;
+
+pub use encode::{EncodeOptions, Encoder};
+
 use std::collections::HashSet;
 use std::fmt::Write;
 use std::sync::{Arc, Mutex};
@@ -30,8 +35,6 @@ use http::{Method, Request, Response, StatusCode};
 use hyper::body::Incoming;
 use serde_json::{json, Value};
 
-use super::encoder::{EncodeOptions, Encoder};
-use super::request::{self, Refusal};
 use crate::auth::{self, KeySources};
 use crate::body::{self, Body};
 use crate::config::RouteConfig;
@@ -39,6 +42,7 @@ use crate::face::encode_frames;
 use crate::model::{Event, History, Turn};
 use crate::mount::Mount;
 use crate::sse;
+use decode::Refusal;
 
 pub struct Inbound {
     options: EncodeOptions,
@@ -86,7 +90,7 @@ impl Inbound {
         };
         if !json && !bytes.is_empty() {
             let text = String::from_utf8_lossy(&bytes).into_owned();
-            return refusal(request::not_a_dict(Value::String(text)));
+            return refusal(decode::not_a_dict(Value::String(text)));
         }
         let translator = Arc::clone(&mount.translator);
         self.serve(&bytes, &caller.tenant, move |turn| translator.start(turn))
@@ -99,7 +103,7 @@ impl Inbound {
         F: FnOnce(Turn) -> S,
         S: Stream<Item = Event> + Send + Unpin + 'static,
     {
-        let mut accepted = match request::decode(body, &self.options.question_tool) {
+        let mut accepted = match decode::decode(body, &self.options.question_tool) {
             Ok(accepted) => accepted,
             Err(refused) => return refusal(refused),
         };

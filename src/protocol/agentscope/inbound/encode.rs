@@ -6,7 +6,7 @@
 //! completed response repeats every completed message in `output`. Every field is written, `null`s included,
 //! as `model_dump_json()` writes them. Two differences from the runtime's bytes, both invisible to a JSON
 //! reader: a content's own field (`text`, `data`, …) comes right after `type` rather than last, and the keys
-//! of a `data` object are sorted (see `wire.rs`).
+//! of a `data` object are sorted (see `wire/stream.rs`).
 //!
 //! | canonical | AgentScope |
 //! | --- | --- |
@@ -30,11 +30,13 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 use tracing::debug;
 
-use super::request::SERVER_LABEL;
-use super::wire::{self, ContentBody, MessageType, RunStatus, SequenceNumber};
+use super::decode::SERVER_LABEL;
 use crate::error::Error;
 use crate::face::EventEncoder;
 use crate::model::{Artifact, Event, MediaKind, MediaSource, Outcome, Part, Role, Turn, Usage};
+use crate::protocol::agentscope::wire::{
+    self, ContentBody, MessageType, RunStatus, SequenceNumber,
+};
 use crate::sse;
 
 mod calls;

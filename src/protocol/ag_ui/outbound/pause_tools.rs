@@ -10,11 +10,11 @@ use std::collections::HashMap;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
-use super::wire;
 use crate::config::{Protocol, Translate};
 use crate::model::{
     new_id, Event, Interrupt, InterruptKind, Message, Resume, ResumeStatus, Role, ToolCall, Turn,
 };
+use crate::protocol::ag_ui::wire;
 
 /// The route's pause tools.
 pub struct PauseTools {
