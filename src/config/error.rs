@@ -13,7 +13,7 @@ pub struct ConfigError {
 }
 
 impl ConfigError {
-    /// The file as named to [`Config::load`] or [`Config::parse`].
+    /// The file as named to [`super::Config::load`] or [`super::Config::parse`].
     pub fn file(&self) -> &str {
         &self.file
     }

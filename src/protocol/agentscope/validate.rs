@@ -15,7 +15,7 @@
 //! Values pydantic coerces are rewritten in place to their strict JSON form (`"5"` → `5`, `"yes"` → `true`),
 //! so that a body that passes reads into the strict wire types. Every error is reported, in the model's
 //! field order. Two differences, both harmless to clients: the
-//! "For further information visit https://errors.pydantic.dev/<version>/…" line is left out (it names the
+//! `For further information visit https://errors.pydantic.dev/<version>/…` line is left out (it names the
 //! pydantic version of the server), and `input_value` shows object keys sorted rather than in request order.
 //!
 //! The model (fields in declaration order; every one may be absent; `Optional` ones may be `null`):

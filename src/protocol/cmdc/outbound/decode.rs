@@ -35,7 +35,7 @@ pub struct Decoder {
 
 impl UpstreamDecoder for Decoder {
     /// One frame of the session's events: over when the step's run ended, paused or failed (see
-    /// [`Decoder::take_end`]). Frames without a name and events this proxy does not translate are dropped; a
+    /// `Decoder::take_end`). Frames without a name and events this proxy does not translate are dropped; a
     /// frame that does not read is `UPSTREAM_MALFORMED`.
     fn frame(&mut self, frame: &SseEvent, out: &mut Vec<Event>) -> Result<bool> {
         let Some(name) = frame.event.as_deref() else {
