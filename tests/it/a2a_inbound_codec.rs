@@ -29,6 +29,8 @@ use futures_util::stream::{self, BoxStream, StreamExt};
 use http_body_util::BodyExt;
 use serde_json::{json, Value};
 
+use crate::support::golden;
+
 // ---------------------------------------------------------------------------------------------------------
 // The harness
 
@@ -195,13 +197,13 @@ async fn bad_requests_get_the_exact_json_rpc_error() {
         };
         assert!(got["error"]["code"].is_i64(), "{name}: an error: {got}");
         let got: Value = serde_json::from_str(&unsubstitute(&got.to_string(), &ids)).unwrap();
-        if updating() {
+        if golden::updating() {
             case["expected"] = got;
         } else {
             assert_eq!(got, case["expected"], "{name}");
         }
     }
-    if updating() {
+    if golden::updating() {
         let mut text = serde_json::to_string_pretty(&cases).unwrap();
         text.push('\n');
         fs::write(&path, text).unwrap();
@@ -572,19 +574,8 @@ fn fixture(name: &str) -> PathBuf {
         .join(name)
 }
 
-fn updating() -> bool {
-    std::env::var_os("UPDATE_GOLDEN").is_some()
-}
-
 fn golden(name: &str, actual: &str) {
-    let path = fixture(name);
-    if updating() {
-        fs::write(&path, actual).unwrap();
-        return;
-    }
-    let expected = fs::read_to_string(&path)
-        .unwrap_or_else(|e| panic!("{}: {e} (UPDATE_GOLDEN=1 writes it)", path.display()));
-    assert_eq!(actual, expected, "{name} differs from its golden file");
+    golden::check(&fixture(name), actual);
 }
 
 /// Minted ids (`<prefix>_<32 hex>`) become `<prefix>_#<n>` by first appearance; timestamps `<timestamp>`.

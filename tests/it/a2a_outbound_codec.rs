@@ -21,6 +21,8 @@ use agent_bridge::normalize::Normalizer;
 use agent_bridge::protocol::a2a::Decoder;
 use agent_bridge::sse::SseDecoder;
 
+use crate::support::golden;
+
 #[test]
 fn a2a_sdk_crlf_stream_with_pings_becomes_one_text_message() {
     golden("a2a_sdk_stream");
@@ -135,21 +137,7 @@ fn golden(case: &str) {
         decoder.paused().map_or("-", |(task, _)| task),
     ));
     let text = stable_ids(&text);
-    let path = fixture(&format!("{case}.expected"));
-    if std::env::var_os("UPDATE_GOLDEN").is_some() {
-        fs::write(&path, &text).unwrap();
-        return;
-    }
-    let expected = fs::read_to_string(&path).unwrap_or_else(|_| {
-        panic!(
-            "{} is missing; run with UPDATE_GOLDEN=1 and review it",
-            path.display()
-        )
-    });
-    assert_eq!(
-        text, expected,
-        "{case}: output differs from the golden file"
-    );
+    golden::check(&fixture(&format!("{case}.expected")), &text);
 }
 
 /// What the outbound does with an upstream answer: decode each JSON-RPC response (stopping when the stream

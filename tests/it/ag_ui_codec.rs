@@ -29,6 +29,8 @@ use agent_bridge::protocol::ag_ui::{decode_request, Decoder, Encoder};
 use agent_bridge::sse::SseDecoder;
 use serde_json::{json, Value};
 
+use crate::support::golden;
+
 // ---------------------------------------------------------------------------------------------------------
 // Request decoding
 
@@ -130,7 +132,7 @@ fn request_golden(case: &str) {
     let turn = decode_request(body.as_bytes()).unwrap_or_else(|e| panic!("{case}: {e:?}"));
     let mut rendered = serde_json::to_string_pretty(&render_turn(&turn)).unwrap();
     rendered.push('\n');
-    golden(&fixture(&format!("requests/{case}.turn.json")), &rendered);
+    golden::check(&fixture(&format!("requests/{case}.turn.json")), &rendered);
 }
 
 /// The turn as stable JSON (keys sorted). Absent optionals are left out; collections are always shown.
@@ -384,7 +386,7 @@ fn upstream_case(case: &str, variant: Option<&str>) {
     if let Err(problem) = profile.check(&sse) {
         panic!("{case}: output breaks the conservative profile: {problem}\n{sse}");
     }
-    golden(&fixture(&expected_name("upstream", case, variant)), &sse);
+    golden::check(&fixture(&expected_name("upstream", case, variant)), &sse);
 }
 
 /// `<dir>/<case>.expected.sse`, or `<dir>/<case>.<variant>.expected.sse` for a route option.
@@ -709,7 +711,7 @@ fn encoder_golden(case: &str, variant: Option<&str>, events: Vec<Event>) {
     if let Err(problem) = Profile::for_variant(variant).check(&sse) {
         panic!("{case}: output breaks the conservative profile: {problem}\n{sse}");
     }
-    golden(&fixture(&expected_name("encoder", case, variant)), &sse);
+    golden::check(&fixture(&expected_name("encoder", case, variant)), &sse);
 }
 
 fn normalize(events: Vec<Event>) -> Vec<Event> {
@@ -1165,46 +1167,6 @@ fn list(dir: &str, suffix: &str) -> Vec<String> {
         .collect();
     names.sort();
     names
-}
-
-/// Compares `actual` with the golden file, or rewrites the file when `UPDATE_GOLDEN=1`.
-fn golden(path: &Path, actual: &str) {
-    if std::env::var_os("UPDATE_GOLDEN").is_some_and(|v| v == "1") {
-        fs::write(path, actual).unwrap();
-        return;
-    }
-    let expected = fs::read_to_string(path).unwrap_or_else(|e| {
-        panic!(
-            "{}: {e} (run with UPDATE_GOLDEN=1 to create it, then review it)",
-            path.display()
-        )
-    });
-    if expected != actual {
-        panic!(
-            "{} differs (UPDATE_GOLDEN=1 rewrites it; review the diff)\n{}",
-            path.display(),
-            line_diff(&expected, actual)
-        );
-    }
-}
-
-/// The lines that differ, `-` expected and `+` actual, by position.
-fn line_diff(expected: &str, actual: &str) -> String {
-    let expected: Vec<&str> = expected.lines().collect();
-    let actual: Vec<&str> = actual.lines().collect();
-    let mut out = String::new();
-    for i in 0..expected.len().max(actual.len()) {
-        let (e, a) = (expected.get(i), actual.get(i));
-        if e != a {
-            if let Some(e) = e {
-                out.push_str(&format!("{:>4} - {e}\n", i + 1));
-            }
-            if let Some(a) = a {
-                out.push_str(&format!("{:>4} + {a}\n", i + 1));
-            }
-        }
-    }
-    out
 }
 
 /// Replaces the ids the proxy mints (`msg_`, `call_`, `reasoning_` or `int_` and 32 hex digits) by

@@ -29,6 +29,8 @@ use futures_util::stream;
 use http_body_util::BodyExt;
 use serde_json::{json, Value};
 
+use crate::support::golden;
+
 // ---------------------------------------------------------------------------------------------------------
 // The harness
 
@@ -174,13 +176,13 @@ async fn bad_requests_get_the_runtimes_exact_answer() {
             }
             other => panic!("{name}: unexpected status {other}: {}", answer.body),
         };
-        if updating() {
+        if golden::updating() {
             case["expected"] = got;
         } else {
             assert_eq!(got, case["expected"], "{name}");
         }
     }
-    if updating() {
+    if golden::updating() {
         let mut text = serde_json::to_string_pretty(&cases).unwrap();
         text.push('\n');
         fs::write(&path, text).unwrap();
@@ -585,20 +587,8 @@ fn fixture(name: &str) -> PathBuf {
         .join(name)
 }
 
-fn updating() -> bool {
-    std::env::var_os("UPDATE_GOLDEN").is_some()
-}
-
 fn golden(name: &str, actual: &str) {
-    let path = fixture(name);
-    if updating() {
-        fs::create_dir_all(path.parent().unwrap()).unwrap();
-        fs::write(&path, actual).unwrap();
-        return;
-    }
-    let expected = fs::read_to_string(&path)
-        .unwrap_or_else(|e| panic!("{}: {e} (UPDATE_GOLDEN=1 writes it)", path.display()));
-    assert_eq!(actual, expected, "{name} differs from its golden file");
+    golden::check(&fixture(name), actual);
 }
 
 /// Minted uuids (`8-4-4-4-12` hex) become `#<n>` by first appearance; unix timestamps `<timestamp>`.

@@ -21,6 +21,8 @@ use agent_bridge::normalize::Normalizer;
 use agent_bridge::protocol::agentscope::Decoder;
 use agent_bridge::sse::SseDecoder;
 
+use crate::support::golden;
+
 #[test]
 fn text_turn_streams_deltas_once_and_finishes_with_usage() {
     golden("text_turn");
@@ -133,21 +135,7 @@ fn golden(case: &str) {
         }
     ));
     let text = stable_ids(&text);
-    let path = fixture(&format!("{case}.expected"));
-    if std::env::var_os("UPDATE_GOLDEN").is_some() {
-        fs::write(&path, &text).unwrap();
-        return;
-    }
-    let expected = fs::read_to_string(&path).unwrap_or_else(|_| {
-        panic!(
-            "{} is missing; run with UPDATE_GOLDEN=1 and review it",
-            path.display()
-        )
-    });
-    assert_eq!(
-        text, expected,
-        "{case}: output differs from the golden file"
-    );
+    golden::check(&fixture(&format!("{case}.expected")), &text);
 }
 
 /// What the outbound does with an upstream answer: decode each payload (stopping at the terminal one), note

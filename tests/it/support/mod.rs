@@ -11,6 +11,7 @@ pub mod agentscope;
 pub mod binary;
 mod client;
 pub mod cmdc;
+pub mod golden;
 pub mod interop;
 mod proxy;
 mod upstream;
