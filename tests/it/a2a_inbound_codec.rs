@@ -29,6 +29,7 @@ use futures_util::stream::{self, BoxStream, StreamExt};
 use http_body_util::BodyExt;
 use serde_json::{json, Value};
 
+use crate::support::canonical::{finished, text};
 use crate::support::golden;
 
 // ---------------------------------------------------------------------------------------------------------
@@ -118,28 +119,6 @@ fn user_message(text: &str) -> Value {
 
 fn send(message: Value) -> Value {
     request(json!("r1"), "message/send", json!({"message": message}))
-}
-
-fn text(id: &str, deltas: &[&str]) -> Vec<Event> {
-    let mut events = vec![Event::TextStart {
-        message_id: id.to_owned(),
-        role: Role::Assistant,
-    }];
-    events.extend(deltas.iter().map(|delta| Event::TextDelta {
-        message_id: id.to_owned(),
-        delta: (*delta).to_owned(),
-    }));
-    events.push(Event::TextEnd {
-        message_id: id.to_owned(),
-    });
-    events
-}
-
-fn finished(outcome: Outcome) -> Event {
-    Event::RunFinished {
-        outcome,
-        usage: None,
-    }
 }
 
 fn question(id: &str, text: &str) -> Event {

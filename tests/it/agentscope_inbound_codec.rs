@@ -22,13 +22,14 @@ use std::time::Duration;
 use agent_bridge::config::Config;
 use agent_bridge::error::Error;
 use agent_bridge::model::{
-    Artifact, Event, Interrupt, InterruptKind, Outcome, Part, ResumeStatus, Role, Turn, Usage,
+    Artifact, Event, Interrupt, InterruptKind, Outcome, Part, ResumeStatus, Turn, Usage,
 };
 use agent_bridge::protocol::agentscope::Inbound;
 use futures_util::stream;
 use http_body_util::BodyExt;
 use serde_json::{json, Value};
 
+use crate::support::canonical::{call, finished, text};
 use crate::support::golden;
 
 // ---------------------------------------------------------------------------------------------------------
@@ -95,44 +96,6 @@ fn user(text: &str) -> Value {
 
 fn request(input: Value) -> Value {
     json!({"input": input, "stream": true, "session_id": "s1", "user_id": "u1"})
-}
-
-fn text(id: &str, deltas: &[&str]) -> Vec<Event> {
-    let mut events = vec![Event::TextStart {
-        message_id: id.to_owned(),
-        role: Role::Assistant,
-    }];
-    events.extend(deltas.iter().map(|delta| Event::TextDelta {
-        message_id: id.to_owned(),
-        delta: (*delta).to_owned(),
-    }));
-    events.push(Event::TextEnd {
-        message_id: id.to_owned(),
-    });
-    events
-}
-
-fn call(call_id: &str, name: &str, args: &[&str]) -> Vec<Event> {
-    let mut events = vec![Event::ToolCallStart {
-        call_id: call_id.to_owned(),
-        name: name.to_owned(),
-        parent_message_id: None,
-    }];
-    events.extend(args.iter().map(|delta| Event::ToolCallArgs {
-        call_id: call_id.to_owned(),
-        delta: (*delta).to_owned(),
-    }));
-    events.push(Event::ToolCallEnd {
-        call_id: call_id.to_owned(),
-    });
-    events
-}
-
-fn finished(outcome: Outcome) -> Event {
-    Event::RunFinished {
-        outcome,
-        usage: None,
-    }
 }
 
 fn run(middle: Vec<Event>, last: Event) -> Vec<Event> {

@@ -10,33 +10,16 @@ use serde_json::json;
 
 use agent_bridge::error::Error;
 use agent_bridge::face::EventEncoder;
-use agent_bridge::model::{Event, Interrupt, InterruptKind, Outcome, Role, Usage};
+use agent_bridge::model::{Event, Interrupt, InterruptKind, Outcome, Usage};
 use agent_bridge::normalize::Normalizer;
 use agent_bridge::protocol::{ag_kit, cmdc};
 
+use crate::support::canonical::{call, finished, text};
 use crate::support::golden;
 
 /// The canonical runs, by case name: the events an upstream produced (before the normalizer) and how the
 /// run ended.
 fn run(case: &str) -> (Vec<Event>, Result<(), Error>) {
-    let text = |id: &str, words: &[&str]| {
-        let mut events = vec![Event::TextStart {
-            message_id: id.into(),
-            role: Role::Assistant,
-        }];
-        events.extend(words.iter().map(|word| Event::TextDelta {
-            message_id: id.into(),
-            delta: (*word).into(),
-        }));
-        events.push(Event::TextEnd {
-            message_id: id.into(),
-        });
-        events
-    };
-    let finished = |outcome| Event::RunFinished {
-        outcome,
-        usage: None,
-    };
     let mut events = vec![Event::RunStarted];
     let ended = match case {
         "text_reply" => {
@@ -50,30 +33,13 @@ fn run(case: &str) -> (Vec<Event>, Result<(), Error>) {
             Ok(())
         }
         "tool_call_and_result" => {
-            events.extend([
-                Event::ToolCallStart {
-                    call_id: "call_1".into(),
-                    name: "weather".into(),
-                    parent_message_id: None,
-                },
-                Event::ToolCallArgs {
-                    call_id: "call_1".into(),
-                    delta: r#"{"city":"#.into(),
-                },
-                Event::ToolCallArgs {
-                    call_id: "call_1".into(),
-                    delta: r#""Paris"}"#.into(),
-                },
-                Event::ToolCallEnd {
-                    call_id: "call_1".into(),
-                },
-                Event::ToolResult {
-                    call_id: "call_1".into(),
-                    message_id: "m_result".into(),
-                    content: "sunny".into(),
-                    is_error: false,
-                },
-            ]);
+            events.extend(call("call_1", "weather", &[r#"{"city":"#, r#""Paris"}"#]));
+            events.extend([Event::ToolResult {
+                call_id: "call_1".into(),
+                message_id: "m_result".into(),
+                content: "sunny".into(),
+                is_error: false,
+            }]);
             events.extend(text("m2", &["It is sunny in Paris."]));
             events.push(finished(Outcome::Completed));
             Ok(())

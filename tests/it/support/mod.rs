@@ -9,6 +9,7 @@ pub mod ag_kit;
 pub mod ag_ui;
 pub mod agentscope;
 pub mod binary;
+pub mod canonical;
 mod client;
 pub mod cmdc;
 pub mod golden;
