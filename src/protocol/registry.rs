@@ -50,7 +50,11 @@ fn unread_options(route: &RouteConfig) -> impl Iterator<Item = (&str, usize)> {
         .translate
         .iter()
         .map(|(key, line)| (key.as_str(), *line))
-        .filter(move |(key, _)| ![HUB_OPTIONS, inbound, outbound].concat().contains(key))
+        .filter(move |(key, _)| {
+            ![HUB_OPTIONS, inbound, outbound]
+                .iter()
+                .any(|read| read.contains(key))
+        })
 }
 
 /// What the route's clients and agent can say that the other side has no form for.

@@ -11,7 +11,6 @@
 //! the expected files instead of comparing; review the diff before keeping it: the expected output is the
 //! assertion.
 
-use std::collections::HashMap;
 use std::fs;
 use std::path::{Path, PathBuf};
 
@@ -134,7 +133,7 @@ fn golden(case: &str) {
             approvals.join(",")
         }
     ));
-    let text = stable_ids(&text);
+    let text = golden::stable_ids(&text, &["msg_", "call_"]);
     golden::check(&fixture(&format!("{case}.expected")), &text);
 }
 
@@ -250,34 +249,6 @@ fn render(events: &[Event]) -> String {
         text.push('\n');
     }
     text
-}
-
-/// Replaces ids the proxy minted (`<prefix>_<32 hex digits>`) by `<prefix>_#<n>`, numbered in order of first
-/// appearance.
-fn stable_ids(text: &str) -> String {
-    const PREFIXES: &[&str] = &["msg_", "call_"];
-    let mut seen: HashMap<String, usize> = HashMap::new();
-    let mut out = String::with_capacity(text.len());
-    let mut rest = text;
-    'scan: while !rest.is_empty() {
-        for prefix in PREFIXES {
-            if let Some(after) = rest.strip_prefix(prefix) {
-                let hex = after.bytes().take_while(|b| b.is_ascii_hexdigit()).count();
-                if hex == 32 {
-                    let id = &rest[..prefix.len() + 32];
-                    let n = seen.len() + 1;
-                    let n = *seen.entry(id.to_owned()).or_insert(n);
-                    out.push_str(&format!("{prefix}#{n}"));
-                    rest = &rest[prefix.len() + 32..];
-                    continue 'scan;
-                }
-            }
-        }
-        let c = rest.chars().next().unwrap();
-        out.push(c);
-        rest = &rest[c.len_utf8()..];
-    }
-    out
 }
 
 fn fixture(name: &str) -> PathBuf {

@@ -2,6 +2,7 @@
 //! `UPDATE_GOLDEN=1 cargo test --test it <module>::` rewrites the files instead of comparing; review the diff
 //! before keeping it: the expected output is the assertion.
 
+use std::collections::HashMap;
 use std::fs;
 use std::path::Path;
 
@@ -49,6 +50,33 @@ fn line_diff(expected: &str, actual: &str) -> String {
                 out.push_str(&format!("{:>4} + {a}\n", i + 1));
             }
         }
+    }
+    out
+}
+
+/// Replaces ids the proxy minted (`<prefix>_<32 hex digits>`, for each of `prefixes`) by `<prefix>_#<n>`, numbered in order of first
+/// appearance.
+pub fn stable_ids(text: &str, prefixes: &[&str]) -> String {
+    let mut seen: HashMap<String, usize> = HashMap::new();
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    'scan: while !rest.is_empty() {
+        for prefix in prefixes {
+            if let Some(after) = rest.strip_prefix(prefix) {
+                let hex = after.bytes().take_while(|b| b.is_ascii_hexdigit()).count();
+                if hex == 32 {
+                    let id = &rest[..prefix.len() + 32];
+                    let n = seen.len() + 1;
+                    let n = *seen.entry(id.to_owned()).or_insert(n);
+                    out.push_str(&format!("{prefix}#{n}"));
+                    rest = &rest[prefix.len() + 32..];
+                    continue 'scan;
+                }
+            }
+        }
+        let c = rest.chars().next().unwrap();
+        out.push(c);
+        rest = &rest[c.len_utf8()..];
     }
     out
 }
