@@ -21,7 +21,6 @@ use std::hint::black_box;
 use bytes::{Bytes, BytesMut};
 use criterion::{criterion_group, criterion_main, BatchSize, BenchmarkId, Criterion, Throughput};
 
-use agent_bridge::config::Translate;
 use agent_bridge::face::EventEncoder;
 use agent_bridge::model::{Event, Message, Outcome, Role, Turn};
 use agent_bridge::normalize::Normalizer;
@@ -90,7 +89,12 @@ const UPSTREAMS: [Upstream; 5] = [
 const CLIENTS: [Client; 5] = [
     Client {
         name: "ag_ui",
-        encoder: |turn| Box::new(Frames::of(ag_ui::Encoder::new(turn, &Translate::default()))),
+        encoder: |turn| {
+            Box::new(Frames::of(ag_ui::Encoder::new(
+                turn,
+                &ag_ui::InboundOptions::default(),
+            )))
+        },
     },
     Client {
         name: "a2a",
@@ -206,7 +210,7 @@ impl<E: EventEncoder<Out = BytesMut>> Encode for Frames<E> {
 
 fn agentscope_encoder(turn: &Turn) -> agentscope::Encoder {
     let options = agentscope::EncodeOptions {
-        question_tool: Translate::default().question_tool,
+        question_tool: agentscope::InboundOptions::default().question_tool,
     };
     agentscope::Encoder::new(turn, "session_bench", options, ())
 }

@@ -12,6 +12,11 @@
 //! The lists cover English and Chinese (the protocols' own documents are Chinese); a route adds its own
 //! (`approval_words`, `rejection_words` in `[routes.translate]`).
 
+use serde::de::Error as _;
+use serde::{Deserialize, Deserializer};
+
+use crate::face::FaceOptions;
+
 /// What an answer says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Decision {
@@ -102,6 +107,35 @@ const NEGATION: &[&str] = &[
     "without",
 ];
 
+/// The `[routes.translate]` options the hub reads on every route, whatever its pair: the route's own answer
+/// words.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(default)]
+pub struct Options {
+    /// Words that approve, added to the built-in English and Chinese lists.
+    #[serde(deserialize_with = "one_word_each")]
+    pub approval_words: Vec<String>,
+    /// Words that reject, added to the built-in lists.
+    #[serde(deserialize_with = "one_word_each")]
+    pub rejection_words: Vec<String>,
+}
+
+impl FaceOptions for Options {}
+
+/// Answer words are single words: an answer is read word by word.
+fn one_word_each<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+    let words = Vec::<String>::deserialize(d)?;
+    match words
+        .iter()
+        .find(|w| w.trim().is_empty() || w.trim().contains(char::is_whitespace))
+    {
+        Some(word) => Err(D::Error::custom(format!(
+            "{word:?} is not one word; an answer is read word by word"
+        ))),
+        None => Ok(words),
+    }
+}
+
 /// The approval and rejection words of a route: the built-in lists and the route's own.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct AnswerWords {
@@ -110,12 +144,12 @@ pub struct AnswerWords {
 }
 
 impl AnswerWords {
-    /// The built-in lists plus `approval` and `rejection` (read by the same rule: lowercase, no punctuation).
-    pub fn new(approval: &[String], rejection: &[String]) -> Self {
+    /// The built-in lists plus the route's own (read by the same rule: lowercase, no punctuation).
+    pub fn new(options: &Options) -> Self {
         let normalize = |words: &[String]| words.iter().map(|w| normalize(w)).collect();
         Self {
-            approval: normalize(approval),
-            rejection: normalize(rejection),
+            approval: normalize(&options.approval_words),
+            rejection: normalize(&options.rejection_words),
         }
     }
 
@@ -221,7 +255,10 @@ mod tests {
 
     #[test]
     fn a_route_adds_its_own_words() {
-        let words = AnswerWords::new(&["Ship".into(), "赞".into()], &["Nein".into()]);
+        let words = AnswerWords::new(&Options {
+            approval_words: vec!["Ship".into(), "赞".into()],
+            rejection_words: vec!["Nein".into()],
+        });
         assert_eq!(words.read("ship, please"), Approve);
         assert_eq!(words.read("赞！"), Approve);
         assert_eq!(words.read("nein, danke"), Reject);

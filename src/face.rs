@@ -7,8 +7,8 @@
 //!   goes out as one write.
 //! - An outbound's [`UpstreamDecoder`]: one upstream frame into canonical events, and what the end of the
 //!   body means in its protocol. `relay::relay` drives it.
-//! - A protocol's [`Row`]: what it can carry and which options its faces read, for the registry
-//!   (`protocol::registry`).
+//! - A protocol's [`Row`]: what it can carry and the [`FaceOptions`] each of its faces reads, for the
+//!   registry (`protocol::registry`).
 //! - What an outbound remembers between turns is `store::UpstreamState`; what the hub runs a turn
 //!   against is `translate::Agent`.
 
@@ -19,13 +19,16 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 use futures_util::Stream;
 
+use serde::de::DeserializeOwned;
+
+use crate::config::{OptionError, Protocol, Translate};
 use crate::error::Result;
 use crate::model::{Event, History};
 use crate::sse::SseEvent;
 
 /// A protocol's row in the registry: what it can carry, and the `[routes.translate]` options each of its
 /// faces reads.
-#[derive(Debug)]
+#[derive(Debug, Clone, Copy)]
 pub struct Row {
     /// The history its agents want: the whole conversation, or what is new (they keep their own).
     pub history: History,
@@ -40,10 +43,104 @@ pub struct Row {
     /// A client can dismiss a pause without answering it (A2A `tasks/cancel`, an AG-UI 1.0 `resume` entry
     /// `cancelled`, CMDC `POST …/abort`); others can only go away.
     pub pause_cancel: bool,
-    /// The options its inbound face reads.
-    pub inbound_options: &'static [&'static str],
-    /// The options its outbound face reads.
-    pub outbound_options: &'static [&'static str],
+    /// The `[routes.translate]` options its inbound face reads.
+    pub inbound_options: Options,
+    /// The `[routes.translate]` options its outbound face reads.
+    pub outbound_options: Options,
+}
+
+/// A face's `[routes.translate]` options: a serde struct beside the face (`options.rs`) whose field names are
+/// the keys it reads. It does not deny unknown fields: the table holds the other face's options too, and the
+/// registry tells an unknown key from one the pair does not read.
+pub trait FaceOptions: DeserializeOwned + Default {
+    /// What the options say about the pair that their types cannot: the key at fault and why.
+    fn check(&self, _inbound: Protocol) -> std::result::Result<(), OptionError> {
+        Ok(())
+    }
+}
+
+/// What the registry needs of a face's options type, as a value a [`Row`] can hold.
+#[derive(Clone, Copy)]
+pub struct Options {
+    /// The keys the type reads.
+    pub keys: fn() -> &'static [&'static str],
+    /// Reads the options from a route's table and checks them against the route's inbound.
+    pub check: fn(&Translate, Protocol) -> std::result::Result<(), OptionError>,
+}
+
+impl Options {
+    /// A face that reads no option.
+    pub const NONE: Options = Options {
+        keys: || &[],
+        check: |_, _| Ok(()),
+    };
+
+    /// The options `T` reads.
+    pub const fn of<T: FaceOptions>() -> Options {
+        Options {
+            keys: fields::<T>,
+            check: |table, inbound| table.read::<T>()?.check(inbound),
+        }
+    }
+}
+
+impl std::fmt::Debug for Options {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries((self.keys)()).finish()
+    }
+}
+
+/// The field names a derived `Deserialize` struct hands its deserializer: the keys it reads, as written.
+fn fields<T: DeserializeOwned>() -> &'static [&'static str] {
+    use serde::de::{Deserializer, Error, Visitor};
+
+    /// A deserializer that only learns the fields asked of it, then refuses.
+    struct Fields<'a>(&'a mut &'static [&'static str]);
+
+    #[derive(Debug)]
+    struct Learned;
+
+    impl std::fmt::Display for Learned {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("fields learned")
+        }
+    }
+
+    impl std::error::Error for Learned {}
+
+    impl Error for Learned {
+        fn custom<M: std::fmt::Display>(_: M) -> Self {
+            Learned
+        }
+    }
+
+    impl<'de> Deserializer<'de> for Fields<'_> {
+        type Error = Learned;
+
+        fn deserialize_any<V: Visitor<'de>>(self, _: V) -> std::result::Result<V::Value, Learned> {
+            Err(Learned)
+        }
+
+        fn deserialize_struct<V: Visitor<'de>>(
+            self,
+            _: &'static str,
+            fields: &'static [&'static str],
+            _: V,
+        ) -> std::result::Result<V::Value, Learned> {
+            *self.0 = fields;
+            Err(Learned)
+        }
+
+        serde::forward_to_deserialize_any! {
+            bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes byte_buf option unit
+            unit_struct newtype_struct seq tuple tuple_struct map enum identifier ignored_any
+        }
+    }
+
+    let mut fields: &'static [&'static str] = &[];
+    // The refusal is the point: only the fields were wanted.
+    let _ = T::deserialize(Fields(&mut fields));
+    fields
 }
 
 /// An inbound's encoding of one run's canonical events (normalized: one `RunStarted` first, exactly one

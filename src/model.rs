@@ -268,6 +268,10 @@ pub enum ResumeStatus {
     Cancelled,
 }
 
+/// The tool a question pause is called as, where a protocol pauses with a tool call, when the route's
+/// `question_tool` names none.
+pub const QUESTION_TOOL: &str = "ask_user";
+
 /// The agent paused and waits for the user.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Interrupt {

@@ -42,10 +42,7 @@ impl Route {
             store,
             config.timeout,
         )
-        .with_answer_words(AnswerWords::new(
-            &config.translate.approval_words,
-            &config.translate.rejection_words,
-        ))
+        .with_answer_words(AnswerWords::new(&crate::protocol::read_options(config)?))
         .with_quota(config.quota)
         .with_runs(runs.clone());
         Ok(Self {

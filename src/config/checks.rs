@@ -180,28 +180,6 @@ fn check_route(route: &RouteConfig, at: &KeyPath) -> Result<(), Issue> {
             ));
         }
     }
-    let needs_model = route.outbound == Outbound::Protocol(Protocol::Cmdc);
-    // Only a CMDC client names a model (when it creates its session).
-    if needs_model && route.inbound != Protocol::Cmdc && route.translate.model.is_none() {
-        return Err(Issue::new(
-            at.clone().key("translate").key("model"),
-            format!(
-                "required: a CMDC gateway creates each session with a model, and {} clients name none",
-                route.inbound
-            ),
-        ));
-    }
-    if let Some(card) = &route.translate.a2a_card {
-        let absolute = card.parse::<http::Uri>().is_ok_and(|uri| {
-            matches!(uri.scheme_str(), Some("http" | "https")) && uri.host().is_some()
-        });
-        if card != "auto" && !absolute {
-            return Err(Issue::new(
-                at.clone().key("translate").key("a2a_card"),
-                format!("expected \"auto\" or an absolute http(s) URL, not {card:?}"),
-            ));
-        }
-    }
     if let Some(card) = &route.card {
         let skills = at.clone().key("card").key("skills");
         for (index, skill) in card.skills.iter().enumerate() {

@@ -24,7 +24,7 @@ const MANAGED_HEADERS: &[&str] = &[
     "upgrade",
 ];
 
-pub(super) fn non_empty<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+pub fn non_empty<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
     let value = String::deserialize(d)?;
     if value.trim().is_empty() {
         return Err(D::Error::custom("must not be empty"));
@@ -39,20 +39,6 @@ pub(super) fn socket_addr<'de, D: Deserializer<'de>>(d: D) -> Result<SocketAddr,
             r#"invalid socket address {value:?} (expected e.g. "127.0.0.1:8080" or "[::]:8080")"#
         ))
     })
-}
-
-/// Answer words: each one word (an answer is read word by word).
-pub(super) fn words<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
-    let words = Vec::<String>::deserialize(d)?;
-    match words
-        .iter()
-        .find(|w| w.trim().is_empty() || w.trim().contains(char::is_whitespace))
-    {
-        Some(word) => Err(D::Error::custom(format!(
-            "{word:?} is not one word; an answer is read word by word"
-        ))),
-        None => Ok(words),
-    }
 }
 
 pub(super) fn mount_path<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {

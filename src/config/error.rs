@@ -45,6 +45,15 @@ impl ConfigError {
         location
     }
 
+    pub(super) fn at(file: &str, line: usize, key: KeyPath, message: String) -> ConfigError {
+        ConfigError {
+            file: file.to_owned(),
+            line: Some(line),
+            key: Some(key.to_string()),
+            message,
+        }
+    }
+
     pub(super) fn unreadable(file: String, err: &std::io::Error) -> ConfigError {
         ConfigError {
             file,

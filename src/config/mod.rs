@@ -38,10 +38,11 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use checks::{validate, KeyPath, Segment};
+pub use de::non_empty;
 pub use error::ConfigError;
 use error::Issue;
 pub use route::{
-    decoding_key, AguiInterrupts, Card, JwtConfig, Quota, RouteConfig, Skill, Translate, Written,
+    decoding_key, Card, JwtConfig, OptionError, Quota, RouteConfig, Skill, Translate, Written,
     DEFAULT_RUN_BUFFER, DEFAULT_WS_IDLE,
 };
 
@@ -129,7 +130,7 @@ impl<'de> Deserialize<'de> for Outbound {
 }
 
 /// The whole file.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Config {
     /// The file as named to [`Config::load`] or [`Config::parse`].
     pub source: String,
@@ -277,11 +278,25 @@ impl Config {
 
     /// Where a key of route `index` sits: `file:line: routes[index].key.…`, as config errors say it.
     pub fn location(&self, index: usize, keys: &[&str], line: usize) -> String {
-        let path = keys
-            .iter()
-            .fold(KeyPath::route(index), |path, key| path.key(key));
-        format!("{}:{line}: {path}", self.source)
+        format!("{}:{line}: {}", self.source, route_key(index, keys))
     }
+
+    /// An error found after parsing, at a key of route `index` on `line`.
+    pub fn error_at(
+        &self,
+        index: usize,
+        keys: &[&str],
+        line: usize,
+        message: String,
+    ) -> ConfigError {
+        ConfigError::at(&self.source, line, route_key(index, keys), message)
+    }
+}
+
+/// The path of a key of route `index`: `routes[index].key.…`.
+fn route_key(index: usize, keys: &[&str]) -> KeyPath {
+    keys.iter()
+        .fold(KeyPath::route(index), |path, key| path.key(key))
 }
 
 /// Where route `index`'s keys are that later warnings name.
@@ -293,7 +308,8 @@ fn written(tree: &spans::Node<'_>, text: &str, index: usize) -> Written {
         .map(|(key, offset)| (key, error::line_of(text, offset)))
         .collect();
     Written {
-        outbound_line: error::line_of(text, tree.offset_of(&route.key("outbound"))),
+        route_line: error::line_of(text, tree.offset_of(&route)),
+        outbound_line: error::line_of(text, tree.offset_of(&route.clone().key("outbound"))),
         translate,
     }
 }

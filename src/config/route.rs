@@ -4,12 +4,13 @@ use std::time::Duration;
 
 use http::{HeaderName, HeaderValue, Uri};
 use jsonwebtoken::{Algorithm, DecodingKey};
+use serde::de::DeserializeOwned;
 use serde::Deserialize;
 
 use super::{de, Outbound, Protocol};
 
 /// One `[[routes]]` entry.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RouteConfig {
     /// Unique and non-empty; used in logs and metrics.
@@ -84,13 +85,25 @@ pub struct RouteConfig {
     pub written: Written,
 }
 
-/// Where a route's keys sit in its file, for the warnings given once it is parsed.
+/// Where a route's keys sit in its file, for what the registry says of them once the file is parsed.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Written {
+    /// The line of the route's `[[routes]]`.
+    pub route_line: usize,
     /// The line of the route's `outbound`.
     pub outbound_line: usize,
     /// The `[routes.translate]` keys the file sets, each with its line.
     pub translate: Vec<(String, usize)>,
+}
+
+impl Written {
+    /// The line of the `[routes.translate]` key `key`, or the route's own when the file does not set it.
+    pub fn translate_line(&self, key: &str) -> usize {
+        self.translate
+            .iter()
+            .find(|(written, _)| written == key)
+            .map_or(self.route_line, |(_, line)| *line)
+    }
 }
 
 /// `pem` as a key for `algorithm`'s family, if it is one: how `check` reads `public_key`, and how auth uses it.
@@ -183,107 +196,43 @@ fn default_body_timeout() -> Duration {
     Duration::from_secs(30)
 }
 
-/// `[routes.translate]`: the pair's options.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct Translate {
-    /// The AG-UI frontend tool that carries approval interrupts.
-    #[serde(deserialize_with = "de::non_empty")]
-    pub approval_tool: String,
-    /// The AG-UI frontend tool that carries question interrupts.
-    #[serde(deserialize_with = "de::non_empty")]
-    pub question_tool: String,
-    /// For upstreams that need one (CMDC sessions, AgentScope).
-    pub model: Option<String>,
-    /// How an AG-UI client is paused: a call of the approval or question tool, or `RUN_FINISHED.outcome`.
-    pub agui_interrupts: AguiInterrupts,
-    /// true: send reasoning as `REASONING_*` events (0.0.59+ clients; 0.0.36 rejects them) instead of
-    /// `CUSTOM agent-bridge.reasoning` events.
-    pub agui_reasoning: bool,
-    /// e.g. "1.0": sent upstream as `protocolVersion` when the upstream is AG-UI 1.0.
-    pub agui_protocol_version: Option<String>,
-    /// A2A upstreams: `"auto"` reads the agent card at the upstream's `/.well-known/agent-card.json` (then
-    /// `agent.json`) to learn whether it streams; an absolute URL reads the card there. Absent: the upstream
-    /// is taken to stream (`message/stream`).
-    pub a2a_card: Option<String>,
-    /// A2A inbound: also put the whole reply text in the final `status.message`, for clients that ignore
-    /// artifacts (`@ag-ui/a2a`).
-    pub a2a_status_message: bool,
-    /// AgentScope inbound: the client sends only its new messages and relies on `session_id` for memory (as
-    /// the shipped client's `create_simple_text_request` does); the proxy keeps the session's history.
-    /// Default: `input` is the whole conversation.
-    pub agentscope_session_memory: bool,
-    /// The proxy's own base URL as the upstream reaches it, for upstreams that call back (a CMDC gateway
-    /// calling the client's tools). Default: the address the proxy listens on (127.0.0.1 for an unspecified
-    /// address).
-    pub proxy_url: Option<String>,
-    /// Words that approve, added to the built-in English and Chinese lists (`src/answers.rs`).
-    #[serde(deserialize_with = "de::words")]
-    pub approval_words: Vec<String>,
-    /// Words that reject, added to the built-in lists.
-    #[serde(deserialize_with = "de::words")]
-    pub rejection_words: Vec<String>,
-}
+/// `[routes.translate]` as written: the options of the route's two faces and of the hub. Each face reads its
+/// own with its options type (`protocol/<p>/options.rs`, a `face::FaceOptions`); the registry checks every
+/// key against the pair's types when the file loads.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(transparent)]
+pub struct Translate(pub(super) toml::Table);
 
-impl Default for Translate {
-    fn default() -> Self {
-        Translate {
-            approval_tool: "confirmAction".to_owned(),
-            question_tool: "ask_user".to_owned(),
-            model: None,
-            agui_interrupts: AguiInterrupts::Auto,
-            agui_reasoning: false,
-            agui_protocol_version: None,
-            a2a_card: None,
-            a2a_status_message: false,
-            agentscope_session_memory: false,
-            proxy_url: None,
-            approval_words: Vec::new(),
-            rejection_words: Vec::new(),
-        }
+impl Translate {
+    /// The options `T` reads (it ignores the keys it does not know); the error names the key at fault.
+    pub fn read<T: DeserializeOwned>(&self) -> Result<T, OptionError> {
+        serde_path_to_error::deserialize(toml::Value::Table(self.0.clone())).map_err(|error| {
+            let key = error.path().iter().next().map(ToString::to_string);
+            OptionError {
+                key: key.unwrap_or_default(),
+                message: error.into_inner().message().trim_end().to_owned(),
+            }
+        })
+    }
+
+    /// The keys the route sets.
+    pub fn keys(&self) -> impl Iterator<Item = &str> {
+        self.0.keys().map(String::as_str)
     }
 }
 
-/// `agui_interrupts`: how a pause reaches an AG-UI client.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum AguiInterrupts {
-    /// A call of the route's approval or question tool when the client declared that tool in the run's
-    /// `tools` (it has a handler for it), otherwise `outcome`.
-    #[default]
-    Auto,
-    /// Always a call of the approval or question tool.
-    Tool,
-    /// Always `RUN_FINISHED.outcome.interrupt` (clients 0.0.59 and 1.0), after a text message stating the
-    /// question (0.0.36 ignores `outcome`).
-    Outcome,
+/// A `[routes.translate]` option that is wrong: its key, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OptionError {
+    pub key: String,
+    pub message: String,
 }
 
-impl<'de> Deserialize<'de> for AguiInterrupts {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        #[derive(Deserialize)]
-        #[serde(untagged)]
-        enum Written {
-            Flag(bool),
-            Name(String),
-        }
-        match Written::deserialize(d)? {
-            // Files written before the modes existed: `true` paused with the outcome, `false` with a tool.
-            Written::Flag(outcome) => {
-                let mode = if outcome { "outcome" } else { "tool" };
-                tracing::warn!(
-                    "`agui_interrupts = {outcome}` is deprecated: it reads as \"{mode}\"; \
-                     write \"auto\", \"tool\" or \"outcome\""
-                );
-                Ok(if outcome { Self::Outcome } else { Self::Tool })
-            }
-            Written::Name(name) => match name.as_str() {
-                "auto" => Ok(Self::Auto),
-                "tool" => Ok(Self::Tool),
-                "outcome" => Ok(Self::Outcome),
-                other => Err(serde::de::Error::custom(format!(
-                    "expected \"auto\", \"tool\" or \"outcome\", not {other:?}"
-                ))),
-            },
+impl OptionError {
+    pub fn new(key: &str, message: impl Into<String>) -> Self {
+        OptionError {
+            key: key.to_owned(),
+            message: message.into(),
         }
     }
 }

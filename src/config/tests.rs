@@ -5,6 +5,11 @@ use super::*;
 
 const FULL: &str = include_str!("../../tests/fixtures/config/full.toml");
 
+/// `[routes.translate]` as `text` writes it.
+fn table(text: &str) -> Translate {
+    Translate(toml::from_str(text).unwrap())
+}
+
 fn parse(text: &str) -> Result<Config, ConfigError> {
     Config::parse(text, "routes.toml")
 }
@@ -71,10 +76,7 @@ fn full_file_parses_into_expected_structs() {
         connect_timeout: Duration::from_secs(10),
         max_body: 1 << 20,
         upstream_headers: vec![header("authorization", "Bearer weather-secret")],
-        translate: Translate {
-            model: Some("deepseek:deepseek-chat".into()),
-            ..Translate::default()
-        },
+        translate: table("approval_tool = \"confirmAction\"\nmodel = \"deepseek:deepseek-chat\""),
         card: Some(Card {
             name: Some("Weather agent".into()),
             description: Some("Answers weather questions".into()),
@@ -99,6 +101,7 @@ fn full_file_parses_into_expected_structs() {
         ws_idle: None,
         run_buffer: None,
         written: Written {
+            route_line: 10,
             outbound_line: 14,
             translate: vec![("approval_tool".into(), 20), ("model".into(), 21)],
         },
@@ -114,9 +117,10 @@ fn full_file_parses_into_expected_structs() {
     assert_eq!(echo.timeout, Duration::from_millis(2500));
     assert_eq!(echo.connect_timeout, Duration::from_secs(3));
     assert_eq!(echo.max_body, 512 * 1024);
-    assert_eq!(echo.translate.agui_interrupts, AguiInterrupts::Outcome);
-    assert_eq!(echo.translate.question_tool, "askHuman");
-    assert_eq!(echo.translate.agui_protocol_version.as_deref(), Some("1.0"));
+    assert_eq!(
+        echo.translate,
+        table("question_tool = \"askHuman\"\nagui_interrupts = \"outcome\"\nagui_protocol_version = \"1.0\"")
+    );
     let card = echo.card.as_ref().expect("echo route has a card");
     assert_eq!(card.version.as_deref(), Some("0.1.0"));
     assert_eq!(card.skills[0].tags, ["echo", "test"]);
@@ -246,9 +250,6 @@ fn route_omitting_optional_keys_takes_defaults() {
     assert_eq!(route.ws_idle, None);
     assert!(route.upstream_headers.is_empty());
     assert_eq!(route.translate, Translate::default());
-    assert_eq!(route.translate.approval_tool, "confirmAction");
-    assert_eq!(route.translate.question_tool, "ask_user");
-    assert_eq!(route.translate.agui_interrupts, AguiInterrupts::Auto);
     assert_eq!(route.card, None);
 }
 
@@ -493,17 +494,6 @@ fn unknown_keys_are_rejected_everywhere() {
         "routes[0].retries",
         "unknown field",
     );
-    let text = format!(
-        "{}{}",
-        route_with(""),
-        route_with("[routes.translate]\napproval_tol = \"x\"\n")
-    );
-    assert_error(
-        &text,
-        6 + EXTRA + 1,
-        "routes[1].translate.approval_tol",
-        "unknown field `approval_tol`",
-    );
     let skills = route_with("[routes.card]\nskills = [\n  { id = \"a\", name = \"A\" },\n  { id = \"b\", nme = \"B\" },\n]\n");
     assert_error(
         &skills,
@@ -515,28 +505,8 @@ fn unknown_keys_are_rejected_everywhere() {
 
 #[test]
 fn errors_under_dotted_keys_name_the_full_path() {
-    let text = route_with("translate.approval_tol = \"x\"\n");
-    assert_error(
-        &text,
-        EXTRA,
-        "routes[0].translate.approval_tol",
-        "unknown field",
-    );
-    let text = route_with("translate.agui_interrupts = \"yes\"\n");
-    assert_error(
-        &text,
-        EXTRA,
-        "routes[0].translate.agui_interrupts",
-        "expected \"auto\", \"tool\" or \"outcome\", not \"yes\"",
-    );
-    let mode = |value: &str| {
-        let text = route_with(&format!("translate.agui_interrupts = {value}\n"));
-        parse(&text).unwrap().routes[0].translate.agui_interrupts
-    };
-    assert_eq!(mode("\"tool\""), AguiInterrupts::Tool);
-    assert_eq!(mode("\"outcome\""), AguiInterrupts::Outcome);
-    assert_eq!(mode("true"), AguiInterrupts::Outcome, "the old boolean");
-    assert_eq!(mode("false"), AguiInterrupts::Tool, "the old boolean");
+    let text = route_with("card.nme = \"x\"\n");
+    assert_error(&text, EXTRA, "routes[0].card.nme", "unknown field");
 }
 
 #[test]
@@ -983,53 +953,6 @@ fn card_skill_ids_are_unique() {
         "routes[0].card.skills[1].id",
         "duplicate skill id",
     );
-}
-
-#[test]
-fn translate_tool_names_must_not_be_empty() {
-    let text = route_with("[routes.translate]\napproval_tool = \"\"\n");
-    assert_error(
-        &text,
-        EXTRA + 1,
-        "routes[0].translate.approval_tool",
-        "must not be empty",
-    );
-}
-
-#[test]
-fn a_route_toward_a_cmdc_gateway_needs_a_model_unless_its_clients_name_one() {
-    let toward_cmdc = |inbound: &str| {
-        format!(
-            "[[routes]]\nname = \"r\"\npath = \"/r\"\ninbound = \"{inbound}\"\noutbound = \"cmdc\"\n\
-             upstream = \"http://127.0.0.1:9001/\"\n"
-        )
-    };
-    assert_error(
-        &toward_cmdc("ag-ui"),
-        1,
-        "routes[0].translate.model",
-        "required: a CMDC gateway creates each session with a model, and ag-ui clients name none",
-    );
-    assert!(
-        parse(&toward_cmdc("cmdc")).is_ok(),
-        "a CMDC client names its model"
-    );
-    let with_model = format!("{}[routes.translate]\nmodel = \"m\"\n", toward_cmdc("a2a"));
-    assert!(parse(&with_model).is_ok());
-}
-
-#[test]
-fn answer_words_are_single_words() {
-    let text = route_with("[routes.translate]\napproval_words = [\"sure\", \"ship it\"]\n");
-    assert_error(
-        &text,
-        EXTRA + 1,
-        "routes[0].translate.approval_words",
-        "\"ship it\" is not one word",
-    );
-    let text = route_with("[routes.translate]\nrejection_words = [\"nope\", \"不干\"]\n");
-    let config = parse(&text).unwrap();
-    assert_eq!(config.routes[0].translate.rejection_words, ["nope", "不干"]);
 }
 
 #[test]

@@ -20,6 +20,7 @@ use std::net::SocketAddr;
 use futures_util::future::BoxFuture;
 use http::{Request, Response};
 use hyper::body::Incoming;
+use serde::de::DeserializeOwned;
 
 use crate::body::{self, Body};
 use crate::config::{self, Protocol, RouteConfig};
@@ -28,6 +29,17 @@ use crate::model::{History, Turn};
 use crate::mount::Mount;
 use crate::translate::{Agent, RunContext};
 use crate::upstream::Upstream;
+
+/// The options `T` (a face's, or the hub's) of `route`'s `[routes.translate]`, which the registry checked
+/// when the file loaded.
+pub fn read_options<T: DeserializeOwned>(route: &RouteConfig) -> Result<T> {
+    route.translate.read().map_err(|error| {
+        Error::config(format!(
+            "route `{}`: translate.{}: {}",
+            route.name, error.key, error.message
+        ))
+    })
+}
 
 /// The face a route shows its clients.
 pub enum Inbound {
@@ -42,9 +54,11 @@ impl Inbound {
     /// Builds the route's inbound; `local` is the address the proxy listens on.
     pub fn from_config(route: &RouteConfig, local: SocketAddr) -> Result<Self> {
         match route.inbound {
-            Protocol::AgUi => Ok(Self::AgUi(ag_ui::Inbound::new(&route.translate))),
-            Protocol::A2a => Ok(Self::A2a(a2a::Inbound::new(route))),
-            Protocol::Agentscope => Ok(Self::Agentscope(agentscope::Inbound::new(route))),
+            Protocol::AgUi => Ok(Self::AgUi(ag_ui::Inbound::new(read_options(route)?))),
+            Protocol::A2a => Ok(Self::A2a(a2a::Inbound::new(route, read_options(route)?))),
+            Protocol::Agentscope => Ok(Self::Agentscope(agentscope::Inbound::new(read_options(
+                route,
+            )?))),
             Protocol::AgKit => Ok(Self::AgKit(ag_kit::Inbound::new())),
             Protocol::Cmdc => Ok(Self::Cmdc(cmdc::Inbound::new(route, local))),
         }
@@ -91,20 +105,27 @@ impl Outbound {
             config::Outbound::Echo => Ok(Self::Echo(echo::Echo)),
             config::Outbound::Protocol(Protocol::AgUi) => Ok(Self::AgUi(ag_ui::Outbound::new(
                 upstream()?,
-                &route.translate,
+                read_options(route)?,
                 route.inbound,
             ))),
-            config::Outbound::Protocol(Protocol::A2a) => {
-                Ok(Self::A2a(a2a::Outbound::new(upstream()?, &route.translate)))
-            }
+            config::Outbound::Protocol(Protocol::A2a) => Ok(Self::A2a(a2a::Outbound::new(
+                upstream()?,
+                read_options(route)?,
+            ))),
             config::Outbound::Protocol(Protocol::Agentscope) => Ok(Self::Agentscope(
-                agentscope::Outbound::new(upstream()?, &route.translate),
+                agentscope::Outbound::new(upstream()?, read_options(route)?),
             )),
             config::Outbound::Protocol(Protocol::AgKit) => {
                 Ok(Self::AgKit(ag_kit::Outbound::new(upstream()?)))
             }
             config::Outbound::Protocol(Protocol::Cmdc) => {
-                Ok(Self::Cmdc(cmdc::Outbound::new(upstream()?, route, local)?))
+                let options = read_options(route)?;
+                Ok(Self::Cmdc(cmdc::Outbound::new(
+                    upstream()?,
+                    route,
+                    options,
+                    local,
+                )?))
             }
         }
     }

@@ -1,13 +1,15 @@
 //! The protocol registry: one [`Row`] per protocol, and what a route's pair makes of the two rows it joins.
-//! Loading a routes file warns about what a pair will not use or cannot carry (DESIGN.md §4: never dropped
-//! silently); the lossy crossings themselves are in docs/translation.md.
+//! Loading a routes file checks each route's `[routes.translate]` against the options types of its pair, and
+//! warns about what a pair will not use or cannot carry (DESIGN.md §4: never dropped silently); the lossy
+//! crossings themselves are in docs/translation.md.
 
 use super::{a2a, ag_kit, ag_ui, agentscope, cmdc};
-use crate::config::{Config, Outbound, Protocol, RouteConfig};
-use crate::face::Row;
+use crate::answers;
+use crate::config::{Config, ConfigError, Outbound, Protocol, RouteConfig};
+use crate::face::{Options, Row};
 
 /// The `[routes.translate]` options the hub reads on every route, whatever its pair.
-const HUB_OPTIONS: &[&str] = &["approval_words", "rejection_words"];
+const HUB_OPTIONS: Options = Options::of::<answers::Options>();
 
 /// The protocol's row.
 pub fn row(protocol: Protocol) -> &'static Row {
@@ -20,41 +22,71 @@ pub fn row(protocol: Protocol) -> &'static Row {
     }
 }
 
-/// What loading `config` warns about, each as `file:line: key path: what`: the `[routes.translate]` options a
-/// route sets that its pair does not read (they are ignored), and what each pair cannot carry.
-pub fn warnings(config: &Config) -> Vec<String> {
+/// Every `[routes.translate]` key that the hub or some protocol's face reads, sorted.
+pub fn option_keys() -> Vec<&'static str> {
+    let faces = Protocol::ALL.into_iter().flat_map(|protocol| {
+        [
+            row(protocol).inbound_options,
+            row(protocol).outbound_options,
+        ]
+    });
+    let mut keys: Vec<&str> = std::iter::once(HUB_OPTIONS)
+        .chain(faces)
+        .flat_map(|options| (options.keys)().iter().copied())
+        .collect();
+    keys.sort_unstable();
+    keys.dedup();
+    keys
+}
+
+/// Checks each route of `config` against its pair's rows: its `[routes.translate]` keys against the options
+/// types of the hub and the two faces. An unknown key, a value the pair's types refuse or a rule of the pair
+/// is an error, at its file, line and key. What it returns are the warnings, each as `file:line: key path:
+/// what`: the options a route sets that its pair does not read (they are ignored), and what each pair cannot
+/// carry (DESIGN.md §4: never dropped silently).
+pub fn check(config: &Config) -> Result<Vec<String>, ConfigError> {
     let mut warnings = Vec::new();
     for (index, route) in config.routes.iter().enumerate() {
         let pair = format!("a route from {} to {}", route.inbound, route.outbound);
-        for (key, line) in unread_options(route) {
+        let read = pair_options(route);
+        for key in route.translate.keys() {
+            if read.iter().any(|options| (options.keys)().contains(&key)) {
+                continue;
+            }
+            let line = route.written.translate_line(key);
+            let known = option_keys();
+            if !known.contains(&key) {
+                let expected = known.iter().map(|k| format!("`{k}`")).collect::<Vec<_>>();
+                let message = format!(
+                    "unknown field `{key}`, expected one of {}",
+                    expected.join(", ")
+                );
+                return Err(config.error_at(index, &["translate", key], line, message));
+            }
             let at = config.location(index, &["translate", key], line);
             warnings.push(format!("{at}: not read by {pair}; ignored"));
+        }
+        for options in read {
+            (options.check)(&route.translate, route.inbound).map_err(|error| {
+                let line = route.written.translate_line(&error.key);
+                config.error_at(index, &["translate", &error.key], line, error.message)
+            })?;
         }
         let at = config.location(index, &["outbound"], route.written.outbound_line);
         for loss in losses(route) {
             warnings.push(format!("{at}: {pair}: {loss} (docs/translation.md)"));
         }
     }
-    warnings
+    Ok(warnings)
 }
 
-/// The options the route sets that neither its faces nor the hub read.
-fn unread_options(route: &RouteConfig) -> impl Iterator<Item = (&str, usize)> {
-    let inbound = row(route.inbound).inbound_options;
+/// The options the route's hub, inbound and outbound read.
+fn pair_options(route: &RouteConfig) -> [Options; 3] {
     let outbound = match route.outbound {
         Outbound::Protocol(protocol) => row(protocol).outbound_options,
-        Outbound::Echo => &[],
+        Outbound::Echo => Options::NONE,
     };
-    route
-        .written
-        .translate
-        .iter()
-        .map(|(key, line)| (key.as_str(), *line))
-        .filter(move |(key, _)| {
-            ![HUB_OPTIONS, inbound, outbound]
-                .iter()
-                .any(|read| read.contains(key))
-        })
+    [HUB_OPTIONS, row(route.inbound).inbound_options, outbound]
 }
 
 /// What the route's clients and agent can say that the other side has no form for.
@@ -101,8 +133,12 @@ mod tests {
         )
     }
 
+    fn checked(text: &str) -> Result<Vec<String>, ConfigError> {
+        check(&Config::parse(text, "routes.toml").unwrap_or_else(|e| panic!("{e}")))
+    }
+
     fn warnings_of(text: &str) -> Vec<String> {
-        warnings(&Config::parse(text, "routes.toml").unwrap_or_else(|e| panic!("{e}")))
+        checked(text).unwrap_or_else(|e| panic!("{e}"))
     }
 
     #[test]
@@ -135,12 +171,101 @@ mod tests {
 
     #[test]
     fn an_unknown_option_is_still_an_error() {
-        let error = Config::parse(
-            &route("ag-ui", "echo", "no_such_option = 1\n"),
-            "routes.toml",
-        )
-        .unwrap_err();
+        let error = checked(&route("ag-ui", "echo", "no_such_option = 1\n")).unwrap_err();
         assert_eq!(error.key(), Some("routes[0].translate.no_such_option"));
+        assert_eq!(error.line(), Some(7));
+        assert!(error.message().starts_with("unknown field `no_such_option`, expected one of `a2a_card`, `a2a_status_message`, `agentscope_session_memory`, `agui_interrupts`"), "{error}");
+    }
+
+    /// `route`'s refusal: its line, key and message.
+    fn refusal(text: &str) -> (Option<usize>, String, String) {
+        let error = checked(text).unwrap_err();
+        let key = error.key().unwrap_or_default().to_owned();
+        (error.line(), key, error.message().to_owned())
+    }
+
+    #[test]
+    fn a_value_the_pair_refuses_is_an_error_at_its_key() {
+        let (line, key, message) = refusal(&route("ag-ui", "echo", "approval_tool = \"\"\n"));
+        assert_eq!(
+            (line, key.as_str(), message.as_str()),
+            (
+                Some(7),
+                "routes[0].translate.approval_tool",
+                "must not be empty"
+            )
+        );
+        let (line, key, message) = refusal(&route(
+            "ag-ui",
+            "echo",
+            "approval_words = [\"sure\", \"ship it\"]\n",
+        ));
+        assert_eq!(
+            (line, key.as_str()),
+            (Some(7), "routes[0].translate.approval_words")
+        );
+        assert_eq!(
+            message,
+            "\"ship it\" is not one word; an answer is read word by word"
+        );
+        let (_, key, message) = refusal(&route("ag-ui", "echo", "agui_interrupts = \"yes\"\n"));
+        assert_eq!(key, "routes[0].translate.agui_interrupts");
+        assert!(message.starts_with("expected \"auto\", \"tool\" or \"outcome\", not \"yes\""));
+        let (_, key, message) = refusal(&route("ag-ui", "a2a", "a2a_card = \"card.json\"\n"));
+        assert_eq!(key, "routes[0].translate.a2a_card");
+        assert!(message.starts_with("expected \"auto\" or an absolute http(s) URL"));
+    }
+
+    #[test]
+    fn dotted_option_keys_are_found_at_their_line() {
+        let text =
+            "[[routes]]\nname = \"r\"\npath = \"/r\"\ninbound = \"ag-ui\"\noutbound = \"echo\"\n\
+                    translate.approval_tol = \"x\"\n";
+        let (line, key, message) = refusal(text);
+        assert_eq!(
+            (line, key.as_str()),
+            (Some(6), "routes[0].translate.approval_tol")
+        );
+        assert!(
+            message.starts_with("unknown field `approval_tol`"),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn a_route_toward_a_cmdc_gateway_needs_a_model_unless_its_clients_name_one() {
+        let (line, key, message) = refusal(&route("ag-ui", "cmdc", ""));
+        assert_eq!((line, key.as_str()), (Some(1), "routes[0].translate.model"));
+        assert_eq!(
+            message,
+            "required: a CMDC gateway creates each session with a model, and ag-ui clients name none"
+        );
+        assert!(
+            checked(&route("cmdc", "cmdc", "")).is_ok(),
+            "a CMDC client names its model"
+        );
+        assert!(checked(&route("a2a", "cmdc", "model = \"m\"\n")).is_ok());
+    }
+
+    #[test]
+    fn every_face_option_type_is_known_by_its_keys() {
+        assert_eq!(
+            option_keys(),
+            [
+                "a2a_card",
+                "a2a_status_message",
+                "agentscope_session_memory",
+                "agui_interrupts",
+                "agui_protocol_version",
+                "agui_reasoning",
+                "approval_tool",
+                "approval_words",
+                "model",
+                "proxy_url",
+                "question_tool",
+                "rejection_words",
+            ]
+        );
     }
 
     #[test]
@@ -184,7 +309,8 @@ mod tests {
         for file in files {
             let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(file);
             let config = Config::load(&path).unwrap_or_else(|e| panic!("{e}"));
-            let ignored: Vec<String> = warnings(&config)
+            let ignored: Vec<String> = check(&config)
+                .unwrap_or_else(|e| panic!("{e}"))
                 .into_iter()
                 .filter(|warning| warning.ends_with("ignored"))
                 .collect();

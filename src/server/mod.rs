@@ -427,7 +427,8 @@ struct Routes {
 
 impl Routes {
     fn from_config(config: &Config, local: SocketAddr, runs: &Runs) -> Result<Self> {
-        for warning in registry::warnings(config) {
+        let warnings = registry::check(config).map_err(|error| Error::config(error.to_string()))?;
+        for warning in warnings {
             tracing::warn!("{warning}");
         }
         let store = store::open(&config.store)?;

@@ -45,6 +45,12 @@ fn route(translate: &str) -> RouteConfig {
         .remove(0)
 }
 
+/// The inbound of a route from A2A to echo with `translate` written after it.
+fn inbound(translate: &str) -> Inbound {
+    let route = route(translate);
+    Inbound::new(&route, route.translate.read().expect("the options read"))
+}
+
 /// One answer of the inbound.
 struct Answer {
     status: u16,
@@ -151,7 +157,7 @@ fn paused_run(interrupt_id: &str) -> Vec<Event> {
 
 #[tokio::test]
 async fn bad_requests_get_the_exact_json_rpc_error() {
-    let inbound = Inbound::new(&route(""));
+    let inbound = inbound("");
     let ids = seed_tasks(&inbound).await;
     let path = fixture("errors.json");
     let mut cases: Vec<Value> =
@@ -419,7 +425,7 @@ fn every_stream_fixture_has_a_golden_test() {
 /// The events as a `message/stream` answer and as a blocking `message/send` result (its artifacts merged).
 async fn stream_golden(case: &str, translate: &str, events: Vec<Event>) {
     assert!(STREAM_CASES.contains(&case), "add {case} to STREAM_CASES");
-    let inbound = Inbound::new(&route(translate));
+    let inbound = inbound(translate);
     let message = user_message("What is the weather?");
 
     let streamed = call(
@@ -478,7 +484,7 @@ fn check_stream(events: &[Value]) {
 
 #[tokio::test]
 async fn a_message_becomes_a_delta_turn_in_its_context_and_an_answer_resumes_the_interrupt() {
-    let inbound = Inbound::new(&route(""));
+    let inbound = inbound("");
     let turns: Arc<Mutex<Vec<Turn>>> = Arc::default();
     let run = |events: Vec<Event>| {
         let turns = Arc::clone(&turns);

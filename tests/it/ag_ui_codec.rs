@@ -18,7 +18,6 @@ use std::path::{Path, PathBuf};
 
 use bytes::BytesMut;
 
-use agent_bridge::config::{AguiInterrupts, Translate};
 use agent_bridge::error::Error;
 use agent_bridge::face::EventEncoder;
 use agent_bridge::model::{
@@ -26,6 +25,7 @@ use agent_bridge::model::{
 };
 use agent_bridge::normalize::Normalizer;
 use agent_bridge::protocol::ag_ui::{decode_request, Decoder, Encoder};
+use agent_bridge::protocol::ag_ui::{AguiInterrupts, InboundOptions};
 use agent_bridge::sse::SseDecoder;
 use serde_json::{json, Value};
 
@@ -332,7 +332,7 @@ fn inbound_turn() -> Turn {
 
 /// The run of a client that declares the route's approval and question tools (it handles them), as the
 /// goldens' clients do: with `agui_interrupts = "auto"` its pauses are calls of those tools.
-fn inbound_turn_with_pause_tools(translate: &Translate) -> Turn {
+fn inbound_turn_with_pause_tools(translate: &InboundOptions) -> Turn {
     let tool = |name: &str| agent_bridge::model::Tool {
         name: name.to_owned(),
         description: String::new(),
@@ -359,8 +359,8 @@ fn upstream_variant(case: &str, variant: &str) {
     upstream_case(case, Some(variant));
 }
 
-fn translate_for(variant: &str) -> Translate {
-    let mut translate = Translate::default();
+fn translate_for(variant: &str) -> InboundOptions {
+    let mut translate = InboundOptions::default();
     match variant {
         "agui_reasoning" => translate.agui_reasoning = true,
         "agui_interrupts" => translate.agui_interrupts = AguiInterrupts::Outcome,
@@ -379,7 +379,7 @@ fn upstream_case(case: &str, variant: Option<&str>) {
         "add {case} to UPSTREAM_CASES"
     );
     let input = fs::read(fixture(&format!("upstream/{case}.sse"))).unwrap();
-    let translate = variant.map_or_else(Translate::default, translate_for);
+    let translate = variant.map_or_else(InboundOptions::default, translate_for);
     let turn = inbound_turn_with_pause_tools(&translate);
     let sse = stable_ids(&encode(&turn, &translate, pipeline(&input)));
     let profile = Profile::for_variant(variant);
@@ -440,7 +440,7 @@ fn pipeline(input: &[u8]) -> Vec<Event> {
     out
 }
 
-fn encode(turn: &Turn, translate: &Translate, events: Vec<Event>) -> String {
+fn encode(turn: &Turn, translate: &InboundOptions, events: Vec<Event>) -> String {
     let mut encoder = Encoder::new(turn, translate);
     let mut bytes = BytesMut::new();
     for event in events {
@@ -589,7 +589,7 @@ fn encoder_run_error_carries_the_error_code() {
         let message = error.message().to_owned();
         let sse = encode(
             &inbound_turn(),
-            &Translate::default(),
+            &InboundOptions::default(),
             normalize(vec![Event::RunError(error)]),
         );
         Profile::conservative()
@@ -623,7 +623,7 @@ const ENCODER_CASES: &[&str] = &[
 
 #[test]
 fn auto_pauses_are_tool_calls_only_for_the_tools_the_client_declared() {
-    let translate = Translate::default();
+    let translate = InboundOptions::default();
     assert_eq!(translate.agui_interrupts, AguiInterrupts::Auto);
     let only_confirm = Turn {
         tools: inbound_turn_with_pause_tools(&translate).tools[..1].to_vec(),
@@ -705,7 +705,7 @@ fn question_run() -> Vec<Event> {
 
 fn encoder_golden(case: &str, variant: Option<&str>, events: Vec<Event>) {
     assert!(ENCODER_CASES.contains(&case), "add {case} to ENCODER_CASES");
-    let translate = variant.map_or_else(Translate::default, translate_for);
+    let translate = variant.map_or_else(InboundOptions::default, translate_for);
     let turn = inbound_turn_with_pause_tools(&translate);
     let sse = stable_ids(&encode(&turn, &translate, normalize(events)));
     if let Err(problem) = Profile::for_variant(variant).check(&sse) {

@@ -19,12 +19,11 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use agent_bridge::config::Config;
 use agent_bridge::error::Error;
 use agent_bridge::model::{
     Artifact, Event, Interrupt, InterruptKind, Outcome, Part, ResumeStatus, Turn, Usage,
 };
-use agent_bridge::protocol::agentscope::Inbound;
+use agent_bridge::protocol::agentscope::{Inbound, InboundOptions};
 use futures_util::stream;
 use http_body_util::BodyExt;
 use serde_json::{json, Value};
@@ -36,9 +35,7 @@ use crate::support::golden;
 // The harness
 
 fn inbound() -> Inbound {
-    let text = "[[routes]]\nname = \"as\"\npath = \"/as\"\ninbound = \"agentscope\"\noutbound = \"echo\"\n";
-    let config = Config::parse(text, "test.toml").expect("the test route parses");
-    Inbound::new(&config.routes[0])
+    Inbound::new(InboundOptions::default())
 }
 
 /// One answer of the inbound.

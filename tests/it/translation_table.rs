@@ -11,11 +11,11 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use agent_bridge::config::Protocol;
+use agent_bridge::protocol::registry;
 
 const DOC: &str = "docs/translation.md";
 const README: &str = "README.md";
 const MODEL: &str = "src/model.rs";
-const CONFIG: &str = "src/config/route.rs";
 const PROTOCOLS_DIR: &str = "src/protocol";
 
 /// The echo agent: an outbound that is no protocol.
@@ -375,26 +375,6 @@ fn every_record_key_of_an_outbound_is_documented_and_every_documented_key_exists
 
 // --- Rule 3: [routes.translate] options -----------------------------------------------------------------------
 
-/// The fields of `pub struct Translate` in src/config/route.rs.
-fn translate_fields(config: &str) -> Vec<String> {
-    let start = config
-        .find("pub struct Translate {")
-        .expect("src/config/route.rs has no `pub struct Translate {`");
-    let mut fields = Vec::new();
-    for line in config[start..].lines().skip(1) {
-        let line = line.trim();
-        if line == "}" {
-            break;
-        }
-        if let Some(rest) = line.strip_prefix("pub ") {
-            if let Some((name, _)) = rest.split_once(':') {
-                fields.push(name.trim().to_owned());
-            }
-        }
-    }
-    fields
-}
-
 /// The keys under `[routes.translate]` in the README's "routes.toml reference" block.
 fn readme_translate_keys(readme: &str) -> Result<Vec<String>, String> {
     let section = readme
@@ -429,30 +409,26 @@ fn readme_translate_keys(readme: &str) -> Result<Vec<String>, String> {
     Ok(keys)
 }
 
-fn translate_option_problems(config: &str, readme: &str) -> Vec<String> {
-    let fields = translate_fields(config);
-    assert!(
-        fields.iter().any(|f| f == "approval_tool"),
-        "the Translate parser found no `approval_tool` in {CONFIG}: it is broken"
-    );
+/// What is out of step between the options the registry knows (`fields`) and the README's `readme`.
+fn translate_option_problems(fields: &[&str], readme: &str) -> Vec<String> {
     let keys = match readme_translate_keys(readme) {
         Ok(keys) => keys,
         Err(problem) => return vec![problem],
     };
     let mut problems = Vec::new();
-    for field in &fields {
-        if !keys.contains(field) {
+    for field in fields {
+        if !keys.iter().any(|key| key == field) {
             problems.push(format!(
-                "`[routes.translate]` option `{field}` ({CONFIG}, struct Translate) is not in {README}'s \
-                 `## routes.toml reference` block"
+                "`[routes.translate]` option `{field}` (an options type in src/protocol or src/answers.rs) is \
+                 not in {README}'s `## routes.toml reference` block"
             ));
         }
     }
     for key in &keys {
-        if !fields.contains(key) {
+        if !fields.contains(&key.as_str()) {
             problems.push(format!(
-                "{README}'s `## routes.toml reference` block documents `[routes.translate]` `{key}`, which is \
-                 no field of Translate ({CONFIG})"
+                "{README}'s `## routes.toml reference` block documents `[routes.translate]` `{key}`, which no \
+                 options type reads (registry::option_keys)"
             ));
         }
     }
@@ -463,7 +439,7 @@ fn translate_option_problems(config: &str, readme: &str) -> Vec<String> {
 fn every_translate_option_is_in_the_readme_routes_toml_reference() {
     report(
         "[routes.translate] options out of step",
-        &translate_option_problems(&read(CONFIG), &read(README)),
+        &translate_option_problems(&registry::option_keys(), &read(README)),
     );
 }
 
@@ -674,11 +650,9 @@ fn drift_an_undocumented_or_unknown_record_key_is_reported() {
 
 #[test]
 fn drift_an_undocumented_translate_option_is_reported() {
-    let config = read(CONFIG).replace(
-        "pub struct Translate {",
-        "pub struct Translate {\n    pub brand_new_option: bool,",
-    );
-    let problems = translate_option_problems(&config, &read(README));
+    let mut fields = registry::option_keys();
+    fields.push("brand_new_option");
+    let problems = translate_option_problems(&fields, &read(README));
     assert!(
         problems.iter().any(|p| p.contains("`brand_new_option`")),
         "{problems:?}"

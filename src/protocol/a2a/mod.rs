@@ -4,17 +4,19 @@
 
 mod card;
 mod inbound;
+mod options;
 mod outbound;
 mod rpc;
 mod tasks;
 pub mod wire;
 
 pub use inbound::{result_frame, EncodeOptions, Encoder, Inbound};
+pub use options::{InboundOptions, OutboundOptions};
 pub use outbound::{Decoder, Outbound};
 
 use serde_json::{Map, Value};
 
-use crate::face::Row;
+use crate::face::{Options, Row};
 use crate::model::{History, Media, MediaKind, MediaSource, Message, Part, Role};
 
 /// A2A agents keep the history. A2A has no tools on either side, and pauses only as `input-required`, a
@@ -26,8 +28,8 @@ pub const ROW: Row = Row {
     approvals: false,
     questions: true,
     pause_cancel: true,
-    inbound_options: &["a2a_status_message"],
-    outbound_options: &["a2a_card"],
+    inbound_options: Options::of::<InboundOptions>(),
+    outbound_options: Options::of::<OutboundOptions>(),
 };
 
 /// A wire message as a canonical one: `user` → user, `agent` → assistant.

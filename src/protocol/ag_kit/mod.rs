@@ -10,7 +10,7 @@ pub mod wire;
 pub use inbound::{decode as decode_request, Encoder, Inbound};
 pub use outbound::{Decoder, Outbound};
 
-use crate::face::Row;
+use crate::face::{Options, Row};
 use crate::model::History;
 
 /// An AG-Kit v0 agent keeps the history under its `conversationId`; `interrupt` carries both pauses.
@@ -21,8 +21,8 @@ pub const ROW: Row = Row {
     approvals: true,
     questions: true,
     pause_cancel: false,
-    inbound_options: &[],
-    outbound_options: &[],
+    inbound_options: Options::NONE,
+    outbound_options: Options::NONE,
 };
 
 /// Interrupt reasons of the canonical pauses (`specs/ag-kit.md` §4.3); an upstream's own reasons pass

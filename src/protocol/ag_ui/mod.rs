@@ -2,13 +2,15 @@
 //! events. See `specs/ag-ui.md`.
 
 mod inbound;
+mod options;
 mod outbound;
 pub mod wire;
 
 pub use inbound::{decode as decode_request, Encoder, Inbound};
+pub use options::{AguiInterrupts, InboundOptions, OutboundOptions};
 pub use outbound::{Decoder, Outbound};
 
-use crate::face::Row;
+use crate::face::{Options, Row};
 use crate::model::{History, Media, MediaKind, MediaSource, Message, Part, Role, ToolCall};
 
 /// AG-UI sends the whole conversation and has everything; its pauses are calls of frontend tools.
@@ -19,13 +21,8 @@ pub const ROW: Row = Row {
     approvals: true,
     questions: true,
     pause_cancel: true,
-    inbound_options: &[
-        "approval_tool",
-        "question_tool",
-        "agui_interrupts",
-        "agui_reasoning",
-    ],
-    outbound_options: &["approval_tool", "question_tool", "agui_protocol_version"],
+    inbound_options: Options::of::<InboundOptions>(),
+    outbound_options: Options::of::<OutboundOptions>(),
 };
 
 /// A wire message as a canonical one; `None` for messages that are never sent to an agent (activity,

@@ -3,14 +3,16 @@
 //! `specs/agentscope.md`.
 
 mod inbound;
+mod options;
 mod outbound;
 mod validate;
 pub mod wire;
 
 pub use inbound::{EncodeOptions, Encoder, Inbound};
+pub use options::{InboundOptions, OutboundOptions};
 pub use outbound::{Decoder, Outbound};
 
-use crate::face::Row;
+use crate::face::{Options, Row};
 use crate::model::History;
 
 /// An AgentScope runtime takes the whole conversation, and pauses only with `mcp_approval_request`: a
@@ -22,6 +24,6 @@ pub const ROW: Row = Row {
     approvals: true,
     questions: false,
     pause_cancel: false,
-    inbound_options: &["question_tool", "agentscope_session_memory"],
-    outbound_options: &["model"],
+    inbound_options: Options::of::<InboundOptions>(),
+    outbound_options: Options::of::<OutboundOptions>(),
 };

@@ -4,16 +4,18 @@
 //! `specs/cmdc.md`.
 
 mod inbound;
+mod options;
 mod outbound;
 mod run;
 mod sessions;
 pub mod wire;
 
 pub use inbound::Inbound;
+pub use options::OutboundOptions;
 pub use outbound::{Decoder, Outbound};
 pub use run::Encoder;
 
-use crate::face::Row;
+use crate::face::{Options, Row};
 use crate::model::History;
 
 /// A CMDC gateway keeps the history in its session; the client's tools become callback tools.
@@ -24,6 +26,6 @@ pub const ROW: Row = Row {
     approvals: true,
     questions: true,
     pause_cancel: true,
-    inbound_options: &[],
-    outbound_options: &["model", "proxy_url"],
+    inbound_options: Options::NONE,
+    outbound_options: Options::of::<OutboundOptions>(),
 };

@@ -50,6 +50,7 @@ use super::card::{self, CardTemplate, CardVersion};
 use super::rpc::{self, Envelope, RpcError};
 use super::tasks::{self, Bounds, Cancel, Registry, Started, Subscription};
 use super::wire::{self, RequestId, StreamResult};
+use super::InboundOptions;
 use crate::auth::{self, KeySources};
 use crate::body::{self, Body};
 use crate::config::RouteConfig;
@@ -85,12 +86,12 @@ enum Endpoint {
 }
 
 impl Inbound {
-    pub fn new(route: &RouteConfig) -> Self {
+    pub fn new(route: &RouteConfig, options: InboundOptions) -> Self {
         Self {
             card: CardTemplate::new(route),
             card_auth: route.card_auth,
             options: EncodeOptions {
-                status_message: route.translate.a2a_status_message,
+                status_message: options.a2a_status_message,
                 tool_activity: false,
             },
             cancel_on_disconnect: true,

@@ -31,8 +31,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::OnceCell;
 use tracing::{debug, info};
 
-use super::wire;
-use crate::config::Translate;
+use super::{wire, OutboundOptions};
 use crate::error::{Error, Result, Source};
 use crate::json::null_as_default;
 use crate::model::{Event, Outcome, Turn};
@@ -99,8 +98,8 @@ pub struct Outbound {
 }
 
 impl Outbound {
-    pub fn new(upstream: Upstream, translate: &Translate) -> Self {
-        let card = match translate.a2a_card.as_deref() {
+    pub fn new(upstream: Upstream, options: OutboundOptions) -> Self {
+        let card = match options.a2a_card.as_deref() {
             None => CardSource::Assume,
             Some("auto") => CardSource::Auto,
             Some(url) => url

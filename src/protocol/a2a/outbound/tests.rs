@@ -645,10 +645,11 @@ mod runs {
             .unwrap()
     }
 
-    fn translator(agent: &Agent, translate: &Translate, timeout: Duration) -> Arc<Translator> {
+    fn translator(agent: &Agent, card: Option<String>, timeout: Duration) -> Arc<Translator> {
         let upstream = Upstream::new(agent.url.parse().unwrap(), Vec::new(), WAIT);
+        let options = OutboundOptions { a2a_card: card };
         let outbound = Arc::new(crate::protocol::Outbound::A2a(Outbound::new(
-            upstream, translate,
+            upstream, options,
         )));
         let store = Arc::new(MemoryStore::new(Duration::from_secs(3600)));
         Arc::new(Translator::new("r".to_owned(), outbound, store, timeout))
@@ -695,7 +696,7 @@ mod runs {
             ),
         })
         .await;
-        let translator = translator(&agent, &Translate::default(), WAIT);
+        let translator = translator(&agent, None, WAIT);
 
         let events = run_turn(&translator, turn(vec![user("Book a flight")])).await;
         let Some(Event::Interrupt(interrupt)) =
@@ -777,11 +778,7 @@ mod runs {
             Reply::json(200, json!({"jsonrpc": "2.0", "id": "r", "result": result}))
         })
         .await;
-        let translate = Translate {
-            a2a_card: Some("auto".to_owned()),
-            ..Translate::default()
-        };
-        let translator = translator(&agent, &translate, WAIT);
+        let translator = translator(&agent, Some("auto".to_owned()), WAIT);
         for _ in 0..2 {
             let events = run_turn(&translator, turn(vec![user("hi")])).await;
             assert_eq!(texts(&events)[0].1, "echo");
@@ -819,11 +816,7 @@ mod runs {
             )
         })
         .await;
-        let translate = Translate {
-            a2a_card: Some(format!("{}/card.json", agent.url)),
-            ..Translate::default()
-        };
-        let translator = translator(&agent, &translate, WAIT);
+        let translator = translator(&agent, Some(format!("{}/card.json", agent.url)), WAIT);
         let events = run_turn(&translator, turn(vec![user("hi")])).await;
         let Event::RunError(error) = terminal(&events) else {
             panic!("{events:?}")
@@ -842,7 +835,7 @@ mod runs {
             )
         })
         .await;
-        let translator = translator(&agent, &Translate::default(), WAIT);
+        let translator = translator(&agent, None, WAIT);
         let events = run_turn(&translator, turn(vec![user("hi")])).await;
         let Event::RunError(error) = terminal(&events) else {
             panic!("{events:?}")
@@ -861,7 +854,7 @@ mod runs {
             )
         })
         .await;
-        let translator = translator(&agent, &Translate::default(), WAIT);
+        let translator = translator(&agent, None, WAIT);
         let events = run_turn(&translator, turn(vec![user("hi")])).await;
         let Event::RunError(error) = terminal(&events) else {
             panic!("{events:?}")
@@ -883,7 +876,7 @@ mod runs {
             ]),
         })
         .await;
-        let translator = translator(&agent, &Translate::default(), WAIT);
+        let translator = translator(&agent, None, WAIT);
         let events = run_turn(&translator, turn(vec![user("hi")])).await;
         assert!(matches!(
             terminal(&events),
@@ -912,7 +905,7 @@ mod runs {
             .hang(),
         })
         .await;
-        let translator = translator(&agent, &Translate::default(), WAIT);
+        let translator = translator(&agent, None, WAIT);
         let mut stream = translator.start(turn(vec![user("hi")]));
         tokio::time::timeout(WAIT, async {
             while let Some(event) = stream.next().await {
@@ -940,7 +933,7 @@ mod runs {
             _ => Reply::sse(&[task("t-7", "c", "submitted")]).hang(),
         })
         .await;
-        let translator = translator(&agent, &Translate::default(), Duration::from_millis(300));
+        let translator = translator(&agent, None, Duration::from_millis(300));
         let events = run_turn(&translator, turn(vec![user("hi")])).await;
         let Event::RunError(error) = terminal(&events) else {
             panic!("{events:?}")
@@ -961,7 +954,7 @@ mod runs {
             _ => Reply::sse(&[update("t-3", "c", "input-required", Some("Sure?"))]),
         })
         .await;
-        let translator = translator(&agent, &Translate::default(), WAIT);
+        let translator = translator(&agent, None, WAIT);
         let events = run_turn(&translator, turn(vec![user("delete it")])).await;
         let Some(Event::Interrupt(interrupt)) =
             events.iter().find(|e| matches!(e, Event::Interrupt(_)))

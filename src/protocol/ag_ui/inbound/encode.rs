@@ -5,11 +5,10 @@ use std::borrow::Cow;
 use bytes::BytesMut;
 use serde_json::json;
 
-use crate::config::{AguiInterrupts, Translate};
 use crate::face::EventEncoder;
 use crate::model::{Event, Interrupt, InterruptKind, Outcome, Role, Turn};
 use crate::protocol::ag_ui::wire::{self, TextRole};
-use crate::protocol::ag_ui::{message_to_wire, part_to_wire};
+use crate::protocol::ag_ui::{message_to_wire, part_to_wire, AguiInterrupts, InboundOptions};
 use crate::sse;
 
 /// What a route's options, and the run's client, change in the output.
@@ -27,18 +26,18 @@ struct EncodeOptions {
 impl EncodeOptions {
     /// The options for the run of `turn`: with `agui_interrupts = "auto"`, a pause is a tool call only when
     /// the client declared that tool in this run (it has a handler for it).
-    fn new(translate: &Translate, turn: &Turn) -> Self {
-        let as_tool = |tool: &str| match translate.agui_interrupts {
+    fn new(options: &InboundOptions, turn: &Turn) -> Self {
+        let as_tool = |tool: &str| match options.agui_interrupts {
             AguiInterrupts::Tool => true,
             AguiInterrupts::Outcome => false,
             AguiInterrupts::Auto => turn.tools.iter().any(|declared| declared.name == tool),
         };
         Self {
-            approval_tool: translate.approval_tool.clone(),
-            question_tool: translate.question_tool.clone(),
-            approval_as_tool: as_tool(&translate.approval_tool),
-            question_as_tool: as_tool(&translate.question_tool),
-            reasoning: translate.agui_reasoning,
+            approval_tool: options.approval_tool.clone(),
+            question_tool: options.question_tool.clone(),
+            approval_as_tool: as_tool(&options.approval_tool),
+            question_as_tool: as_tool(&options.question_tool),
+            reasoning: options.agui_reasoning,
         }
     }
 }
@@ -56,11 +55,11 @@ pub struct Encoder {
 
 impl Encoder {
     /// An encoder for the run of `turn`, with the route's options.
-    pub fn new(turn: &Turn, translate: &Translate) -> Self {
+    pub fn new(turn: &Turn, options: &InboundOptions) -> Self {
         Self {
             thread_id: turn.conversation.clone(),
             run_id: turn.run_id.clone(),
-            options: EncodeOptions::new(translate, turn),
+            options: EncodeOptions::new(options, turn),
             interrupts: Vec::new(),
             last_assistant_message: None,
         }

@@ -11,9 +11,9 @@ pub use encode::Encoder;
 use http::{Method, Request, Response};
 use hyper::body::Incoming;
 
+use super::InboundOptions;
 use crate::auth::KeySources;
 use crate::body::{self, Body};
-use crate::config::Translate;
 use crate::error::{Error, Result};
 use crate::face::encode_frames;
 use crate::model::Turn;
@@ -21,14 +21,12 @@ use crate::mount::Mount;
 use crate::sse;
 
 pub struct Inbound {
-    translate: Translate,
+    options: InboundOptions,
 }
 
 impl Inbound {
-    pub fn new(translate: &Translate) -> Self {
-        Self {
-            translate: translate.clone(),
-        }
+    pub fn new(options: InboundOptions) -> Self {
+        Self { options }
     }
 
     pub async fn handle(&self, request: Request<Incoming>, mount: &Mount) -> Response<Body> {
@@ -53,7 +51,7 @@ impl Inbound {
             tenant: caller.tenant,
             ..decode(&bytes)?
         };
-        let encoder = Encoder::new(&turn, &self.translate);
+        let encoder = Encoder::new(&turn, &self.options);
         let frames = encode_frames(mount.translator.start(turn), encoder);
         Ok(sse::stream_response(frames, sse::EVENT_STREAM, sse::PING))
     }

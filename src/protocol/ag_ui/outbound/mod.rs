@@ -10,7 +10,8 @@ pub use decode::Decoder;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::config::{Protocol, Translate};
+use super::OutboundOptions;
+use crate::config::Protocol;
 use crate::error::{Error, Result};
 use crate::model::{Event, Interrupt, InterruptKind, Turn};
 use crate::relay::{relay, UpstreamEvents};
@@ -43,11 +44,11 @@ pub struct Outbound {
 impl Outbound {
     /// `inbound` is the protocol of the route's clients: whether the proxy stands in for them as the
     /// frontend of the pause tools.
-    pub fn new(upstream: Upstream, translate: &Translate, inbound: Protocol) -> Self {
+    pub fn new(upstream: Upstream, options: OutboundOptions, inbound: Protocol) -> Self {
         Self {
             upstream,
-            protocol_version: translate.agui_protocol_version.clone(),
-            pause_tools: PauseTools::new(translate, inbound),
+            pause_tools: PauseTools::new(&options, inbound),
+            protocol_version: options.agui_protocol_version,
         }
     }
 

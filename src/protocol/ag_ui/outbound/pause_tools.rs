@@ -10,11 +10,12 @@ use std::collections::HashMap;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
-use crate::config::{Protocol, Translate};
+use crate::config::Protocol;
 use crate::model::{
     new_id, Event, Interrupt, InterruptKind, Message, Resume, ResumeStatus, Role, ToolCall, Turn,
 };
 use crate::protocol::ag_ui::wire;
+use crate::protocol::ag_ui::OutboundOptions;
 
 /// The route's pause tools.
 pub struct PauseTools {
@@ -59,10 +60,10 @@ pub struct PauseCall {
 }
 
 impl PauseTools {
-    pub fn new(translate: &Translate, inbound: Protocol) -> Self {
+    pub fn new(options: &OutboundOptions, inbound: Protocol) -> Self {
         Self {
-            approval: translate.approval_tool.clone(),
-            question: translate.question_tool.clone(),
+            approval: options.approval_tool.clone(),
+            question: options.question_tool.clone(),
             offer: inbound != Protocol::AgUi,
         }
     }
@@ -265,7 +266,7 @@ mod tests {
     use crate::model::Tool;
 
     fn tools() -> PauseTools {
-        PauseTools::new(&Translate::default(), Protocol::A2a)
+        PauseTools::new(&OutboundOptions::default(), Protocol::A2a)
     }
 
     fn call(id: &str, name: &str, args: &str) -> Vec<Event> {
@@ -299,7 +300,7 @@ mod tests {
             ["confirmAction"],
             "never a tool the client declared"
         );
-        let agui = PauseTools::new(&Translate::default(), Protocol::AgUi);
+        let agui = PauseTools::new(&OutboundOptions::default(), Protocol::AgUi);
         assert!(agui.offered(&Turn::default()).is_empty());
 
         let mut diverter = tools().diverter(&turn);

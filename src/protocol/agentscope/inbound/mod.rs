@@ -35,9 +35,9 @@ use http::{Method, Request, Response, StatusCode};
 use hyper::body::Incoming;
 use serde_json::{json, Value};
 
+use super::InboundOptions;
 use crate::auth::{self, KeySources};
 use crate::body::{self, Body};
-use crate::config::RouteConfig;
 use crate::face::encode_frames;
 use crate::model::{Event, History, Turn};
 use crate::mount::Mount;
@@ -52,15 +52,15 @@ pub struct Inbound {
 }
 
 impl Inbound {
-    pub fn new(route: &RouteConfig) -> Self {
+    pub fn new(options: InboundOptions) -> Self {
         Self {
-            options: EncodeOptions {
-                question_tool: route.translate.question_tool.clone(),
-            },
-            history: if route.translate.agentscope_session_memory {
+            history: if options.agentscope_session_memory {
                 History::Delta
             } else {
                 History::Full
+            },
+            options: EncodeOptions {
+                question_tool: options.question_tool,
             },
             running: Arc::default(),
         }
@@ -228,18 +228,12 @@ fn python_json_string(text: &str, out: &mut String) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::Config;
     use crate::model::Outcome;
     use futures_util::stream;
     use http_body_util::BodyExt;
 
     fn inbound() -> Inbound {
-        let config = Config::parse(
-            "[[routes]]\nname = \"as\"\npath = \"/as\"\ninbound = \"agentscope\"\noutbound = \"echo\"\n",
-            "test.toml",
-        )
-        .unwrap();
-        Inbound::new(&config.routes[0])
+        Inbound::new(InboundOptions::default())
     }
 
     async fn body_text(response: Response<Body>) -> String {

@@ -45,9 +45,8 @@ use encode::request;
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
-use super::wire;
+use super::{wire, OutboundOptions};
 use crate::body;
-use crate::config::Translate;
 use crate::error::{Error, Result};
 use crate::model::{new_id, Event, Turn};
 use crate::relay::{relay, UpstreamEvents};
@@ -86,10 +85,10 @@ pub struct Outbound {
 }
 
 impl Outbound {
-    pub fn new(upstream: Upstream, translate: &Translate) -> Self {
+    pub fn new(upstream: Upstream, options: OutboundOptions) -> Self {
         Self {
             upstream,
-            model: translate.model.clone(),
+            model: options.model,
         }
     }
 

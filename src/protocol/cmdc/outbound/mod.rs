@@ -40,7 +40,7 @@ use subtle::ConstantTimeEq;
 use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, info};
 
-use super::wire;
+use super::{wire, OutboundOptions};
 use crate::body::{self, Body, BodyLimit};
 use crate::config::RouteConfig;
 use crate::error::{Error, Result};
@@ -205,16 +205,21 @@ pub enum StepEnd {
 
 impl Outbound {
     /// `local` is the address the proxy listens on: the callback URL's default host.
-    pub fn new(upstream: Upstream, route: &RouteConfig, local: SocketAddr) -> Result<Self> {
+    pub fn new(
+        upstream: Upstream,
+        route: &RouteConfig,
+        options: OutboundOptions,
+        local: SocketAddr,
+    ) -> Result<Self> {
         let callback_path = format!("{}{CALLBACK_PATH}", route.path.trim_end_matches('/'));
-        let base = match &route.translate.proxy_url {
+        let base = match &options.proxy_url {
             Some(url) => url.trim_end_matches('/').to_owned(),
             None if local.ip().is_unspecified() => format!("http://127.0.0.1:{}", local.port()),
             None => format!("http://{local}"),
         };
         Ok(Self {
             upstream,
-            model: route.translate.model.clone(),
+            model: options.model,
             callback_url: format!("{base}{callback_path}"),
             callback_path,
             callback_timeout: route.timeout,
