@@ -15,8 +15,6 @@
 use serde::de::Error as _;
 use serde::{Deserialize, Deserializer};
 
-use crate::face::FaceOptions;
-
 /// What an answer says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Decision {
@@ -119,8 +117,6 @@ pub struct Options {
     #[serde(deserialize_with = "one_word_each")]
     pub rejection_words: Vec<String>,
 }
-
-impl FaceOptions for Options {}
 
 /// Answer words are single words: an answer is read word by word.
 fn one_word_each<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {

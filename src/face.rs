@@ -12,19 +12,28 @@
 //! - What an outbound remembers between turns is `store::UpstreamState`; what the hub runs a turn
 //!   against is `translate::Agent`.
 
+use std::net::SocketAddr;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
+use futures_util::future::BoxFuture;
 use futures_util::Stream;
+use http::{Request, Response};
+use hyper::body::Incoming;
 
 use serde::de::DeserializeOwned;
 
-use crate::config::{OptionError, Protocol, Translate};
-use crate::error::Result;
+use crate::body::{self, Body};
+use crate::config::{OptionError, Protocol, RouteConfig, Translate};
+use crate::error::{Error, Result};
 use crate::model::{Event, History};
+use crate::mount::Mount;
 use crate::sse::SseEvent;
+use crate::translate::Agent;
+use crate::upstream::Upstream;
 
 /// A protocol's row in the registry: what it can carry, and the `[routes.translate]` options each of its
 /// faces reads.
@@ -47,6 +56,44 @@ pub struct Row {
     pub inbound_options: Options,
     /// The `[routes.translate]` options its outbound face reads.
     pub outbound_options: Options,
+    /// Builds its inbound face for a route; the address is the one the proxy listens on.
+    pub inbound: fn(&RouteConfig, SocketAddr) -> Result<Box<dyn InboundFace>>,
+    /// Builds its outbound face for a route, toward the route's upstream.
+    pub outbound: fn(Upstream, &RouteConfig, SocketAddr) -> Result<Arc<dyn OutboundFace>>,
+}
+
+/// An inbound face as its route serves it.
+pub trait InboundFace: Send + Sync {
+    /// Serves one request addressed to the route (its path or below it).
+    fn handle<'a>(
+        &'a self,
+        request: Request<Incoming>,
+        mount: &'a Mount,
+    ) -> BoxFuture<'a, Response<Body>>;
+}
+
+/// An outbound face: the agent the hub runs a route's turns against, and where its upstream calls back.
+pub trait OutboundFace: Agent {
+    /// Whether `path` is where the upstream calls back into the proxy (CMDC callback tools).
+    fn serves_callback(&self, _path: &str) -> bool {
+        false
+    }
+
+    /// Answers a call of the upstream back into the proxy, at a path it [serves](Self::serves_callback).
+    fn serve_callback(&self, _request: Request<Incoming>) -> BoxFuture<'_, Response<Body>> {
+        Box::pin(async { body::error_response(&Error::not_found("no callback here"), "POST") })
+    }
+}
+
+/// The options `T` (a face's, or the hub's) of `route`'s `[routes.translate]`, which the registry checked
+/// when the file loaded.
+pub fn read_options<T: DeserializeOwned>(route: &RouteConfig) -> Result<T> {
+    route.translate.read().map_err(|error| {
+        Error::config(format!(
+            "route `{}`: translate.{}: {}",
+            route.name, error.key, error.message
+        ))
+    })
 }
 
 /// A face's `[routes.translate]` options: a serde struct beside the face (`options.rs`) whose field names are

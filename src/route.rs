@@ -12,16 +12,17 @@ use crate::body::{Body, BodyLimit};
 use crate::config::RouteConfig;
 use crate::cors::Cors;
 use crate::error::Result;
+use crate::face::{read_options, InboundFace, OutboundFace};
 use crate::mount::Mount;
-use crate::protocol::{Inbound, Outbound};
+use crate::protocol::registry;
 use crate::store::Store;
 use crate::translate::{Agent, Runs, Translator};
 
 pub struct Route {
     pub name: String,
-    pub inbound: Inbound,
+    pub inbound: Box<dyn InboundFace>,
     /// How the route reaches its agent; the translator runs turns against it, and it may serve calls back.
-    outbound: Arc<Outbound>,
+    outbound: Arc<dyn OutboundFace>,
     /// What the inbound gets of the route.
     pub mount: Mount,
 }
@@ -35,19 +36,19 @@ impl Route {
         local: SocketAddr,
         runs: &Runs,
     ) -> Result<Self> {
-        let outbound = Arc::new(Outbound::from_config(config, local)?);
+        let outbound = registry::outbound(config, local)?;
         let translator = Translator::new(
             config.name.clone(),
             Arc::clone(&outbound) as Arc<dyn Agent>,
             store,
             config.timeout,
         )
-        .with_answer_words(AnswerWords::new(&crate::protocol::read_options(config)?))
+        .with_answer_words(AnswerWords::new(&read_options(config)?))
         .with_quota(config.quota)
         .with_runs(runs.clone());
         Ok(Self {
             name: config.name.clone(),
-            inbound: Inbound::from_config(config, local)?,
+            inbound: registry::inbound(config, local)?,
             outbound,
             mount: Mount {
                 path: config.path.clone(),

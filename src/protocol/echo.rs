@@ -7,13 +7,29 @@
 //!   the next turn reports back.
 //! - `/ask QUESTION`: pauses on a question (human in the loop); the next turn reports the answer.
 
+use futures_util::future::BoxFuture;
 use serde_json::Value;
 
 use crate::error::Result;
-use crate::model::{new_id, Event, Interrupt, InterruptKind, Outcome, ResumeStatus, Role, Turn};
-use crate::translate::RunContext;
+use crate::face::OutboundFace;
+use crate::model::{
+    new_id, Event, History, Interrupt, InterruptKind, Outcome, ResumeStatus, Role, Turn,
+};
+use crate::translate::{Agent, RunContext};
 
 pub struct Echo;
+
+impl Agent for Echo {
+    fn history(&self) -> History {
+        History::Full
+    }
+
+    fn run<'a>(&'a self, turn: &'a Turn, context: &'a mut RunContext) -> BoxFuture<'a, Result<()>> {
+        Box::pin(Echo::run(self, turn, context))
+    }
+}
+
+impl OutboundFace for Echo {}
 
 impl Echo {
     pub async fn run(&self, turn: &Turn, context: &mut RunContext) -> Result<()> {

@@ -3,13 +3,21 @@
 //! warns about what a pair will not use or cannot carry (DESIGN.md §4: never dropped silently); the lossy
 //! crossings themselves are in docs/translation.md.
 
-use super::{a2a, ag_kit, ag_ui, agentscope, cmdc};
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use super::{a2a, ag_kit, ag_ui, agentscope, cmdc, echo};
 use crate::answers;
 use crate::config::{Config, ConfigError, Outbound, Protocol, RouteConfig};
-use crate::face::{Options, Row};
+use crate::error::{Error, Result};
+use crate::face::{FaceOptions, InboundFace, Options, OutboundFace, Row};
+use crate::upstream::Upstream;
 
 /// The `[routes.translate]` options the hub reads on every route, whatever its pair.
 const HUB_OPTIONS: Options = Options::of::<answers::Options>();
+
+/// The answer words have no rule of the pair.
+impl FaceOptions for answers::Options {}
 
 /// The protocol's row.
 pub fn row(protocol: Protocol) -> &'static Row {
@@ -20,6 +28,24 @@ pub fn row(protocol: Protocol) -> &'static Row {
         Protocol::AgKit => &ag_kit::ROW,
         Protocol::Cmdc => &cmdc::ROW,
     }
+}
+
+/// Builds the face `route` shows its clients; `local` is the address the proxy listens on.
+pub fn inbound(route: &RouteConfig, local: SocketAddr) -> Result<Box<dyn InboundFace>> {
+    (row(route.inbound).inbound)(route, local)
+}
+
+/// Builds how `route` reaches its agent: its upstream's protocol, or the built-in echo agent.
+pub fn outbound(route: &RouteConfig, local: SocketAddr) -> Result<Arc<dyn OutboundFace>> {
+    let Outbound::Protocol(protocol) = route.outbound else {
+        return Ok(Arc::new(echo::Echo));
+    };
+    let uri = route
+        .upstream
+        .clone()
+        .ok_or_else(|| Error::config(format!("route `{}` needs an upstream URL", route.name)))?;
+    let upstream = Upstream::new(uri, route.upstream_headers.clone(), route.connect_timeout);
+    (row(protocol).outbound)(upstream, route, local)
 }
 
 /// Every `[routes.translate]` key that the hub or some protocol's face reads, sorted.
@@ -44,7 +70,7 @@ pub fn option_keys() -> Vec<&'static str> {
 /// is an error, at its file, line and key. What it returns are the warnings, each as `file:line: key path:
 /// what`: the options a route sets that its pair does not read (they are ignored), and what each pair cannot
 /// carry (DESIGN.md §4: never dropped silently).
-pub fn check(config: &Config) -> Result<Vec<String>, ConfigError> {
+pub fn check(config: &Config) -> std::result::Result<Vec<String>, ConfigError> {
     let mut warnings = Vec::new();
     for (index, route) in config.routes.iter().enumerate() {
         let pair = format!("a route from {} to {}", route.inbound, route.outbound);
@@ -133,7 +159,7 @@ mod tests {
         )
     }
 
-    fn checked(text: &str) -> Result<Vec<String>, ConfigError> {
+    fn checked(text: &str) -> std::result::Result<Vec<String>, ConfigError> {
         check(&Config::parse(text, "routes.toml").unwrap_or_else(|e| panic!("{e}")))
     }
 

@@ -14,9 +14,11 @@ pub use inbound::{result_frame, EncodeOptions, Encoder, Inbound};
 pub use options::{InboundOptions, OutboundOptions};
 pub use outbound::{Decoder, Outbound};
 
+use std::sync::Arc;
+
 use serde_json::{Map, Value};
 
-use crate::face::{Options, Row};
+use crate::face::{read_options, Options, Row};
 use crate::model::{History, Media, MediaKind, MediaSource, Message, Part, Role};
 
 /// A2A agents keep the history. A2A has no tools on either side, and pauses only as `input-required`, a
@@ -30,6 +32,8 @@ pub const ROW: Row = Row {
     pause_cancel: true,
     inbound_options: Options::of::<InboundOptions>(),
     outbound_options: Options::of::<OutboundOptions>(),
+    inbound: |route, _| Ok(Box::new(Inbound::new(route, read_options(route)?))),
+    outbound: |upstream, route, _| Ok(Arc::new(Outbound::new(upstream, read_options(route)?))),
 };
 
 /// A wire message as a canonical one: `user` → user, `agent` → assistant.

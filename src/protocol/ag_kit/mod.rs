@@ -10,6 +10,8 @@ pub mod wire;
 pub use inbound::{decode as decode_request, Encoder, Inbound};
 pub use outbound::{Decoder, Outbound};
 
+use std::sync::Arc;
+
 use crate::face::{Options, Row};
 use crate::model::History;
 
@@ -23,6 +25,8 @@ pub const ROW: Row = Row {
     pause_cancel: false,
     inbound_options: Options::NONE,
     outbound_options: Options::NONE,
+    inbound: |_, _| Ok(Box::new(Inbound::new())),
+    outbound: |upstream, _, _| Ok(Arc::new(Outbound::new(upstream))),
 };
 
 /// Interrupt reasons of the canonical pauses (`specs/ag-kit.md` §4.3); an upstream's own reasons pass

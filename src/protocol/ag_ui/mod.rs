@@ -10,7 +10,9 @@ pub use inbound::{decode as decode_request, Encoder, Inbound};
 pub use options::{AguiInterrupts, InboundOptions, OutboundOptions};
 pub use outbound::{Decoder, Outbound};
 
-use crate::face::{Options, Row};
+use std::sync::Arc;
+
+use crate::face::{read_options, Options, Row};
 use crate::model::{History, Media, MediaKind, MediaSource, Message, Part, Role, ToolCall};
 
 /// AG-UI sends the whole conversation and has everything; its pauses are calls of frontend tools.
@@ -23,6 +25,11 @@ pub const ROW: Row = Row {
     pause_cancel: true,
     inbound_options: Options::of::<InboundOptions>(),
     outbound_options: Options::of::<OutboundOptions>(),
+    inbound: |route, _| Ok(Box::new(Inbound::new(read_options(route)?))),
+    outbound: |upstream, route, _| {
+        let options = read_options(route)?;
+        Ok(Arc::new(Outbound::new(upstream, options, route.inbound)))
+    },
 };
 
 /// A wire message as a canonical one; `None` for messages that are never sent to an agent (activity,

@@ -12,7 +12,9 @@ pub use inbound::{EncodeOptions, Encoder, Inbound};
 pub use options::{InboundOptions, OutboundOptions};
 pub use outbound::{Decoder, Outbound};
 
-use crate::face::{Options, Row};
+use std::sync::Arc;
+
+use crate::face::{read_options, Options, Row};
 use crate::model::History;
 
 /// An AgentScope runtime takes the whole conversation, and pauses only with `mcp_approval_request`: a
@@ -26,4 +28,6 @@ pub const ROW: Row = Row {
     pause_cancel: false,
     inbound_options: Options::of::<InboundOptions>(),
     outbound_options: Options::of::<OutboundOptions>(),
+    inbound: |route, _| Ok(Box::new(Inbound::new(read_options(route)?))),
+    outbound: |upstream, route, _| Ok(Arc::new(Outbound::new(upstream, read_options(route)?))),
 };

@@ -15,7 +15,9 @@ pub use options::OutboundOptions;
 pub use outbound::{Decoder, Outbound};
 pub use run::Encoder;
 
-use crate::face::{Options, Row};
+use std::sync::Arc;
+
+use crate::face::{read_options, Options, Row};
 use crate::model::History;
 
 /// A CMDC gateway keeps the history in its session; the client's tools become callback tools.
@@ -28,4 +30,9 @@ pub const ROW: Row = Row {
     pause_cancel: true,
     inbound_options: Options::NONE,
     outbound_options: Options::of::<OutboundOptions>(),
+    inbound: |route, local| Ok(Box::new(Inbound::new(route, local))),
+    outbound: |upstream, route, local| {
+        let options = read_options(route)?;
+        Ok(Arc::new(Outbound::new(upstream, route, options, local)?))
+    },
 };

@@ -39,6 +39,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use futures_util::future::BoxFuture;
 use futures_util::{Stream, StreamExt};
 use http::{Method, Request, Response, StatusCode};
 use hyper::body::Incoming;
@@ -55,6 +56,7 @@ use crate::auth::{self, KeySources};
 use crate::body::{self, Body};
 use crate::config::RouteConfig;
 use crate::error::Error;
+use crate::face::InboundFace;
 use crate::model::{Event, History, Resume, ResumeStatus, Turn};
 use crate::mount::Mount;
 use crate::sse;
@@ -482,6 +484,16 @@ fn plain_error(error: &Error, allow: &'static str) -> Response<Body> {
         allow,
     );
     auth::with_refusal_headers(response, error)
+}
+
+impl InboundFace for Inbound {
+    fn handle<'a>(
+        &'a self,
+        request: Request<Incoming>,
+        mount: &'a Mount,
+    ) -> BoxFuture<'a, Response<Body>> {
+        Box::pin(Inbound::handle(self, request, mount))
+    }
 }
 
 #[cfg(test)]

@@ -24,6 +24,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use bytes::Bytes;
+use futures_util::future::BoxFuture;
 use http::Uri;
 use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
@@ -33,12 +34,13 @@ use tracing::{debug, info};
 
 use super::{wire, OutboundOptions};
 use crate::error::{Error, Result, Source};
+use crate::face::OutboundFace;
 use crate::json::null_as_default;
-use crate::model::{Event, Outcome, Turn};
+use crate::model::{Event, History, Outcome, Turn};
 use crate::relay::{relay, UpstreamEvents};
 use crate::sse;
 use crate::store::{Record, UpstreamState};
-use crate::translate::RunContext;
+use crate::translate::{Agent, RunContext};
 use crate::upstream::{self, redacted, Upstream};
 
 /// What a conversation remembers of its A2A agent.
@@ -504,3 +506,15 @@ impl DiscoveredCard {
         })
     }
 }
+
+impl Agent for Outbound {
+    fn history(&self) -> History {
+        super::ROW.history
+    }
+
+    fn run<'a>(&'a self, turn: &'a Turn, context: &'a mut RunContext) -> BoxFuture<'a, Result<()>> {
+        Box::pin(Outbound::run(self, turn, context))
+    }
+}
+
+impl OutboundFace for Outbound {}

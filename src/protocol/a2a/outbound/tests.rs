@@ -648,9 +648,7 @@ mod runs {
     fn translator(agent: &Agent, card: Option<String>, timeout: Duration) -> Arc<Translator> {
         let upstream = Upstream::new(agent.url.parse().unwrap(), Vec::new(), WAIT);
         let options = OutboundOptions { a2a_card: card };
-        let outbound = Arc::new(crate::protocol::Outbound::A2a(Outbound::new(
-            upstream, options,
-        )));
+        let outbound = Arc::new(Outbound::new(upstream, options));
         let store = Arc::new(MemoryStore::new(Duration::from_secs(3600)));
         Arc::new(Translator::new("r".to_owned(), outbound, store, timeout))
     }

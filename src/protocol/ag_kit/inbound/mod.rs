@@ -23,6 +23,7 @@ pub use encode::Encoder;
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
+use futures_util::future::BoxFuture;
 use futures_util::{stream, Stream, StreamExt};
 use http::header::HeaderValue;
 use http::{HeaderName, Method, Request, Response};
@@ -32,7 +33,7 @@ use tokio::time::Instant;
 use crate::auth::KeySources;
 use crate::body::{self, Body};
 use crate::error::{Error, Result};
-use crate::face::{encode_frames, EventEncoder};
+use crate::face::{encode_frames, EventEncoder, InboundFace};
 use crate::model::Event;
 use crate::mount::Mount;
 use crate::sse::{self, HEARTBEAT};
@@ -131,5 +132,15 @@ where
                 }
             }
         }
+    }
+}
+
+impl InboundFace for Inbound {
+    fn handle<'a>(
+        &'a self,
+        request: Request<Incoming>,
+        mount: &'a Mount,
+    ) -> BoxFuture<'a, Response<Body>> {
+        Box::pin(Inbound::handle(self, request, mount))
     }
 }

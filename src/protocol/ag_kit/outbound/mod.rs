@@ -9,15 +9,17 @@ mod encode;
 pub use decode::Decoder;
 
 use bytes::Bytes;
+use futures_util::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 
 use crate::body;
 use crate::error::{Error, Result};
-use crate::model::{Event, Interrupt, InterruptKind, Turn};
+use crate::face::OutboundFace;
+use crate::model::{Event, History, Interrupt, InterruptKind, Turn};
 use crate::relay::{relay, UpstreamEvents};
 use crate::sse;
 use crate::store::{Record, UpstreamState};
-use crate::translate::RunContext;
+use crate::translate::{Agent, RunContext};
 use crate::upstream::Upstream;
 use encode::request;
 
@@ -99,3 +101,15 @@ fn remember_interrupt(interrupt: &Interrupt, record: &mut Record) {
         });
     });
 }
+
+impl Agent for Outbound {
+    fn history(&self) -> History {
+        super::ROW.history
+    }
+
+    fn run<'a>(&'a self, turn: &'a Turn, context: &'a mut RunContext) -> BoxFuture<'a, Result<()>> {
+        Box::pin(Outbound::run(self, turn, context))
+    }
+}
+
+impl OutboundFace for Outbound {}

@@ -8,6 +8,7 @@ mod encode;
 pub use decode::decode;
 pub use encode::Encoder;
 
+use futures_util::future::BoxFuture;
 use http::{Method, Request, Response};
 use hyper::body::Incoming;
 
@@ -15,7 +16,7 @@ use super::InboundOptions;
 use crate::auth::KeySources;
 use crate::body::{self, Body};
 use crate::error::{Error, Result};
-use crate::face::encode_frames;
+use crate::face::{encode_frames, InboundFace};
 use crate::model::Turn;
 use crate::mount::Mount;
 use crate::sse;
@@ -54,5 +55,15 @@ impl Inbound {
         let encoder = Encoder::new(&turn, &self.options);
         let frames = encode_frames(mount.translator.start(turn), encoder);
         Ok(sse::stream_response(frames, sse::EVENT_STREAM, sse::PING))
+    }
+}
+
+impl InboundFace for Inbound {
+    fn handle<'a>(
+        &'a self,
+        request: Request<Incoming>,
+        mount: &'a Mount,
+    ) -> BoxFuture<'a, Response<Body>> {
+        Box::pin(Inbound::handle(self, request, mount))
     }
 }

@@ -7,17 +7,19 @@ mod pause_tools;
 
 pub use decode::Decoder;
 
+use futures_util::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::OutboundOptions;
 use crate::config::Protocol;
 use crate::error::{Error, Result};
-use crate::model::{Event, Interrupt, InterruptKind, Turn};
+use crate::face::OutboundFace;
+use crate::model::{Event, History, Interrupt, InterruptKind, Turn};
 use crate::relay::{relay, UpstreamEvents};
 use crate::sse;
 use crate::store::{Record, UpstreamState};
-use crate::translate::RunContext;
+use crate::translate::{Agent, RunContext};
 use crate::upstream::Upstream;
 use pause_tools::{PauseTools, Paused};
 
@@ -115,6 +117,18 @@ fn remember(conversation: Conversation, record: &mut Record) {
 fn empty_object() -> Value {
     Value::Object(Default::default())
 }
+
+impl Agent for Outbound {
+    fn history(&self) -> History {
+        super::ROW.history
+    }
+
+    fn run<'a>(&'a self, turn: &'a Turn, context: &'a mut RunContext) -> BoxFuture<'a, Result<()>> {
+        Box::pin(Outbound::run(self, turn, context))
+    }
+}
+
+impl OutboundFace for Outbound {}
 
 #[cfg(test)]
 mod tests {

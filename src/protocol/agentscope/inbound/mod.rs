@@ -29,6 +29,7 @@ use std::collections::HashSet;
 use std::fmt::Write;
 use std::sync::{Arc, Mutex};
 
+use futures_util::future::BoxFuture;
 use futures_util::Stream;
 use http::header::{HeaderValue, CONTENT_TYPE};
 use http::{Method, Request, Response, StatusCode};
@@ -38,7 +39,7 @@ use serde_json::{json, Value};
 use super::InboundOptions;
 use crate::auth::{self, KeySources};
 use crate::body::{self, Body};
-use crate::face::encode_frames;
+use crate::face::{encode_frames, InboundFace};
 use crate::model::{Event, History, Turn};
 use crate::mount::Mount;
 use crate::sse;
@@ -223,6 +224,16 @@ fn python_json_string(text: &str, out: &mut String) {
         }
     }
     out.push('"');
+}
+
+impl InboundFace for Inbound {
+    fn handle<'a>(
+        &'a self,
+        request: Request<Incoming>,
+        mount: &'a Mount,
+    ) -> BoxFuture<'a, Response<Body>> {
+        Box::pin(Inbound::handle(self, request, mount))
+    }
 }
 
 #[cfg(test)]

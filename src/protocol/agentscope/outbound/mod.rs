@@ -43,16 +43,18 @@ pub use decode::Decoder;
 use encode::request;
 
 use bytes::Bytes;
+use futures_util::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 
 use super::{wire, OutboundOptions};
 use crate::body;
 use crate::error::{Error, Result};
-use crate::model::{new_id, Event, Turn};
+use crate::face::OutboundFace;
+use crate::model::{new_id, Event, History, Turn};
 use crate::relay::{relay, UpstreamEvents};
 use crate::sse;
 use crate::store::{Record, UpstreamState};
-use crate::translate::RunContext;
+use crate::translate::{Agent, RunContext};
 use crate::upstream::Upstream;
 
 /// What a conversation remembers of its AgentScope runtime.
@@ -186,3 +188,15 @@ fn remember_approvals(new: Vec<PendingApproval>, record: &mut Record) {
             .update_upstream(|conversation: &mut Conversation| conversation.approvals.extend(new));
     }
 }
+
+impl Agent for Outbound {
+    fn history(&self) -> History {
+        super::ROW.history
+    }
+
+    fn run<'a>(&'a self, turn: &'a Turn, context: &'a mut RunContext) -> BoxFuture<'a, Result<()>> {
+        Box::pin(Outbound::run(self, turn, context))
+    }
+}
+
+impl OutboundFace for Outbound {}

@@ -23,6 +23,7 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 use bytes::{Bytes, BytesMut};
+use futures_util::future::BoxFuture;
 use futures_util::stream;
 use http::header::CONTENT_TYPE;
 use http::{Method, Request, Response, StatusCode};
@@ -39,6 +40,7 @@ use crate::body::{self, Body, BodyLimit};
 use crate::config::{RouteConfig, DEFAULT_RUN_BUFFER, DEFAULT_WS_IDLE};
 use crate::egress::{Egress, Policy, Requester};
 use crate::error::Error;
+use crate::face::InboundFace;
 use crate::mount::Mount;
 use crate::sse;
 use socket::{upgrade, SocketClient, SocketLimits};
@@ -538,4 +540,14 @@ fn json(status: StatusCode, body: Vec<u8>) -> Response<Body> {
 
 fn ok(body: Value) -> Response<Body> {
     json(StatusCode::OK, to_vec(&body))
+}
+
+impl InboundFace for Inbound {
+    fn handle<'a>(
+        &'a self,
+        request: Request<Incoming>,
+        mount: &'a Mount,
+    ) -> BoxFuture<'a, Response<Body>> {
+        Box::pin(Inbound::handle(self, request, mount))
+    }
 }

@@ -33,6 +33,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
+use futures_util::future::BoxFuture;
 use http::{Method, Request, Response, StatusCode, Uri};
 use hyper::body::Incoming;
 use serde::{Deserialize, Serialize};
@@ -44,12 +45,12 @@ use super::{wire, OutboundOptions};
 use crate::body::{self, Body, BodyLimit};
 use crate::config::RouteConfig;
 use crate::error::{Error, Result};
-use crate::face::UpstreamDecoder;
-use crate::model::{Event, Message, Outcome, Role, Turn, Usage};
+use crate::face::{OutboundFace, UpstreamDecoder};
+use crate::model::{Event, History, Message, Outcome, Role, Turn, Usage};
 use crate::relay::{Next, UpstreamEvents};
 use crate::sse;
 use crate::store::{Record, UpstreamState};
-use crate::translate::RunContext;
+use crate::translate::{Agent, RunContext};
 use crate::upstream::{self, Upstream};
 
 /// What a conversation remembers of its gateway session.
@@ -770,5 +771,25 @@ impl Drop for AbortGuard {
             .await;
             debug!(session = %session, answered = sent.is_ok(), "asked the CMDC gateway to abort the run");
         });
+    }
+}
+
+impl Agent for Outbound {
+    fn history(&self) -> History {
+        super::ROW.history
+    }
+
+    fn run<'a>(&'a self, turn: &'a Turn, context: &'a mut RunContext) -> BoxFuture<'a, Result<()>> {
+        Box::pin(Outbound::run(self, turn, context))
+    }
+}
+
+impl OutboundFace for Outbound {
+    fn serves_callback(&self, path: &str) -> bool {
+        Outbound::serves_callback(self, path)
+    }
+
+    fn serve_callback(&self, request: Request<Incoming>) -> BoxFuture<'_, Response<Body>> {
+        Box::pin(Outbound::serve_callback(self, request))
     }
 }
