@@ -11,25 +11,22 @@ use serde_json::{json, Value};
 
 use crate::support;
 use crate::support::ag_ui::{finished, started, text};
-use crate::support::{post_json, send, within, Proxy, Reply, Upstream};
+use crate::support::{post_json, send, within, Proxy, Reply, Route, Routes, Upstream};
 
 const PATH: &str = "/agents/a2a";
 
-/// An A2A route to the echo agent; `extra` is more TOML for the route.
-async fn echo_proxy(extra: &str) -> Proxy {
-    Proxy::start(&format!(
-        "[[routes]]\nname = \"a2a-echo\"\npath = \"{PATH}\"\ninbound = \"a2a\"\noutbound = \"echo\"\n{extra}"
-    ))
-    .await
+/// An A2A route to the echo agent.
+fn echo_route() -> Route {
+    Route::new("a2a-echo", PATH, "a2a", "echo")
+}
+
+async fn echo_proxy() -> Proxy {
+    Proxy::start(echo_route()).await
 }
 
 /// An A2A route to a scripted AG-UI upstream.
 async fn agui_proxy(upstream: &Upstream) -> Proxy {
-    Proxy::start(&format!(
-        "[[routes]]\nname = \"a2a-agui\"\npath = \"{PATH}\"\ninbound = \"a2a\"\noutbound = \"ag-ui\"\nupstream = \"{}\"\n",
-        upstream.url()
-    ))
-    .await
+    Proxy::start(Route::new("a2a-agui", PATH, "a2a", "ag-ui").upstream(&upstream.url())).await
 }
 
 /// An AG-UI upstream that streams "Hel", waits for `release`, then streams "lo" and finishes.
@@ -135,11 +132,13 @@ async fn wait_for_state(proxy: &Proxy, task_id: &str, state: &str) -> Value {
 
 #[tokio::test]
 async fn a2a_card_is_served_at_both_well_known_paths_with_the_route_url() {
-    let proxy = echo_proxy(
-        "[routes.card]\nname = \"Echo\"\ndescription = \"Echoes\"\nversion = \"0.9.0\"\n\
-         skills = [{ id = \"echo\", name = \"Echo\", tags = [\"demo\"] }]\n",
-    )
-    .await;
+    let skill = toml::toml! { id = "echo" name = "Echo" tags = ["demo"] };
+    let route = echo_route()
+        .card("name", "Echo")
+        .card("description", "Echoes")
+        .card("version", "0.9.0")
+        .card("skills", vec![skill]);
+    let proxy = Proxy::start(route).await;
     let base = proxy.url(PATH);
 
     let response = get(&format!("{base}/.well-known/agent.json"), &[]).await;
@@ -168,11 +167,10 @@ async fn a2a_card_is_served_at_both_well_known_paths_with_the_route_url() {
     assert_eq!(modern["url"], base);
 
     // Behind a proxy it trusts, the url is the one the client reached.
-    let behind = Proxy::start(&format!(
-        "trusted_proxies = [\"127.0.0.1\"]\n[[routes]]\nname = \"a2a-echo\"\npath = \"{PATH}\"\n\
-         inbound = \"a2a\"\noutbound = \"echo\"\n"
-    ))
-    .await;
+    let behind = Routes::default()
+        .set("trusted_proxies", vec!["127.0.0.1"])
+        .route(echo_route());
+    let behind = Proxy::start(behind).await;
     let forwarded = get(
         &behind.url(&format!("{PATH}/.well-known/agent.json")),
         &[
@@ -191,7 +189,7 @@ async fn a2a_card_is_served_at_both_well_known_paths_with_the_route_url() {
 
 #[tokio::test]
 async fn a2a_card_without_configuration_has_defaults_and_one_skill() {
-    let proxy = echo_proxy("").await;
+    let proxy = echo_proxy().await;
     let card = get(&proxy.url(&format!("{PATH}/.well-known/agent.json")), &[])
         .await
         .json()
@@ -203,11 +201,10 @@ async fn a2a_card_without_configuration_has_defaults_and_one_skill() {
 
 #[tokio::test]
 async fn a2a_route_at_the_root_serves_the_card_and_rpc_while_healthz_and_longer_routes_win() {
-    let proxy = Proxy::start(
-        "[[routes]]\nname = \"root\"\npath = \"/\"\ninbound = \"a2a\"\noutbound = \"echo\"\n\
-         [[routes]]\nname = \"agui\"\npath = \"/agui\"\ninbound = \"ag-ui\"\noutbound = \"echo\"\n",
-    )
-    .await;
+    let routes = Routes::default()
+        .route(Route::new("root", "/", "a2a", "echo"))
+        .route(Route::new("agui", "/agui", "ag-ui", "echo"));
+    let proxy = Proxy::start(routes).await;
     let origin = proxy.url("");
     for card in ["/.well-known/agent.json", "/.well-known/agent-card.json"] {
         let response = get(&proxy.url(card), &[]).await;
@@ -239,7 +236,7 @@ async fn a2a_route_at_the_root_serves_the_card_and_rpc_while_healthz_and_longer_
 
 #[tokio::test]
 async fn a2a_to_echo_message_send_returns_the_completed_task_with_the_text() {
-    let proxy = echo_proxy("").await;
+    let proxy = echo_proxy().await;
     let task = rpc(
         &proxy,
         "message/send",
@@ -255,7 +252,7 @@ async fn a2a_to_echo_message_send_returns_the_completed_task_with_the_text() {
 
 #[tokio::test]
 async fn a2a_to_echo_message_stream_on_the_stream_path_streams_artifact_chunks() {
-    let proxy = echo_proxy("").await;
+    let proxy = echo_proxy().await;
     let results = rpc_stream(
         &proxy,
         &format!("{PATH}/stream"),
@@ -282,7 +279,7 @@ async fn a2a_to_echo_message_stream_on_the_stream_path_streams_artifact_chunks()
 
 #[tokio::test]
 async fn a2a_client_context_id_is_kept_across_turns_and_a_minted_one_is_reusable() {
-    let proxy = echo_proxy("").await;
+    let proxy = echo_proxy().await;
     let mut first = message("first");
     first["contextId"] = json!("ctx-client-1");
     let one = rpc(&proxy, "message/send", json!({"message": first})).await;
@@ -305,7 +302,7 @@ async fn a2a_client_context_id_is_kept_across_turns_and_a_minted_one_is_reusable
 
 #[tokio::test]
 async fn a2a_task_id_chosen_by_the_client_names_the_new_task() {
-    let proxy = echo_proxy("").await;
+    let proxy = echo_proxy().await;
     let mut first = message("mine");
     first["taskId"] = json!("client-task-1");
     let task = rpc(&proxy, "message/send", json!({"message": first})).await;
@@ -342,7 +339,7 @@ async fn a2a_task_id_chosen_by_the_client_names_the_new_task() {
 
 #[tokio::test]
 async fn a2a_echo_ask_pauses_as_input_required_and_the_task_id_resumes_it() {
-    let proxy = echo_proxy("").await;
+    let proxy = echo_proxy().await;
     let paused = rpc(
         &proxy,
         "message/send",
@@ -374,7 +371,7 @@ async fn a2a_echo_ask_pauses_as_input_required_and_the_task_id_resumes_it() {
 
 #[tokio::test]
 async fn a2a_echo_ask_resumes_from_the_context_id_alone_when_streaming() {
-    let proxy = echo_proxy("").await;
+    let proxy = echo_proxy().await;
     let results = rpc_stream(
         &proxy,
         PATH,
@@ -395,7 +392,7 @@ async fn a2a_echo_ask_resumes_from_the_context_id_alone_when_streaming() {
 
 #[tokio::test]
 async fn a2a_echo_ask_resumes_from_the_context_id_alone_on_message_send() {
-    let proxy = echo_proxy("").await;
+    let proxy = echo_proxy().await;
     let mut ask = message("/ask Which port?");
     ask["contextId"] = json!("ctx-ask");
     let paused = rpc(&proxy, "message/send", json!({"message": ask})).await;
@@ -563,10 +560,7 @@ async fn a2a_stream_client_disconnect_cancels_the_task_and_the_upstream() {
 
 #[tokio::test]
 async fn a2a_http_refusals_have_their_status_and_a_json_rpc_body() {
-    let proxy = Proxy::start(&format!(
-        "[[routes]]\nname = \"small\"\npath = \"{PATH}\"\ninbound = \"a2a\"\noutbound = \"echo\"\nmax_body = 256\n"
-    ))
-    .await;
+    let proxy = Proxy::start(Route::new("small", PATH, "a2a", "echo").max_body(256)).await;
 
     let response = get(&proxy.url(PATH), &[]).await;
     assert_eq!(response.status, 405);

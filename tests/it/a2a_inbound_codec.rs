@@ -31,22 +31,21 @@ use serde_json::{json, Value};
 
 use crate::support::canonical::{finished, text};
 use crate::support::golden;
+use crate::support::Route;
 
 // ---------------------------------------------------------------------------------------------------------
 // The harness
 
-fn route(translate: &str) -> RouteConfig {
-    let text = format!(
-        "[[routes]]\nname = \"a2a\"\npath = \"/a2a\"\ninbound = \"a2a\"\noutbound = \"echo\"\n{translate}"
-    );
-    Config::parse(&text, "test.toml")
+fn route(translate: &[(&str, bool)]) -> RouteConfig {
+    let route = Route::new("a2a", "/a2a", "a2a", "echo").translate_all(translate);
+    Config::parse(&route.to_string(), "test.toml")
         .expect("the test route parses")
         .routes
         .remove(0)
 }
 
-/// The inbound of a route from A2A to echo with `translate` written after it.
-fn inbound(translate: &str) -> Inbound {
+/// The inbound of a route from A2A to echo with the `translate` options.
+fn inbound(translate: &[(&str, bool)]) -> Inbound {
     let route = route(translate);
     Inbound::new(&route, route.translate.read().expect("the options read"))
 }
@@ -157,7 +156,7 @@ fn paused_run(interrupt_id: &str) -> Vec<Event> {
 
 #[tokio::test]
 async fn bad_requests_get_the_exact_json_rpc_error() {
-    let inbound = inbound("");
+    let inbound = inbound(&[]);
     let ids = seed_tasks(&inbound).await;
     let path = fixture("errors.json");
     let mut cases: Vec<Value> =
@@ -273,7 +272,7 @@ fn unsubstitute(text: &str, ids: &[(&str, String)]) -> String {
 async fn text_streams_as_artifact_chunks_and_completes() {
     stream_golden(
         "text_completed",
-        "",
+        &[],
         completed_run(&["The weather ", "in Beijing ", "is sunny."]),
     )
     .await;
@@ -287,7 +286,7 @@ async fn two_messages_are_two_artifacts_and_the_status_message_option_repeats_th
     events.push(finished(Outcome::Completed));
     stream_golden(
         "two_messages_status_message",
-        "[routes.translate]\na2a_status_message = true\n",
+        &[("a2a_status_message", true)],
         events,
     )
     .await;
@@ -305,7 +304,7 @@ async fn a_question_pauses_the_task_as_input_required() {
         },
     }));
     events.push(finished(Outcome::Interrupted));
-    stream_golden("interrupt_question", "", events).await;
+    stream_golden("interrupt_question", &[], events).await;
 }
 
 #[tokio::test]
@@ -325,7 +324,7 @@ async fn an_upstream_error_fails_the_task_with_an_explanation() {
     events.push(Event::RunError(Error::upstream_timeout(
         "upstream run took longer than the route's timeout of 120s",
     )));
-    stream_golden("upstream_error", "", events).await;
+    stream_golden("upstream_error", &[], events).await;
 }
 
 #[tokio::test]
@@ -385,14 +384,14 @@ async fn artifacts_pass_and_events_without_an_a2a_form_are_dropped() {
         }),
         finished(Outcome::Completed),
     ];
-    stream_golden("artifact_and_dropped_events", "", events).await;
+    stream_golden("artifact_and_dropped_events", &[], events).await;
 }
 
 #[tokio::test]
 async fn a_run_cancelled_upstream_cancels_the_task() {
     stream_golden(
         "run_cancelled",
-        "",
+        &[],
         vec![Event::RunStarted, finished(Outcome::Cancelled)],
     )
     .await;
@@ -423,7 +422,7 @@ fn every_stream_fixture_has_a_golden_test() {
 }
 
 /// The events as a `message/stream` answer and as a blocking `message/send` result (its artifacts merged).
-async fn stream_golden(case: &str, translate: &str, events: Vec<Event>) {
+async fn stream_golden(case: &str, translate: &[(&str, bool)], events: Vec<Event>) {
     assert!(STREAM_CASES.contains(&case), "add {case} to STREAM_CASES");
     let inbound = inbound(translate);
     let message = user_message("What is the weather?");
@@ -484,7 +483,7 @@ fn check_stream(events: &[Value]) {
 
 #[tokio::test]
 async fn a_message_becomes_a_delta_turn_in_its_context_and_an_answer_resumes_the_interrupt() {
-    let inbound = inbound("");
+    let inbound = inbound(&[]);
     let turns: Arc<Mutex<Vec<Turn>>> = Arc::default();
     let run = |events: Vec<Event>| {
         let turns = Arc::clone(&turns);

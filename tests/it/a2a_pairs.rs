@@ -12,33 +12,33 @@ use serde_json::{json, Value};
 
 use crate::support::a2a::{self, Agent};
 use crate::support::ag_ui::{self, finished, input, started, text, tool, user};
-use crate::support::{Proxy, Reply, Upstream};
+use crate::support::{Proxy, Reply, Route, Upstream};
 
 const PATH: &str = "/agents/pair";
 
-/// A route from `inbound` to `outbound` at [`PATH`]; `extra` is more TOML for the route (keys, then tables).
-fn route(inbound: &str, outbound: &str, upstream: Option<&str>, extra: &str) -> String {
-    let upstream = upstream.map_or(String::new(), |url| format!("upstream = \"{url}\""));
-    format!(
-        "[[routes]]\nname = \"pair\"\npath = \"{PATH}\"\ninbound = \"{inbound}\"\noutbound = \"{outbound}\"\n\
-         {upstream}\n{extra}\n"
-    )
+/// A route from `inbound` to `outbound` at [`PATH`].
+fn route(inbound: &str, outbound: &str) -> Route {
+    Route::new("pair", PATH, inbound, outbound)
 }
 
-async fn agui_to_a2a(agent: &Upstream, extra: &str) -> Proxy {
-    Proxy::start(&route("ag-ui", "a2a", Some(&agent.url()), extra)).await
+fn agui_to_a2a_route(agent: &Upstream) -> Route {
+    route("ag-ui", "a2a").upstream(&agent.url())
+}
+
+async fn agui_to_a2a(agent: &Upstream) -> Proxy {
+    Proxy::start(agui_to_a2a_route(agent)).await
 }
 
 async fn a2a_to_agui(upstream: &Upstream) -> Proxy {
-    Proxy::start(&route("a2a", "ag-ui", Some(&upstream.url()), "")).await
+    Proxy::start(route("a2a", "ag-ui").upstream(&upstream.url())).await
 }
 
 async fn a2a_to_a2a(agent: &Upstream) -> Proxy {
-    Proxy::start(&route("a2a", "a2a", Some(&agent.url()), "")).await
+    Proxy::start(route("a2a", "a2a").upstream(&agent.url())).await
 }
 
 async fn a2a_to_echo() -> Proxy {
-    Proxy::start(&route("a2a", "echo", None, "")).await
+    Proxy::start(route("a2a", "echo")).await
 }
 
 /// An AG-UI run asking about the weather.
@@ -77,7 +77,7 @@ async fn agui_to_a2a_artifact_chunks_stream_as_agui_text_messages() {
         )
         .serve()
         .await;
-    let proxy = agui_to_a2a(&agent, "").await;
+    let proxy = agui_to_a2a(&agent).await;
 
     let events = ag_ui::run(&proxy.url(PATH), &weather("thread-1", "run-1")).await;
 
@@ -114,7 +114,7 @@ async fn agui_to_a2a_run_starts_when_the_agent_works_not_at_its_first_words() {
         )
         .serve()
         .await;
-    let proxy = agui_to_a2a(&agent, "").await;
+    let proxy = agui_to_a2a(&agent).await;
     let input = weather("thread-1", "run-1");
 
     // The agent is held at its gate, working but silent.
@@ -129,7 +129,7 @@ async fn agui_to_a2a_agent_receives_only_the_new_user_message_and_no_version_hea
         .on("message/stream", task.streams(&["Sunny."]))
         .serve()
         .await;
-    let proxy = agui_to_a2a(&agent, "").await;
+    let proxy = agui_to_a2a(&agent).await;
     let mut run = input(
         "thread-2",
         "run-1",
@@ -179,7 +179,7 @@ async fn agui_to_a2a_second_turn_reuses_the_context_and_sends_only_the_second_me
         .on("message/stream", second.streams(&["Rain."]))
         .serve()
         .await;
-    let proxy = agui_to_a2a(&agent, "").await;
+    let proxy = agui_to_a2a(&agent).await;
     let run1 = weather("thread-3", "run-1");
     let events = ag_ui::run(&proxy.url(PATH), &run1).await;
 
@@ -214,7 +214,7 @@ async fn agui_to_a2a_second_turn_reuses_the_context_and_sends_only_the_second_me
 #[tokio::test]
 async fn agui_to_a2a_input_required_calls_the_ask_user_tool_with_the_question() {
     let agent = a2a::asking_agent().await;
-    let proxy = agui_to_a2a(&agent, "").await;
+    let proxy = agui_to_a2a(&agent).await;
     let mut run = weather("thread-4", "run-1");
     run["tools"] = json!([tool("ask_user")]);
 
@@ -236,8 +236,10 @@ async fn agui_to_a2a_input_required_calls_the_ask_user_tool_with_the_question() 
 #[tokio::test]
 async fn agui_to_a2a_input_required_calls_the_routes_own_question_tool() {
     let agent = a2a::asking_agent().await;
-    let tools = "[routes.translate]\napproval_tool = \"approveIt\"\nquestion_tool = \"askHuman\"";
-    let proxy = agui_to_a2a(&agent, tools).await;
+    let tools = agui_to_a2a_route(&agent)
+        .translate("approval_tool", "approveIt")
+        .translate("question_tool", "askHuman");
+    let proxy = Proxy::start(tools).await;
     let mut run = weather("thread-5", "run-1");
     run["tools"] = json!([tool("approveIt"), tool("askHuman")]);
 
@@ -255,7 +257,7 @@ async fn agui_to_a2a_input_required_calls_the_routes_own_question_tool() {
 #[tokio::test]
 async fn agui_to_a2a_answering_the_question_resumes_the_paused_task() {
     let agent = a2a::asking_agent().await;
-    let proxy = agui_to_a2a(&agent, "").await;
+    let proxy = agui_to_a2a(&agent).await;
     let mut run1 = weather("thread-6", "run-1");
     run1["tools"] = json!([tool("ask_user")]);
     let events = ag_ui::run(&proxy.url(PATH), &run1).await;
@@ -295,7 +297,7 @@ async fn agui_to_a2a_failed_task_is_one_run_error_with_the_status_text() {
         )
         .serve()
         .await;
-    let proxy = agui_to_a2a(&agent, "").await;
+    let proxy = agui_to_a2a(&agent).await;
 
     let events = ag_ui::run(&proxy.url(PATH), &weather("thread-7", "run-1")).await;
 
@@ -314,7 +316,7 @@ async fn agui_to_a2a_json_rpc_error_answer_is_a_run_error_with_its_code() {
         )
         .serve()
         .await;
-    let proxy = agui_to_a2a(&agent, "").await;
+    let proxy = agui_to_a2a(&agent).await;
 
     let events = ag_ui::run(&proxy.url(PATH), &weather("thread-8", "run-1")).await;
 
@@ -335,7 +337,7 @@ async fn agui_to_a2a_json_rpc_error_event_mid_stream_ends_the_run_with_a_run_err
         )
         .serve()
         .await;
-    let proxy = agui_to_a2a(&agent, "").await;
+    let proxy = agui_to_a2a(&agent).await;
 
     let events = ag_ui::run(&proxy.url(PATH), &weather("thread-9", "run-1")).await;
 
@@ -352,7 +354,7 @@ async fn agui_to_a2a_json_rpc_error_event_mid_stream_ends_the_run_with_a_run_err
 #[tokio::test]
 async fn agui_to_a2a_unreachable_agent_is_upstream_unreachable() {
     let refused = Upstream::refused_url().await;
-    let proxy = Proxy::start(&route("ag-ui", "a2a", Some(&refused), "")).await;
+    let proxy = Proxy::start(route("ag-ui", "a2a").upstream(&refused)).await;
 
     let events = ag_ui::run(&proxy.url(PATH), &weather("thread-10", "run-1")).await;
 
@@ -377,7 +379,7 @@ async fn agui_to_a2a_client_disconnect_cancels_the_running_task_upstream() {
         )
         .serve()
         .await;
-    let proxy = agui_to_a2a(&agent, "").await;
+    let proxy = agui_to_a2a(&agent).await;
     let mut stream = ag_ui::start(&proxy.url(PATH), &weather("thread-11", "run-1")).await;
     stream.until("TEXT_MESSAGE_CONTENT").await;
     assert!(a2a::calls(&agent, "tasks/cancel").is_empty());
@@ -401,7 +403,7 @@ async fn agui_to_a2a_rewritten_history_starts_a_fresh_upstream_conversation() {
         .on("message/stream", second.streams(&["Hello!"]))
         .serve()
         .await;
-    let proxy = agui_to_a2a(&agent, "").await;
+    let proxy = agui_to_a2a(&agent).await;
     let run1 = input("thread-12", "run-1", json!([user("u1", "Hi")]));
     ag_ui::run(&proxy.url(PATH), &run1).await;
 
@@ -442,7 +444,7 @@ async fn agui_to_a2a_agent_card_without_streaming_switches_to_message_send() {
         .on("message/send", a2a::reply(answered))
         .serve()
         .await;
-    let proxy = agui_to_a2a(&agent, "[routes.translate]\na2a_card = \"auto\"").await;
+    let proxy = Proxy::start(agui_to_a2a_route(&agent).translate("a2a_card", "auto")).await;
 
     let events = ag_ui::run(&proxy.url(PATH), &weather("thread-13", "run-1")).await;
 

@@ -17,17 +17,13 @@ use serde_json::{json, Value};
 
 use crate::support::a2a::{self, Agent};
 use crate::support::ag_kit::{self as kit, Chat};
-use crate::support::{post_json, Proxy, Reply, Upstream};
+use crate::support::{post_json, Proxy, Reply, Route, Upstream};
 
 const PATH: &str = "/agents/pair";
 
 /// A route from `inbound` to `outbound` at [`PATH`].
 async fn proxy(inbound: &str, outbound: &str, upstream: &str) -> Proxy {
-    Proxy::start(&format!(
-        "[[routes]]\nname = \"pair\"\npath = \"{PATH}\"\ninbound = \"{inbound}\"\noutbound = \"{outbound}\"\n\
-         upstream = \"{upstream}\"\n"
-    ))
-    .await
+    Proxy::start(Route::new("pair", PATH, inbound, outbound).upstream(upstream)).await
 }
 
 /// An AG-Kit route in front of the A2A `agent`, and a `useChat` client of it.

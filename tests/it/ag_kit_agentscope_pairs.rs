@@ -16,17 +16,13 @@ use serde_json::{json, Value};
 use crate::support;
 use crate::support::ag_kit::{self as kit, Chat};
 use crate::support::agentscope::{self as scope, Run};
-use crate::support::{post_json, Proxy, Upstream};
+use crate::support::{post_json, Proxy, Route, Upstream};
 
 const PATH: &str = "/agents/pair";
 
 /// A route from `inbound` to `outbound` at [`PATH`].
 async fn proxy(inbound: &str, outbound: &str, upstream: &str) -> Proxy {
-    Proxy::start(&format!(
-        "[[routes]]\nname = \"pair\"\npath = \"{PATH}\"\ninbound = \"{inbound}\"\noutbound = \"{outbound}\"\n\
-         upstream = \"{upstream}\"\n"
-    ))
-    .await
+    Proxy::start(Route::new("pair", PATH, inbound, outbound).upstream(upstream)).await
 }
 
 fn send_message(proxy: &Proxy) -> String {

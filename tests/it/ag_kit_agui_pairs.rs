@@ -18,17 +18,13 @@ use serde_json::{json, Value};
 
 use crate::support::ag_kit::{self as kit, Chat};
 use crate::support::ag_ui::{self, finished, started};
-use crate::support::{post_json, Proxy, Reply, Upstream};
+use crate::support::{post_json, Proxy, Reply, Route, Upstream};
 
 const PATH: &str = "/agents/pair";
 
 /// A route from `inbound` to `outbound` at [`PATH`], toward `upstream`.
 async fn proxy(inbound: &str, outbound: &str, upstream: &Upstream) -> Proxy {
-    Proxy::start(&format!(
-        "[[routes]]\nname = \"pair\"\npath = \"{PATH}\"\ninbound = \"{inbound}\"\noutbound = \"{outbound}\"\nupstream = \"{}\"\n",
-        upstream.url()
-    ))
-    .await
+    Proxy::start(Route::new("pair", PATH, inbound, outbound).upstream(&upstream.url())).await
 }
 
 /// A run of a frontend that handles the route's pause tools (`confirmAction`, `ask_user`): pauses reach it as
@@ -1138,11 +1134,10 @@ async fn agui_to_agkit_upstream_answering_with_agui_events_finishes_without_wait
         .serve()
         .await;
     // The route timeout is far longer than any wait here: finishing must not wait for it.
-    let proxy = Proxy::start(&format!(
-        "[[routes]]\nname = \"pair\"\npath = \"{PATH}\"\ninbound = \"ag-ui\"\noutbound = \"ag-kit\"\nupstream = \"{}\"\ntimeout = \"60s\"\n",
-        upstream.url()
-    ))
-    .await;
+    let route = Route::new("pair", PATH, "ag-ui", "ag-kit")
+        .upstream(&upstream.url())
+        .timeout("60s");
+    let proxy = Proxy::start(route).await;
     let run = ag_ui::input("thread-1", "run-1", json!([ag_ui::user("u1", "Hi")]));
 
     let events = ag_ui::run(&agui(&proxy), &run).await;

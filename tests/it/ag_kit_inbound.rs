@@ -6,17 +6,13 @@ use serde_json::{json, Value};
 
 use crate::support;
 use crate::support::ag_kit::{self as kit, Chat};
-use crate::support::{post_json, Proxy, Reply, Upstream};
+use crate::support::{post_json, Proxy, Reply, Route, Upstream};
 
 const PATH: &str = "/agents/kit";
 
 /// An AG-Kit route at [`PATH`] to `outbound`.
 async fn proxy(outbound: &str, upstream: Option<&str>) -> Proxy {
-    let upstream = upstream.map_or(String::new(), |url| format!("upstream = \"{url}\""));
-    Proxy::start(&format!(
-        "[[routes]]\nname = \"kit\"\npath = \"{PATH}\"\ninbound = \"ag-kit\"\noutbound = \"{outbound}\"\n{upstream}\n"
-    ))
-    .await
+    Proxy::start(Route::new("kit", PATH, "ag-kit", outbound).upstream_if(upstream)).await
 }
 
 fn send_message(proxy: &Proxy) -> String {

@@ -7,31 +7,17 @@ use std::time::Duration;
 use serde_json::{json, Value};
 
 use crate::support::ag_ui::{self, call, finished, input, started, text, tool, user, Profile};
-use crate::support::{within, Proxy, Reply, Upstream};
+use crate::support::{within, Proxy, Reply, Route, Upstream};
 
 const PATH: &str = "/agents/pair";
 
-/// An AG-UI -> AG-UI route to `upstream`; `extra` is more TOML for the route (keys, then tables).
-fn pair_route(upstream: &str, extra: &str) -> String {
-    format!(
-        r#"
-[[routes]]
-name = "pair"
-path = "{PATH}"
-inbound = "ag-ui"
-outbound = "ag-ui"
-upstream = "{upstream}"
-{extra}
-"#
-    )
+/// An AG-UI -> AG-UI route to `upstream_url`.
+fn pair_route(upstream_url: &str) -> Route {
+    Route::new("pair", PATH, "ag-ui", "ag-ui").upstream(upstream_url)
 }
 
 async fn pair(upstream: &Upstream) -> Proxy {
-    Proxy::start(&pair_route(&upstream.url(), "")).await
-}
-
-async fn pair_with(upstream: &Upstream, extra: &str) -> Proxy {
-    Proxy::start(&pair_route(&upstream.url(), extra)).await
+    Proxy::start(pair_route(&upstream.url())).await
 }
 
 fn hello(run_id: &str) -> Value {
@@ -316,7 +302,7 @@ fn reasoning_upstream() -> Reply {
 #[tokio::test]
 async fn agui_to_agui_reasoning_reaches_the_client_as_reasoning_events_when_the_route_allows() {
     let upstream = reasoning_upstream().serve().await;
-    let proxy = pair_with(&upstream, "[routes.translate]\nagui_reasoning = true").await;
+    let proxy = Proxy::start(pair_route(&upstream.url()).translate("agui_reasoning", true)).await;
     let profile = Profile {
         reasoning: true,
         ..Profile::CONSERVATIVE
@@ -526,7 +512,7 @@ async fn agui_upstream_that_stays_open_after_run_finished_still_finishes_the_run
         .serve()
         .await;
     // The route timeout is far longer than the wait for a second run: finishing must not wait for it.
-    let proxy = pair_with(&upstream, "timeout = \"60s\"").await;
+    let proxy = Proxy::start(pair_route(&upstream.url()).timeout("60s")).await;
 
     let events = ag_ui::run(&proxy.url(PATH), &hello("run-1")).await;
 
@@ -569,8 +555,13 @@ async fn agui_to_agui_drops_event_types_outside_the_profile() {
 
 // --- Human in the loop -------------------------------------------------------------------------------
 
-const HITL_TOOLS: &str =
-    "[routes.translate]\napproval_tool = \"approve_action\"\nquestion_tool = \"ask_human\"";
+/// An AG-UI -> AG-UI route to `upstream` that pauses through the client's own approval and question tools.
+async fn pair_with_hitl_tools(upstream: &Upstream) -> Proxy {
+    let route = pair_route(&upstream.url())
+        .translate("approval_tool", "approve_action")
+        .translate("question_tool", "ask_human");
+    Proxy::start(route).await
+}
 
 #[tokio::test]
 async fn agui_to_agui_question_interrupt_calls_the_question_tool_and_the_answer_resumes_upstream() {
@@ -586,7 +577,7 @@ async fn agui_to_agui_question_interrupt_calls_the_question_tool_and_the_answer_
             .event(finished()),
     ])
     .await;
-    let proxy = pair_with(&upstream, HITL_TOOLS).await;
+    let proxy = pair_with_hitl_tools(&upstream).await;
     let mut run1 = input("thread-9", "run-1", json!([user("u1", "Weather?")]));
     run1["tools"] = json!([tool("ask_human")]);
 
@@ -638,7 +629,7 @@ async fn agui_to_agui_answered_question_stays_out_of_the_upstream_history_in_lat
             .event(finished()),
     ])
     .await;
-    let proxy = pair_with(&upstream, HITL_TOOLS).await;
+    let proxy = pair_with_hitl_tools(&upstream).await;
     let mut run = input("thread-12", "run-1", json!([user("u1", "Weather?")]));
     run["tools"] = json!([tool("ask_human")]);
     let events = ag_ui::run(&proxy.url(PATH), &run).await;
@@ -690,7 +681,7 @@ async fn agui_to_agui_approval_interrupt_calls_the_approval_tool_and_the_decisio
             .event(finished()),
     ])
     .await;
-    let proxy = pair_with(&upstream, HITL_TOOLS).await;
+    let proxy = pair_with_hitl_tools(&upstream).await;
     let mut run1 = input("thread-10", "run-1", json!([user("u1", "Clean up")]));
     run1["tools"] = json!([tool("approve_action")]);
 
@@ -748,11 +739,8 @@ async fn agui_to_agui_interrupt_route_passes_the_interrupt_outcome_and_resume_th
             .event(finished()),
     ])
     .await;
-    let proxy = pair_with(
-        &upstream,
-        "[routes.translate]\nagui_interrupts = \"outcome\"",
-    )
-    .await;
+    let route = pair_route(&upstream.url()).translate("agui_interrupts", "outcome");
+    let proxy = Proxy::start(route).await;
     let profile = Profile {
         interrupts: true,
         ..Profile::CONSERVATIVE
@@ -795,8 +783,11 @@ async fn agui_to_agui_upstream_receives_the_whole_run_input_and_the_route_header
         .event(finished())
         .serve()
         .await;
-    let headers = "[routes.upstream_headers]\nAuthorization = \"Bearer ${AGENT_BRIDGE_PAIRS_TEST_KEY}\"\nX-Team = \"pairs\"";
-    let proxy = pair_with(&upstream, headers).await;
+    let headers = pair_route(&upstream.url()).upstream_headers(&[
+        ("Authorization", "Bearer ${AGENT_BRIDGE_PAIRS_TEST_KEY}"),
+        ("X-Team", "pairs"),
+    ]);
+    let proxy = Proxy::start(headers).await;
     let messages = json!([
         {"id": "s1", "role": "system", "content": "Be brief."},
         {"id": "u1", "role": "user", "content": "Weather in Beijing?"},
@@ -897,7 +888,7 @@ async fn failed_run(proxy: &Proxy) -> (Vec<Value>, Value) {
 #[tokio::test]
 async fn agui_upstream_refusing_connections_is_reported_as_upstream_unreachable() {
     let refused = Upstream::refused_url().await;
-    let proxy = Proxy::start(&pair_route(&refused, "")).await;
+    let proxy = Proxy::start(pair_route(&refused)).await;
 
     let (events, error) = failed_run(&proxy).await;
 
@@ -930,7 +921,7 @@ async fn agui_upstream_slower_than_the_route_timeout_is_reported_as_upstream_tim
         .hang()
         .serve()
         .await;
-    let proxy = pair_with(&upstream, "timeout = \"300ms\"").await;
+    let proxy = Proxy::start(pair_route(&upstream.url()).timeout("300ms")).await;
 
     let (events, error) = failed_run(&proxy).await;
 
@@ -1038,17 +1029,13 @@ async fn agui_client_disconnect_closes_the_upstream_request() {
 
 // --- AG-UI -> echo ---------------------------------------------------------------------------------------
 
-const ECHO: &str = r#"
-[[routes]]
-name = "echo"
-path = "/echo/ag-ui"
-inbound = "ag-ui"
-outbound = "echo"
-"#;
+fn echo_route() -> Route {
+    Route::new("echo", "/echo/ag-ui", "ag-ui", "echo")
+}
 
 #[tokio::test]
 async fn agui_to_echo_streams_the_last_user_message_word_by_word() {
-    let proxy = Proxy::start(ECHO).await;
+    let proxy = Proxy::start(echo_route()).await;
     let run = input(
         "thread-e1",
         "run-1",
@@ -1067,7 +1054,7 @@ async fn agui_to_echo_streams_the_last_user_message_word_by_word() {
 
 #[tokio::test]
 async fn agui_to_echo_tool_command_calls_the_client_tool_and_reports_its_result() {
-    let proxy = Proxy::start(ECHO).await;
+    let proxy = Proxy::start(echo_route()).await;
     let url = proxy.url("/echo/ag-ui");
     let command = r#"/tool search {"q":"reports"}"#;
     let mut run1 = input("thread-e2", "run-1", json!([user("u1", command)]));
@@ -1095,7 +1082,7 @@ async fn agui_to_echo_tool_command_calls_the_client_tool_and_reports_its_result(
 
 #[tokio::test]
 async fn agui_to_echo_ask_pauses_on_the_question_tool_and_reports_the_answer() {
-    let proxy = Proxy::start(ECHO).await;
+    let proxy = Proxy::start(echo_route()).await;
     let url = proxy.url("/echo/ag-ui");
     let mut run1 = input(
         "thread-e3",
@@ -1125,10 +1112,7 @@ async fn agui_to_echo_ask_pauses_on_the_question_tool_and_reports_the_answer() {
 
 #[tokio::test]
 async fn agui_to_echo_interrupt_route_pauses_with_an_outcome_and_resume_answers_it() {
-    let proxy = Proxy::start(&format!(
-        "{ECHO}[routes.translate]\nagui_interrupts = \"outcome\"\n"
-    ))
-    .await;
+    let proxy = Proxy::start(echo_route().translate("agui_interrupts", "outcome")).await;
     let url = proxy.url("/echo/ag-ui");
     let profile = Profile {
         interrupts: true,

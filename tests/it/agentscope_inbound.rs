@@ -9,16 +9,22 @@ use http_body_util::Full;
 use serde_json::{json, Value};
 
 use crate::support::ag_ui::{finished, started, text};
-use crate::support::{post_json, send, Proxy, Reply, SseStream, Upstream};
+use crate::support::{post_json, send, Proxy, Reply, Route, SseStream, Upstream};
 
 const PATH: &str = "/agents/as";
 
-/// An AgentScope route to the echo agent; `extra` is more TOML for the route.
-async fn echo_proxy(extra: &str) -> Proxy {
-    Proxy::start(&format!(
-        "[[routes]]\nname = \"as-echo\"\npath = \"{PATH}\"\ninbound = \"agentscope\"\noutbound = \"echo\"\n{extra}"
-    ))
-    .await
+/// An AgentScope route to the echo agent.
+fn echo_route() -> Route {
+    Route::new("as-echo", PATH, "agentscope", "echo")
+}
+
+async fn echo_proxy() -> Proxy {
+    Proxy::start(echo_route()).await
+}
+
+/// An AgentScope route to a scripted AG-UI upstream.
+async fn agui_proxy(upstream: &Upstream) -> Proxy {
+    Proxy::start(Route::new("as-agui", PATH, "agentscope", "ag-ui").upstream(&upstream.url())).await
 }
 
 fn user(id: &str, text: &str) -> Value {
@@ -104,7 +110,7 @@ fn only(events: &[Value], kind: &str) -> Value {
 
 #[tokio::test]
 async fn text_streams_as_deltas_then_the_whole_message_and_the_completed_response() {
-    let proxy = echo_proxy("").await;
+    let proxy = echo_proxy().await;
     let body = request("s-text", json!([user("msg_u1", "hello big world")]));
     let events = run(&proxy.url(&format!("{PATH}/process")), &body).await;
     let deltas: Vec<&str> = events
@@ -122,7 +128,7 @@ async fn text_streams_as_deltas_then_the_whole_message_and_the_completed_respons
 
 #[tokio::test]
 async fn the_mount_point_serves_too_and_a_second_turn_carries_the_history() {
-    let proxy = echo_proxy("").await;
+    let proxy = echo_proxy().await;
     let first = request("s-two", json!([user("msg_u1", "hello")]));
     let events = run(&proxy.url(PATH), &first).await;
     assert_eq!(reply_text(&events), "hello");
@@ -138,7 +144,7 @@ async fn the_mount_point_serves_too_and_a_second_turn_carries_the_history() {
 
 #[tokio::test]
 async fn stream_false_is_answered_with_the_stream_all_the_same() {
-    let proxy = echo_proxy("").await;
+    let proxy = echo_proxy().await;
     let mut body = request("s-nostream", json!([user("msg_u1", "hi")]));
     body["stream"] = json!(false);
     let events = run(&proxy.url(&format!("{PATH}/process")), &body).await;
@@ -147,7 +153,7 @@ async fn stream_false_is_answered_with_the_stream_all_the_same() {
 
 #[tokio::test]
 async fn a_client_tool_call_is_a_function_call_and_its_output_is_read_next_turn() {
-    let proxy = echo_proxy("").await;
+    let proxy = echo_proxy().await;
     let url = proxy.url(&format!("{PATH}/process"));
     let mut first = request(
         "s-tool",
@@ -190,7 +196,7 @@ async fn a_client_tool_call_is_a_function_call_and_its_output_is_read_next_turn(
 
 #[tokio::test]
 async fn a_question_pauses_as_an_mcp_approval_request_and_the_approval_response_answers_it() {
-    let proxy = echo_proxy("").await;
+    let proxy = echo_proxy().await;
     let url = proxy.url(&format!("{PATH}/process"));
     let first = request("s-ask", json!([user("msg_u1", "/ask Which city?")]));
     let events = run(&url, &first).await;
@@ -235,11 +241,7 @@ async fn a_second_request_while_the_session_runs_gets_the_runtimes_lock_error() 
         .events(text("m2", &["lo"]))
         .event(finished());
     let upstream = Upstream::serve([held, plain]).await;
-    let proxy = Proxy::start(&format!(
-        "[[routes]]\nname = \"as-agui\"\npath = \"{PATH}\"\ninbound = \"agentscope\"\noutbound = \"ag-ui\"\nupstream = \"{}\"\n",
-        upstream.url()
-    ))
-    .await;
+    let proxy = agui_proxy(&upstream).await;
     let url = proxy.url(&format!("{PATH}/process"));
     let body = request("s-busy", json!([user("msg_u1", "hi")]));
     let mut first = start(&url, &body).await;
@@ -286,11 +288,7 @@ async fn a_client_that_leaves_cancels_the_upstream_run_and_frees_its_session() {
         .gate()
         .event(finished());
     let upstream = Upstream::serve([held, plain]).await;
-    let proxy = Proxy::start(&format!(
-        "[[routes]]\nname = \"as-agui\"\npath = \"{PATH}\"\ninbound = \"agentscope\"\noutbound = \"ag-ui\"\nupstream = \"{}\"\n",
-        upstream.url()
-    ))
-    .await;
+    let proxy = agui_proxy(&upstream).await;
     let url = proxy.url(&format!("{PATH}/process"));
     let body = request("s-leave", json!([user("msg_u1", "hi")]));
     let mut first = start(&url, &body).await;
@@ -308,7 +306,7 @@ async fn a_client_that_leaves_cancels_the_upstream_run_and_frees_its_session() {
 
 #[tokio::test]
 async fn bad_json_is_a_422_and_a_bad_request_one_error_frame() {
-    let proxy = echo_proxy("").await;
+    let proxy = echo_proxy().await;
     let url = proxy.url(&format!("{PATH}/process"));
     let response = send(
         Request::post(&url)
@@ -350,7 +348,7 @@ async fn bad_json_is_a_422_and_a_bad_request_one_error_frame() {
 
 #[tokio::test]
 async fn unknown_paths_other_methods_and_large_bodies_are_refused_like_fastapi() {
-    let proxy = echo_proxy("max_body = 64\n").await;
+    let proxy = Proxy::start(echo_route().max_body(64)).await;
     let response = post_json(&proxy.url(&format!("{PATH}/stream")), &json!({})).await;
     assert_eq!(response.status, 404);
     assert_eq!(response.json().await, json!({"detail": "Not Found"}));

@@ -6,20 +6,18 @@
 use serde_json::{json, Value};
 
 use crate::support::ag_ui::{self, assistant_call, input, tool, tool_result, user};
-use crate::support::{Proxy, Received, Reply, Upstream};
+use crate::support::{Proxy, Received, Reply, Route, Upstream};
 
 const PATH: &str = "/agents/scope";
 
 /// Its AG-UI clients answer pauses as calls of `confirmAction` without declaring it: the route pins the tool
 /// mode.
 async fn agui_to_agentscope(upstream: &Upstream) -> Proxy {
-    Proxy::start(&format!(
-        "[[routes]]\nname = \"scope\"\npath = \"{PATH}\"\ninbound = \"ag-ui\"\noutbound = \"agentscope\"\n\
-         upstream = \"{}\"\n[routes.translate]\nmodel = \"route-model\"\n\
-         agui_interrupts = \"tool\"\n",
-        upstream.url()
-    ))
-    .await
+    let route = Route::new("scope", PATH, "ag-ui", "agentscope")
+        .upstream(&upstream.url())
+        .translate("model", "route-model")
+        .translate("agui_interrupts", "tool");
+    Proxy::start(route).await
 }
 
 // --- What the scripted runtime streams -----------------------------------------------------------------------

@@ -15,27 +15,27 @@ use serde_json::{json, Value};
 use crate::support::a2a::{self, Agent};
 use crate::support::ag_ui::{self, finished, started};
 use crate::support::agentscope::{self as scope, Run};
-use crate::support::{Proxy, Reply, Upstream};
+use crate::support::{Proxy, Reply, Route, Upstream};
 
 const PATH: &str = "/agents/pair";
 
 /// A route from `inbound` to `outbound` at [`PATH`].
+fn route(inbound: &str, outbound: &str, upstream: Option<&str>) -> Route {
+    let route = Route::new("pair", PATH, inbound, outbound).upstream_if(upstream);
+    pause_as_tool_calls(inbound, route)
+}
+
 async fn proxy(inbound: &str, outbound: &str, upstream: Option<&str>) -> Proxy {
-    let upstream = upstream.map_or(String::new(), |url| format!("upstream = \"{url}\""));
-    Proxy::start(&format!(
-        "[[routes]]\nname = \"pair\"\npath = \"{PATH}\"\ninbound = \"{inbound}\"\noutbound = \"{outbound}\"\n{upstream}\n{}",
-        pause_as_tool_calls(inbound)
-    ))
-    .await
+    Proxy::start(route(inbound, outbound, upstream)).await
 }
 
 /// The AG-UI clients here answer pauses as calls of `confirmAction` / `ask_user` without declaring those
 /// tools (as frontends before outcome interrupts did): their routes pin the tool mode.
-fn pause_as_tool_calls(inbound: &str) -> &'static str {
+fn pause_as_tool_calls(inbound: &str, route: Route) -> Route {
     if inbound == "ag-ui" {
-        "[routes.translate]\nagui_interrupts = \"tool\"\n"
+        route.translate("agui_interrupts", "tool")
     } else {
-        ""
+        route
     }
 }
 
@@ -713,12 +713,8 @@ async fn agentscope_session_memory_keeps_the_agents_context_when_clients_send_on
         .on("message/stream", second.streams(&["Rain."]))
         .serve()
         .await;
-    let proxy = Proxy::start(&format!(
-        "[[routes]]\nname = \"pair\"\npath = \"{PATH}\"\ninbound = \"agentscope\"\noutbound = \"a2a\"\n\
-         upstream = \"{}\"\n[routes.translate]\nagentscope_session_memory = true\n",
-        agent.url()
-    ))
-    .await;
+    let route = route("agentscope", "a2a", Some(&agent.url()));
+    let proxy = Proxy::start(route.translate("agentscope_session_memory", true)).await;
     let url = process(&proxy);
     scope::run(&url, &weather("s-mem")).await;
 

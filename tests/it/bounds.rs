@@ -19,26 +19,19 @@ use tokio_tungstenite::tungstenite::Message as WsMessage;
 
 use crate::support::ag_ui::{finished, input, started, text, user};
 use crate::support::binary::{agent_bridge, AgentBridge, TempConfig};
-use crate::support::{send, within, within_for, Proxy, Reply};
+use crate::support::{send, within, within_for, Proxy, Reply, Route, Routes};
 
 /// Longer than any bound these tests set (1 s), with room for a busy machine.
 const CLOSED_WITHIN: Duration = Duration::from_secs(5);
 
-const ECHO_ROUTES: &str = r#"
-[[routes]]
-name = "ag-ui"
-path = "/ag-ui"
-inbound = "ag-ui"
-outbound = "echo"
-body_timeout = "1s"
-
-[[routes]]
-name = "a2a"
-path = "/a2a"
-inbound = "a2a"
-outbound = "echo"
-body_timeout = "1s"
-"#;
+/// Echo routes at `/ag-ui` and `/a2a` that wait 1 s for a request body.
+fn echo_routes() -> Routes {
+    ["ag-ui", "a2a"]
+        .into_iter()
+        .fold(Routes::default(), |routes, face| {
+            routes.route(Route::new(face, &format!("/{face}"), face, "echo").body_timeout("1s"))
+        })
+}
 
 /// Reads whatever the proxy sends until it closes the connection (an end or a reset); fails the test if it
 /// is still open after [`CLOSED_WITHIN`].
@@ -190,7 +183,7 @@ async fn headers_without_a_body(proxy: &Proxy, path: &str) -> (u16, Value) {
 
 #[tokio::test]
 async fn ag_ui_body_that_never_arrives_is_refused_with_408_after_body_timeout() {
-    let proxy = Proxy::start(ECHO_ROUTES).await;
+    let proxy = Proxy::start(echo_routes()).await;
 
     let (status, body) = headers_without_a_body(&proxy, "/ag-ui").await;
 
@@ -202,7 +195,7 @@ async fn ag_ui_body_that_never_arrives_is_refused_with_408_after_body_timeout() 
 
 #[tokio::test]
 async fn a2a_body_that_never_arrives_is_refused_with_408_as_a_json_rpc_error() {
-    let proxy = Proxy::start(ECHO_ROUTES).await;
+    let proxy = Proxy::start(echo_routes()).await;
 
     let (status, body) = headers_without_a_body(&proxy, "/a2a").await;
 
@@ -225,12 +218,10 @@ async fn a_stream_that_keeps_writing_outlives_keepalive_idle_and_keeps_its_conne
         reply = reply.delay(300).event(delta);
     }
     let upstream = reply.event(finished()).serve().await;
-    let routes = format!(
-        "keepalive_idle = \"1s\"\n[[routes]]\nname = \"pair\"\npath = \"/pair\"\ninbound = \"ag-ui\"\n\
-         outbound = \"ag-ui\"\nupstream = \"{}\"\n",
-        upstream.url()
-    );
-    let proxy = Proxy::start(&routes).await;
+    let routes = Routes::default()
+        .set("keepalive_idle", "1s")
+        .route(Route::new("pair", "/pair", "ag-ui", "ag-ui").upstream(&upstream.url()));
+    let proxy = Proxy::start(routes).await;
     let (mut sender, _driver) = connection(&proxy).await;
 
     let run = input("t1", "r1", json!([user("u1", "count")]));
@@ -293,12 +284,9 @@ async fn beyond_max_connections_a_connection_gets_503_until_one_closes() {
 type Ws =
     tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
 
-/// A CMDC echo route with `extra` keys, a session on it, and a WebSocket to that session.
-async fn cmdc_socket(extra: &str) -> (Proxy, Ws) {
-    let proxy = Proxy::start(&format!(
-        "[[routes]]\nname = \"gw\"\npath = \"/gw\"\ninbound = \"cmdc\"\noutbound = \"echo\"\n{extra}"
-    ))
-    .await;
+/// A CMDC echo route as `configure` makes it, a session on it, and a WebSocket to that session.
+async fn cmdc_socket(configure: impl FnOnce(Route) -> Route) -> (Proxy, Ws) {
+    let proxy = Proxy::start(configure(Route::new("gw", "/gw", "cmdc", "echo"))).await;
     let request = Request::post(proxy.url("/gw/v1/sessions"))
         .header("content-type", "application/json")
         .body(Full::new(Bytes::from(r#"{"model":"echo"}"#)))
@@ -335,7 +323,7 @@ async fn close_code(ws: &mut Ws) -> Option<CloseCode> {
 
 #[tokio::test]
 async fn cmdc_websocket_message_larger_than_max_body_closes_it_with_1009() {
-    let (_proxy, mut ws) = cmdc_socket("max_body = \"1KiB\"\n").await;
+    let (_proxy, mut ws) = cmdc_socket(|route| route.max_body("1KiB")).await;
 
     let prompt = json!({"action": "prompt", "text": "x".repeat(4096)});
     let _ = ws.send(WsMessage::text(prompt.to_string())).await;
@@ -345,7 +333,7 @@ async fn cmdc_websocket_message_larger_than_max_body_closes_it_with_1009() {
 
 #[tokio::test]
 async fn cmdc_websocket_message_within_max_body_is_acked() {
-    let (_proxy, mut ws) = cmdc_socket("max_body = \"1KiB\"\n").await;
+    let (_proxy, mut ws) = cmdc_socket(|route| route.max_body("1KiB")).await;
 
     let prompt = json!({"action": "prompt", "text": "x".repeat(512)});
     ws.send(WsMessage::text(prompt.to_string()))
@@ -362,7 +350,7 @@ async fn cmdc_websocket_message_within_max_body_is_acked() {
 
 #[tokio::test]
 async fn cmdc_websocket_silent_for_ws_idle_is_closed() {
-    let (_proxy, mut ws) = cmdc_socket("ws_idle = \"1s\"\n").await;
+    let (_proxy, mut ws) = cmdc_socket(|route| route.ws_idle("1s")).await;
 
     assert_eq!(close_code(&mut ws).await, Some(CloseCode::Normal));
 }

@@ -11,23 +11,27 @@ use serde_json::{json, Value};
 use tokio_tungstenite::tungstenite::Message as WsMessage;
 
 use crate::support::cmdc::{all, frames, names, recv_ws, streamed_text, until, Ws};
-use crate::support::{send, within, Proxy, Reply, Response, SseStream, Upstream};
+use crate::support::{send, within, Proxy, Reply, Response, Route, SseStream, Upstream};
 
-const KEYS: &str = "[routes.api_keys]\n\"sk-a\" = \"acme\"\n\"sk-b\" = \"globex\"\n";
+/// Two tenants, one key each.
+const KEYS: &[(&str, &str)] = &[("sk-a", "acme"), ("sk-b", "globex")];
 
-fn echo_route(extra: &str) -> String {
-    format!(
-        "[[routes]]\nname = \"cmdc\"\npath = \"/gw\"\ninbound = \"cmdc\"\noutbound = \"echo\"\n{extra}{KEYS}"
-    )
+/// A CMDC gateway at `/gw` in front of `outbound`, open to [`KEYS`].
+fn gateway_route(outbound: &str) -> Route {
+    Route::new("cmdc", "/gw", "cmdc", outbound).api_keys(KEYS)
+}
+
+fn echo_route() -> Route {
+    gateway_route("echo")
 }
 
 async fn echo_gateway() -> Proxy {
-    Proxy::start(&echo_route("")).await
+    Proxy::start(echo_route()).await
 }
 
 /// The echo gateway letting callback tools reach this machine, where the tests serve them.
 async fn echo_gateway_with_local_callbacks() -> Proxy {
-    Proxy::start(&echo_route("callback_allow = [\"127.0.0.1\"]\n")).await
+    Proxy::start(echo_route().callback_allow(&["127.0.0.1"])).await
 }
 
 async fn call(
@@ -113,7 +117,7 @@ async fn wait_state(proxy: &Proxy, key: &str, session: &str, state: &str) -> Val
 
 #[tokio::test]
 async fn a_subscriber_too_late_for_a_run_past_run_buffer_gets_an_error_not_part_of_it() {
-    let proxy = Proxy::start(&echo_route("run_buffer = \"4KiB\"\n")).await;
+    let proxy = Proxy::start(echo_route().run_buffer("4KiB")).await;
     let session = create(&proxy, "sk-a", json!({"model": "m"})).await;
     // The echo answers a delta per word: far more than 4 KiB of events.
     prompt(&proxy, "sk-a", &session, &"word ".repeat(2_000)).await;
@@ -175,7 +179,7 @@ async fn two_subscribers_both_get_every_event() {
 
 #[tokio::test]
 async fn on_serving_threads_a_prompt_streams_to_subscribers_on_other_connections() {
-    let proxy = Proxy::start_on_threads(&echo_route(""), Duration::from_secs(5), 2).await;
+    let proxy = Proxy::start_on_threads(echo_route(), Duration::from_secs(5), 2).await;
     both_subscribers_get_the_prompted_run(&proxy).await;
 }
 
@@ -308,11 +312,7 @@ async fn approving_upstream() -> Upstream {
 }
 
 async fn agui_gateway(upstream: &Upstream) -> Proxy {
-    Proxy::start(&format!(
-        "[[routes]]\nname = \"cmdc\"\npath = \"/gw\"\ninbound = \"cmdc\"\noutbound = \"ag-ui\"\nupstream = \"{}\"\n{KEYS}",
-        upstream.url()
-    ))
-    .await
+    Proxy::start(gateway_route("ag-ui").upstream(&upstream.url())).await
 }
 
 #[tokio::test]
@@ -825,7 +825,7 @@ async fn rest_errors_take_the_cmdc_shape() {
 
 #[tokio::test]
 async fn bearer_keys_work_and_the_rate_limit_answers_429_with_retry_after() {
-    let proxy = Proxy::start(&echo_route("rate_limit = 2\n")).await;
+    let proxy = Proxy::start(echo_route().rate_limit(2)).await;
     let bearer = |path: &str| {
         Request::builder()
             .method(Method::GET)

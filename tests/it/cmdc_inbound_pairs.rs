@@ -21,7 +21,7 @@ use crate::support::agentscope::{self as scope, Run};
 use crate::support::cmdc::{
     self, all, names, recv_ws, streamed_text, until, Gateway, History, Step, Ws, KEY as GATEWAY_KEY,
 };
-use crate::support::{send, Proxy, Response, SseStream, Upstream};
+use crate::support::{send, Proxy, Response, Route, SseStream, Upstream};
 
 const PATH: &str = "/gw";
 /// The API key of the CMDC client (tenant `acme`).
@@ -30,26 +30,28 @@ const MODEL: &str = "deepseek:deepseek-chat";
 
 // --- Routes ----------------------------------------------------------------------------------------------
 
-/// A CMDC inbound route toward `outbound` at `upstream`; `extra` is more TOML (keys, then tables). Its
-/// clients serve their callback tools on this machine.
-fn route(outbound: &str, upstream: &str, extra: &str) -> String {
-    format!(
-        "[[routes]]\nname = \"pair\"\npath = \"{PATH}\"\ninbound = \"cmdc\"\noutbound = \"{outbound}\"\n\
-         upstream = \"{upstream}\"\ncallback_allow = [\"127.0.0.1\"]\n[routes.api_keys]\n\"{CLIENT_KEY}\" = \"acme\"\n{extra}"
-    )
+/// A CMDC inbound route toward `outbound` at `upstream`, open to [`CLIENT_KEY`] (tenant `acme`). Its clients
+/// serve their callback tools on this machine.
+fn route(outbound: &str, upstream: &str) -> Route {
+    Route::new("pair", PATH, "cmdc", outbound)
+        .upstream(upstream)
+        .callback_allow(&["127.0.0.1"])
+        .api_keys(&[(CLIENT_KEY, "acme")])
 }
 
 /// CMDC -> `outbound` toward a scripted upstream.
 async fn proxy(outbound: &str, upstream: &Upstream) -> Proxy {
-    Proxy::start(&route(outbound, &upstream.url(), "")).await
+    Proxy::start(route(outbound, &upstream.url())).await
+}
+
+/// CMDC -> CMDC toward the scripted gateway, with its key (and no model).
+fn cmdc_route(gateway: &Gateway) -> Route {
+    route("cmdc", &gateway.url()).upstream_headers(&[("X-API-Key", GATEWAY_KEY)])
 }
 
 /// CMDC -> CMDC toward the scripted gateway, with its key and [`MODEL`].
 async fn cmdc_proxy(gateway: &Gateway) -> Proxy {
-    let extra = format!(
-        "[routes.upstream_headers]\nX-API-Key = \"{GATEWAY_KEY}\"\n[routes.translate]\nmodel = \"{MODEL}\"\n"
-    );
-    Proxy::start(&route("cmdc", &gateway.url(), &extra)).await
+    Proxy::start(cmdc_route(gateway).translate("model", MODEL)).await
 }
 
 // --- The CMDC client ---------------------------------------------------------------------------------------
@@ -366,8 +368,7 @@ async fn cmdc_to_cmdc_streams_the_gateways_text() {
 #[tokio::test]
 async fn cmdc_to_cmdc_the_clients_model_creates_the_upstream_session_and_wins_over_the_routes() {
     let gateway = Gateway::replying(&["Hi"]).await;
-    let without_model = format!("[routes.upstream_headers]\nX-API-Key = \"{GATEWAY_KEY}\"\n");
-    let open = Proxy::start(&route("cmdc", &gateway.url(), &without_model)).await;
+    let open = Proxy::start(cmdc_route(&gateway)).await;
     let session = create(&open, json!({"model": "client:model-x"})).await;
     assert_eq!(streamed_text(&turn(&open, &session, "Hello").await), "Hi");
 
@@ -1706,11 +1707,10 @@ async fn cmdc_to_agentscope_a_session_created_again_with_a_deleted_id_starts_wit
 #[tokio::test]
 async fn cmdc_to_cmdc_two_tenants_with_the_same_session_id_have_distinct_upstream_sessions() {
     let gateway = Gateway::start(cmdc::memory).await;
-    let extra = format!(
-        "\"sk-other\" = \"globex\"\n[routes.upstream_headers]\nX-API-Key = \"{GATEWAY_KEY}\"\n\
-         [routes.translate]\nmodel = \"{MODEL}\"\n"
-    );
-    let proxy = Proxy::start(&route("cmdc", &gateway.url(), &extra)).await;
+    let route = cmdc_route(&gateway)
+        .api_keys(&[("sk-other", "globex")])
+        .translate("model", MODEL);
+    let proxy = Proxy::start(route).await;
     let ours = create(&proxy, json!({"model": MODEL, "sessionId": "shared"})).await;
     turn(&proxy, &ours, "my name is Ada").await;
 

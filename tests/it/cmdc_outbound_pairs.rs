@@ -14,41 +14,29 @@ use crate::support;
 use crate::support::ag_kit::Chat;
 use crate::support::ag_ui;
 use crate::support::cmdc::{self, Gateway, History, Options, Step, KEY};
-use crate::support::{a2a, agentscope as scope, Proxy, Received};
+use crate::support::{a2a, agentscope as scope, Proxy, Received, Route};
 
 const PATH: &str = "/agents/pair";
 const MODEL: &str = "deepseek:deepseek-chat";
 
-/// A route from `inbound` to the CMDC gateway at `upstream`, with `key` and the route's `model`.
-fn route(inbound: &str, upstream: &str, key: &str, model: Option<&str>) -> String {
-    route_with(inbound, upstream, key, model, "")
-}
-
-/// [`route`] with more route keys (`extra`, before the route's tables).
-fn route_with(
-    inbound: &str,
-    upstream: &str,
-    key: &str,
-    model: Option<&str>,
-    extra: &str,
-) -> String {
-    let mut translate = model.map_or(String::new(), |model| {
-        format!("[routes.translate]\nmodel = \"{model}\"\n")
-    });
+/// A route from `inbound` to the CMDC gateway at `upstream`, with `key` and [`MODEL`].
+fn route(inbound: &str, upstream: &str, key: &str) -> Route {
+    let route = Route::new("pair", PATH, inbound, "cmdc")
+        .upstream(upstream)
+        .upstream_headers(&[("X-API-Key", key)])
+        .translate("model", MODEL);
     // The AG-UI clients here answer pauses as calls of `confirmAction` / `ask_user` without declaring those
     // tools (as frontends before outcome interrupts did): the route pins the tool mode.
     if inbound == "ag-ui" {
-        translate.push_str("agui_interrupts = \"tool\"\n");
+        route.translate("agui_interrupts", "tool")
+    } else {
+        route
     }
-    format!(
-        "[[routes]]\nname = \"pair\"\npath = \"{PATH}\"\ninbound = \"{inbound}\"\noutbound = \"cmdc\"\n\
-         upstream = \"{upstream}\"\n{extra}\n[routes.upstream_headers]\nX-API-Key = \"{key}\"\n{translate}"
-    )
 }
 
 /// A route from `inbound` to `gateway`, with the right key and [`MODEL`].
 async fn proxy(inbound: &str, gateway: &Gateway) -> Proxy {
-    Proxy::start(&route(inbound, &gateway.url(), KEY, Some(MODEL))).await
+    Proxy::start(route(inbound, &gateway.url(), KEY)).await
 }
 
 /// The AG-UI inbound's run URL.
@@ -581,7 +569,7 @@ async fn agui_to_cmdc_agent_abort_max_turns_exceeded_is_a_run_error() {
 async fn agui_to_cmdc_unreachable_gateway_is_a_run_error_upstream_unreachable() {
     let refused = support::Upstream::refused_url().await;
     let base = refused.trim_end_matches("/agent");
-    let proxy = Proxy::start(&route("ag-ui", base, KEY, Some(MODEL))).await;
+    let proxy = Proxy::start(route("ag-ui", base, KEY)).await;
 
     let events = ag_ui::run(
         &agui(&proxy),
@@ -595,7 +583,7 @@ async fn agui_to_cmdc_unreachable_gateway_is_a_run_error_upstream_unreachable() 
 #[tokio::test]
 async fn agui_to_cmdc_wrong_api_key_is_a_run_error_naming_401() {
     let gateway = Gateway::replying(&["Hi"]).await;
-    let proxy = Proxy::start(&route("ag-ui", &gateway.url(), "sk-wrong", Some(MODEL))).await;
+    let proxy = Proxy::start(route("ag-ui", &gateway.url(), "sk-wrong")).await;
 
     let events = ag_ui::run(
         &agui(&proxy),
@@ -983,14 +971,7 @@ async fn agui_to_cmdc_answer_and_new_message_in_one_turn_approve_then_prompt() {
 async fn agui_to_cmdc_route_timeout_is_a_run_error_and_aborts_the_gateway_run() {
     let gateway =
         Gateway::start(|_, _| [cmdc::text(&["Thinking"]), vec![cmdc::hang()]].concat()).await;
-    let proxy = Proxy::start(&route_with(
-        "ag-ui",
-        &gateway.url(),
-        KEY,
-        Some(MODEL),
-        "timeout = \"1s\"",
-    ))
-    .await;
+    let proxy = Proxy::start(route("ag-ui", &gateway.url(), KEY).timeout("1s")).await;
 
     let events = ag_ui::run(
         &agui(&proxy),

@@ -17,7 +17,7 @@ use serde_json::{json, Value};
 use tokio::time::Instant;
 
 use crate::support;
-use crate::support::{a2a, post_json, within_for, Proxy, Received, Reply, Silent, Upstream};
+use crate::support::{a2a, post_json, within_for, Proxy, Received, Reply, Route, Silent, Upstream};
 
 /// The route's `timeout` (the whole upstream run) where the fault is an upstream that takes too long.
 const TIMEOUT: Duration = Duration::from_secs(2);
@@ -126,8 +126,8 @@ struct Outbound {
     /// The largest event it accepts (its `MAX_EVENT_BYTES`): an oversized frame is just past it, as every
     /// byte costs time on a loaded machine.
     event_cap: usize,
-    /// More of the route's TOML.
-    extra: &'static str,
+    /// The route's `[routes.translate]` options.
+    translate: &'static [(&'static str, &'static str)],
     /// A healthy run's first frames, answering `request`, ending with an event the client sees.
     opening: fn(&Received) -> String,
     /// The healthy answer to a request that does not stream the run (`None`: it does; the fault answers it).
@@ -142,7 +142,7 @@ const AG_UI: Outbound = Outbound {
     name: "ag-ui",
     client: Client::A2a,
     event_cap: agent_bridge::sse::MAX_EVENT_BYTES,
-    extra: "",
+    translate: &[],
     opening: |_| {
         sse(&[
             json!({"type": "RUN_STARTED", "threadId": "t", "runId": "r"}),
@@ -157,7 +157,7 @@ const A2A: Outbound = Outbound {
     name: "a2a",
     client: Client::AgUi,
     event_cap: agent_bridge::sse::MAX_EVENT_BYTES,
-    extra: "",
+    translate: &[],
     opening: |request| {
         let task = a2a::task("task-1", "ctx-1");
         let results = [
@@ -184,7 +184,7 @@ const AGENTSCOPE: Outbound = Outbound {
     name: "agentscope",
     client: Client::AgKit,
     event_cap: 16 * MIB,
-    extra: "",
+    translate: &[],
     opening: |_| {
         let response = |n: u64, status: &str| {
             json!({"sequence_number": n, "object": "response", "status": status, "id": "response_1",
@@ -206,7 +206,7 @@ const AG_KIT: Outbound = Outbound {
     name: "ag-kit",
     client: Client::AgentScope,
     event_cap: agent_bridge::sse::MAX_EVENT_BYTES,
-    extra: "",
+    translate: &[],
     // A v0 stream has no end marker to miss: it ends mid-run only inside a tool call (or an event).
     opening: |_| {
         sse(&[
@@ -221,7 +221,7 @@ const CMDC: Outbound = Outbound {
     name: "cmdc",
     client: Client::AgUi,
     event_cap: agent_bridge::sse::MAX_EVENT_BYTES,
-    extra: "[routes.translate]\nmodel = \"test-model\"\n",
+    translate: &[("model", "test-model")],
     opening: |_| {
         let event = |name: &str, data: Value| format!("event: {name}\ndata: {data}\n\n");
         [
@@ -430,16 +430,11 @@ async fn leave_after_the_first_word(client: Client, proxy: &Proxy) -> Result<(),
 /// Runs one case; `Err` says what went wrong.
 async fn case(outbound: &Outbound, fault: Fault) -> Result<(), String> {
     let agent = Agent::start(outbound, fault).await;
-    let proxy = Proxy::start(&format!(
-        "[[routes]]\nname = \"faulty\"\npath = \"{PATH}\"\ninbound = \"{}\"\noutbound = \"{}\"\n\
-         upstream = \"{}\"\ntimeout = \"{}ms\"\n{}",
-        outbound.client.inbound(),
-        outbound.name,
-        agent.url(),
-        fault.route_timeout().as_millis(),
-        outbound.extra
-    ))
-    .await;
+    let route = Route::new("faulty", PATH, outbound.client.inbound(), outbound.name)
+        .upstream(&agent.url())
+        .timeout(&format!("{}ms", fault.route_timeout().as_millis()))
+        .translate_all(outbound.translate);
+    let proxy = Proxy::start(route).await;
     let client = outbound.client;
     let began = Instant::now();
     match fault.code() {

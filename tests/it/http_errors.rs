@@ -14,34 +14,28 @@ use tokio::net::TcpStream;
 
 use crate::support::ag_ui::{self, finished, input, started, text, user, Profile};
 use crate::support::binary::{agent_bridge, AgentBridge, TempConfig};
-use crate::support::{send, send_over_http2, within, Proxy, Reply, Response, Upstream};
+use crate::support::{send, send_over_http2, within, Proxy, Reply, Response, Route, Upstream};
 
 const PATH: &str = "/agents/pair";
 
-fn pair_route(upstream: &Upstream, extra: &str) -> String {
-    format!(
-        r#"
-[[routes]]
-name = "pair"
-path = "{PATH}"
-inbound = "ag-ui"
-outbound = "ag-ui"
-upstream = "{}"
-{extra}
-"#,
-        upstream.url()
-    )
+fn pair_route(upstream: &Upstream) -> Route {
+    Route::new("pair", PATH, "ag-ui", "ag-ui").upstream(&upstream.url())
 }
 
 /// A proxy in front of an upstream that answers every run with a short text.
-async fn proxy_and_upstream(extra: &str) -> (Proxy, Upstream) {
+async fn proxy_and_upstream() -> (Proxy, Upstream) {
+    proxy_and_upstream_with(|route| route).await
+}
+
+/// [`proxy_and_upstream`] with the route as `configure` makes it.
+async fn proxy_and_upstream_with(configure: impl FnOnce(Route) -> Route) -> (Proxy, Upstream) {
     let upstream = Reply::sse()
         .event(started())
         .events(text("m1", &["ok"]))
         .event(finished())
         .serve()
         .await;
-    let proxy = Proxy::start(&pair_route(&upstream, extra)).await;
+    let proxy = Proxy::start(configure(pair_route(&upstream))).await;
     (proxy, upstream)
 }
 
@@ -88,7 +82,7 @@ async fn nothing_was_forwarded(proxy: &Proxy, upstream: &Upstream) {
 
 #[tokio::test]
 async fn ag_ui_invalid_json_is_refused_with_400() {
-    let (proxy, upstream) = proxy_and_upstream("").await;
+    let (proxy, upstream) = proxy_and_upstream().await;
 
     let response = send(post(&proxy.url(PATH), r#"{"threadId": "t1", "runId": "#)).await;
 
@@ -99,7 +93,7 @@ async fn ag_ui_invalid_json_is_refused_with_400() {
 
 #[tokio::test]
 async fn ag_ui_body_that_is_not_an_object_is_refused_with_400() {
-    let (proxy, upstream) = proxy_and_upstream("").await;
+    let (proxy, upstream) = proxy_and_upstream().await;
 
     let response = send(post(&proxy.url(PATH), r#"["threadId"]"#)).await;
 
@@ -110,7 +104,7 @@ async fn ag_ui_body_that_is_not_an_object_is_refused_with_400() {
 
 #[tokio::test]
 async fn ag_ui_wrong_field_type_is_refused_with_400_naming_the_field() {
-    let (proxy, upstream) = proxy_and_upstream("").await;
+    let (proxy, upstream) = proxy_and_upstream().await;
     let body = json!({"threadId": 42, "runId": "r1", "messages": []});
 
     let response = send(post(&proxy.url(PATH), &body.to_string())).await;
@@ -123,7 +117,7 @@ async fn ag_ui_wrong_field_type_is_refused_with_400_naming_the_field() {
 
 #[tokio::test]
 async fn ag_ui_wrong_type_inside_a_message_is_refused_with_400_naming_where() {
-    let (proxy, upstream) = proxy_and_upstream("").await;
+    let (proxy, upstream) = proxy_and_upstream().await;
     let body = json!({"threadId": "t1", "runId": "r1",
                       "messages": [{"id": "u1", "role": "user", "content": "hi"},
                                    {"id": "t1", "role": "tool", "content": "x", "toolCallId": 7}]});
@@ -137,7 +131,7 @@ async fn ag_ui_wrong_type_inside_a_message_is_refused_with_400_naming_where() {
 
 #[tokio::test]
 async fn ag_ui_unknown_message_role_is_refused_with_400() {
-    let (proxy, upstream) = proxy_and_upstream("").await;
+    let (proxy, upstream) = proxy_and_upstream().await;
     let body = json!({"threadId": "t1", "runId": "r1", "messages": [{"id": "u1", "role": "robot", "content": "hi"}]});
 
     let response = send(post(&proxy.url(PATH), &body.to_string())).await;
@@ -149,7 +143,7 @@ async fn ag_ui_unknown_message_role_is_refused_with_400() {
 
 #[tokio::test]
 async fn ag_ui_missing_messages_is_refused_with_400_naming_the_field() {
-    let (proxy, upstream) = proxy_and_upstream("").await;
+    let (proxy, upstream) = proxy_and_upstream().await;
     let body = json!({"threadId": "t1", "runId": "r1"});
 
     let response = send(post(&proxy.url(PATH), &body.to_string())).await;
@@ -161,7 +155,7 @@ async fn ag_ui_missing_messages_is_refused_with_400_naming_the_field() {
 
 #[tokio::test]
 async fn ag_ui_missing_thread_id_is_refused_with_400_naming_the_field() {
-    let (proxy, upstream) = proxy_and_upstream("").await;
+    let (proxy, upstream) = proxy_and_upstream().await;
     let body = json!({"runId": "r1", "messages": []});
 
     let response = send(post(&proxy.url(PATH), &body.to_string())).await;
@@ -173,7 +167,7 @@ async fn ag_ui_missing_thread_id_is_refused_with_400_naming_the_field() {
 
 #[tokio::test]
 async fn ag_ui_empty_run_id_is_refused_with_400() {
-    let (proxy, upstream) = proxy_and_upstream("").await;
+    let (proxy, upstream) = proxy_and_upstream().await;
     let body = json!({"threadId": "t1", "runId": "", "messages": []});
 
     let response = send(post(&proxy.url(PATH), &body.to_string())).await;
@@ -185,7 +179,7 @@ async fn ag_ui_empty_run_id_is_refused_with_400() {
 
 #[tokio::test]
 async fn ag_ui_body_over_the_route_limit_is_refused_with_413() {
-    let (proxy, upstream) = proxy_and_upstream("max_body = \"1KiB\"").await;
+    let (proxy, upstream) = proxy_and_upstream_with(|route| route.max_body("1KiB")).await;
     let long = "x".repeat(2048);
     let body = input("t1", "r1", json!([user("u1", &long)]));
 
@@ -198,7 +192,7 @@ async fn ag_ui_body_over_the_route_limit_is_refused_with_413() {
 
 #[tokio::test]
 async fn ag_ui_body_within_the_route_limit_is_served() {
-    let (proxy, upstream) = proxy_and_upstream("max_body = \"1KiB\"").await;
+    let (proxy, upstream) = proxy_and_upstream_with(|route| route.max_body("1KiB")).await;
     let body = input("t1", "r1", json!([user("u1", &"x".repeat(800))]));
 
     let events = ag_ui::run(&proxy.url(PATH), &body).await;
@@ -215,7 +209,7 @@ async fn ag_ui_body_within_the_route_limit_is_served() {
 
 #[tokio::test]
 async fn ag_ui_wrong_method_is_refused_with_405_and_allow() {
-    let (proxy, upstream) = proxy_and_upstream("").await;
+    let (proxy, upstream) = proxy_and_upstream().await;
 
     for method in [Method::GET, Method::PUT, Method::DELETE] {
         let response = send(request(method.clone(), &proxy.url(PATH), None, "")).await;
@@ -228,7 +222,7 @@ async fn ag_ui_wrong_method_is_refused_with_405_and_allow() {
 
 #[tokio::test]
 async fn ag_ui_wrong_content_type_is_refused_with_415() {
-    let (proxy, upstream) = proxy_and_upstream("").await;
+    let (proxy, upstream) = proxy_and_upstream().await;
     let body = input("t1", "r1", json!([user("u1", "hi")])).to_string();
 
     let response = send(request(
@@ -246,7 +240,7 @@ async fn ag_ui_wrong_content_type_is_refused_with_415() {
 
 #[tokio::test]
 async fn ag_ui_missing_content_type_is_refused_with_415() {
-    let (proxy, upstream) = proxy_and_upstream("").await;
+    let (proxy, upstream) = proxy_and_upstream().await;
     let body = input("t1", "r1", json!([user("u1", "hi")])).to_string();
 
     let response = send(request(Method::POST, &proxy.url(PATH), None, &body)).await;
@@ -258,7 +252,7 @@ async fn ag_ui_missing_content_type_is_refused_with_415() {
 
 #[tokio::test]
 async fn ag_ui_json_content_type_with_parameters_is_served() {
-    let (proxy, upstream) = proxy_and_upstream("").await;
+    let (proxy, upstream) = proxy_and_upstream().await;
     let body = input("t1", "r1", json!([user("u1", "hi")])).to_string();
 
     let response = send(request(
@@ -283,7 +277,7 @@ async fn ag_ui_json_content_type_with_parameters_is_served() {
 
 #[tokio::test]
 async fn unknown_path_is_refused_with_404() {
-    let (proxy, upstream) = proxy_and_upstream("").await;
+    let (proxy, upstream) = proxy_and_upstream().await;
 
     for path in ["/nope", "/agents", "/agents/pairs", "/agents/pair/extra"] {
         let body = input("t1", "r1", json!([user("u1", "hi")])).to_string();
@@ -296,7 +290,7 @@ async fn unknown_path_is_refused_with_404() {
 
 #[tokio::test]
 async fn healthz_answers_200() {
-    let (proxy, upstream) = proxy_and_upstream("").await;
+    let (proxy, upstream) = proxy_and_upstream().await;
 
     let response = send(request(Method::GET, &proxy.url("/healthz"), None, "")).await;
 
@@ -309,7 +303,7 @@ async fn healthz_answers_200() {
 
 #[tokio::test]
 async fn a_client_speaking_http2_from_the_first_byte_gets_the_stream() {
-    let (proxy, upstream) = proxy_and_upstream("").await;
+    let (proxy, upstream) = proxy_and_upstream().await;
     let run = input("t1", "r1", json!([user("u1", "hi")]));
 
     let response = send_over_http2(post(&proxy.url(PATH), &run.to_string())).await;
@@ -336,7 +330,7 @@ async fn refuses_connections(proxy: &Proxy) {
 }
 
 /// The test's proxy: on the test's runtime, or on `threads` threads of its own as `agent-bridge` serves.
-async fn proxy_on(routes: &str, grace: Duration, threads: Option<usize>) -> Proxy {
+async fn proxy_on(routes: Route, grace: Duration, threads: Option<usize>) -> Proxy {
     match threads {
         Some(threads) => Proxy::start_on_threads(routes, grace, threads).await,
         None => Proxy::start_with_grace(routes, grace).await,
@@ -364,7 +358,7 @@ async fn a_running_stream_finishes_after_shutdown(threads: Option<usize>) {
         .event(finished())
         .serve()
         .await;
-    let mut proxy = proxy_on(&pair_route(&upstream, ""), Duration::from_secs(5), threads).await;
+    let mut proxy = proxy_on(pair_route(&upstream), Duration::from_secs(5), threads).await;
     let run = input("t1", "r1", json!([user("u1", "hi")]));
     let mut stream = ag_ui::start(&proxy.url(PATH), &run).await;
     let mut events = stream.until("TEXT_MESSAGE_CONTENT").await;
@@ -398,7 +392,7 @@ async fn a_hanging_stream_is_closed_after_the_grace_period(threads: Option<usize
         .serve()
         .await;
     let grace = Duration::from_millis(300);
-    let mut proxy = proxy_on(&pair_route(&upstream, ""), grace, threads).await;
+    let mut proxy = proxy_on(pair_route(&upstream), grace, threads).await;
     let run = input("t1", "r1", json!([user("u1", "hi")]));
     let mut stream = ag_ui::start(&proxy.url(PATH), &run).await;
     stream.until("TEXT_MESSAGE_CONTENT").await;
@@ -423,8 +417,7 @@ async fn on_serving_threads_concurrent_streams_each_get_their_whole_reply() {
         .event(finished())
         .serve()
         .await;
-    let proxy =
-        Proxy::start_on_threads(&pair_route(&upstream, ""), Duration::from_secs(5), 2).await;
+    let proxy = Proxy::start_on_threads(pair_route(&upstream), Duration::from_secs(5), 2).await;
 
     let runs = (0..16).map(|i| {
         let url = proxy.url(PATH);
@@ -562,7 +555,7 @@ fn check_rejects_a_bad_value_naming_file_line_and_key() {
 
 #[tokio::test]
 async fn ag_ui_body_over_the_default_one_mib_limit_is_refused_with_413() {
-    let (proxy, upstream) = proxy_and_upstream("").await;
+    let (proxy, upstream) = proxy_and_upstream().await;
     let body = input(
         "t1",
         "r1",
@@ -578,7 +571,7 @@ async fn ag_ui_body_over_the_default_one_mib_limit_is_refused_with_413() {
 
 #[tokio::test]
 async fn healthz_with_another_method_is_refused_with_405_and_allow() {
-    let (proxy, _upstream) = proxy_and_upstream("").await;
+    let (proxy, _upstream) = proxy_and_upstream().await;
 
     let response = send(post(&proxy.url("/healthz"), "{}")).await;
 

@@ -27,7 +27,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 use tokio::process::Command;
 
-use crate::support::interop::{require_installed, run_driver, Process};
+use crate::support::interop::{require_installed, route, run_driver, Process};
 use crate::support::Proxy;
 
 /// The longest one client run (every step of a scenario) may take.
@@ -63,15 +63,6 @@ fn venv_python() -> PathBuf {
 /// The AG-Kit endpoint of the route `name` (its `send-message` path, `useChat`'s default).
 fn send_message(proxy: &Proxy, name: &str) -> String {
     proxy.url(&format!("/{name}/send-message"))
-}
-
-/// A route table for one AG-Kit inbound route.
-fn route(name: &str, outbound: &str, upstream: Option<&str>) -> String {
-    let upstream = upstream.map_or(String::new(), |url| format!("upstream = \"{url}\"\n"));
-    format!(
-        "[[routes]]\nname = \"{name}\"\npath = \"/{name}\"\ninbound = \"ag-kit\"\noutbound = \"{outbound}\"\n\
-         {upstream}timeout = \"20s\"\nconnect_timeout = \"5s\"\n\n"
-    )
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -395,7 +386,7 @@ impl<'a> Seen<'a> {
 // (1) useChat-like client → AG-Kit inbound → AG-Kit outbound → the scripted v0 agent
 
 async fn scripted_route(agent: &Peer) -> Proxy {
-    Proxy::start(&route("kit", "ag-kit", Some(&agent.url("/send-message")))).await
+    Proxy::start(route("kit", "ag-kit", "ag-kit").upstream(&agent.url("/send-message"))).await
 }
 
 #[tokio::test]
@@ -749,7 +740,7 @@ async fn resumes_of_interrupts_that_are_not_pending_are_a_400_and_never_reach_th
 
 #[tokio::test]
 async fn the_echo_agent_answers_text_calls_a_client_tool_and_asks_a_question() {
-    let proxy = Proxy::start(&route("echo", "echo", None)).await;
+    let proxy = Proxy::start(route("echo", "ag-kit", "echo")).await;
     let chat = Chat::run(&send_message(&proxy, "echo"), "echo").await;
     let ctx = chat.context();
 
@@ -785,12 +776,8 @@ async fn the_echo_agent_answers_text_calls_a_client_tool_and_asks_a_question() {
 // (3) useChat-like client → AG-Kit inbound → AG-Kit outbound → the real CloudBase AG-UI server
 
 async fn cloudbase_route(server: &Peer) -> Proxy {
-    Proxy::start(&route(
-        "cloudbase",
-        "ag-kit",
-        Some(&server.url("/send-message")),
-    ))
-    .await
+    Proxy::start(route("cloudbase", "ag-kit", "ag-kit").upstream(&server.url("/send-message")))
+        .await
 }
 
 #[tokio::test]

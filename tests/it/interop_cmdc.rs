@@ -13,7 +13,7 @@ use serde_json::{json, Value};
 use tokio::process::Command;
 
 use crate::support::interop::{require_installed, run_driver};
-use crate::support::{Proxy, Reply, Upstream};
+use crate::support::{Proxy, Reply, Route, Upstream};
 
 /// The longest the whole driver may take.
 const DRIVE_LIMIT: Duration = Duration::from_secs(60);
@@ -83,12 +83,10 @@ async fn cmdc_sdk_drives_the_gateway_over_sse_and_websocket_sync_and_async() {
     let python = interop_dir().join(".venv/bin/python");
     require_installed(&python, "the Python venv with cmdc-sdk 0.1.0");
     let upstream = Upstream::answer_with(|request, _| reply_to(&request.body)).await;
-    let proxy = Proxy::start(&format!(
-        "[[routes]]\nname = \"gw\"\npath = \"/gw\"\ninbound = \"cmdc\"\noutbound = \"ag-ui\"\n\
-         upstream = \"{}\"\n[routes.api_keys]\n\"sk-interop\" = \"acme\"\n",
-        upstream.url()
-    ))
-    .await;
+    let route = Route::new("gw", "/gw", "cmdc", "ag-ui")
+        .upstream(&upstream.url())
+        .api_keys(&[("sk-interop", "acme")]);
+    let proxy = Proxy::start(route).await;
 
     let mut command = Command::new(&python);
     command

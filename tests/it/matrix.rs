@@ -29,7 +29,7 @@ mod peers;
 
 use peers::{Agent, Capabilities, Client, Protocol, Script, Seen};
 
-use crate::support::{within, Proxy, Upstream};
+use crate::support::{within, Proxy, Route, Upstream};
 
 /// Where a pair's route sends its turns.
 #[derive(Clone, Copy, Debug)]
@@ -50,35 +50,25 @@ const PATH: &str = "/pair";
 
 impl Pair {
     /// The pair's route toward `upstream` (none for echo).
-    fn routes(self, upstream: Option<&str>) -> String {
+    fn route(self, upstream: Option<&str>) -> Route {
         let inbound = self.inbound;
+        let outbound = match self.outbound {
+            Outbound::Agent(protocol) => protocol.name(),
+            Outbound::Echo => "echo",
+        };
+        let mut route = Route::new("pair", PATH, inbound.name(), outbound)
+            .translate_all(inbound.inbound_translate());
         // The matrix's CMDC client serves its callback tools on this machine.
-        let callbacks = match inbound.name() {
-            "cmdc" => "callback_allow = [\"127.0.0.1\"]\n",
-            _ => "",
-        };
-        let head = format!(
-            "[[routes]]\nname = \"pair\"\npath = \"{PATH}\"\ninbound = \"{}\"\n{callbacks}",
-            inbound.name()
-        );
+        if inbound.name() == "cmdc" {
+            route = route.callback_allow(&["127.0.0.1"]);
+        }
         let Outbound::Agent(outbound) = self.outbound else {
-            let translate = table("routes.translate", inbound.inbound_translate().iter());
-            return format!("{head}outbound = \"echo\"\n{translate}");
+            return route;
         };
-        let upstream = upstream.expect("a scripted pair has an upstream");
-        let headers = table(
-            "routes.upstream_headers",
-            outbound.upstream_headers().iter(),
-        );
-        let translate = inbound
-            .inbound_translate()
-            .iter()
-            .chain(outbound.outbound_translate());
-        let translate = table("routes.translate", translate);
-        format!(
-            "{head}outbound = \"{}\"\nupstream = \"{upstream}\"\n{headers}{translate}",
-            outbound.name()
-        )
+        route
+            .upstream(upstream.expect("a scripted pair has an upstream"))
+            .upstream_headers(outbound.upstream_headers())
+            .translate_all(outbound.outbound_translate())
     }
 
     /// The scripted agent playing `script`, and the proxy in front of it.
@@ -87,13 +77,13 @@ impl Pair {
             panic!("{self:?} has no scripted agent");
         };
         let agent = Agent::serve(protocol, script).await;
-        let proxy = Proxy::start(&self.routes(Some(&agent.url()))).await;
+        let proxy = Proxy::start(self.route(Some(&agent.url()))).await;
         (agent, proxy)
     }
 
     /// The proxy in front of the echo agent.
     async fn serve_echo(self) -> Proxy {
-        Proxy::start(&self.routes(None)).await
+        Proxy::start(self.route(None)).await
     }
 
     fn client(self, proxy: &Proxy) -> Client {
@@ -111,18 +101,6 @@ impl Pair {
     /// Whether both sides carry `capability`.
     fn both(self, capability: fn(Protocol) -> bool) -> bool {
         capability(self.inbound) && self.agent().map_or(true, capability)
-    }
-}
-
-/// A TOML table of `key = value` lines (values already TOML), or nothing when there are none.
-fn table<'a>(name: &str, entries: impl Iterator<Item = &'a (&'a str, &'a str)>) -> String {
-    let lines: String = entries
-        .map(|(key, value)| format!("{key} = {value}\n"))
-        .collect();
-    if lines.is_empty() {
-        String::new()
-    } else {
-        format!("[{name}]\n{lines}")
     }
 }
 
@@ -423,7 +401,7 @@ mod scenario {
 
     /// (6b) Nothing listens at the agent's address: the client is told so, once.
     pub async fn unreachable(pair: Pair) {
-        let proxy = Proxy::start(&pair.routes(Some(&Upstream::refused_url().await))).await;
+        let proxy = Proxy::start(pair.route(Some(&Upstream::refused_url().await))).await;
         let seen = pair.client(&proxy).exchange(say("hi")).await;
         assert_eq!(seen.errors.len(), 1, "{pair:?}: not one error: {seen:#?}");
         assert!(

@@ -16,16 +16,13 @@ use serde_json::{json, Value};
 
 use crate::support;
 use crate::support::cmdc::{self as gateway, all, names, Gate, Gateway, KEY};
-use crate::support::{ag_ui, send, Proxy, Reply, Response, Upstream};
+use crate::support::{ag_ui, send, Proxy, Reply, Response, Route, Routes, Upstream};
 
 // --- A CMDC client --------------------------------------------------------------------------------------------
 
-/// An open CMDC echo gateway at `/gw`, with `extra` route keys.
-async fn cmdc_gateway(extra: &str) -> Proxy {
-    Proxy::start(&format!(
-        "[[routes]]\nname = \"cmdc\"\npath = \"/gw\"\ninbound = \"cmdc\"\noutbound = \"echo\"\n{extra}"
-    ))
-    .await
+/// An open CMDC echo gateway at `/gw`.
+fn cmdc_route() -> Route {
+    Route::new("cmdc", "/gw", "cmdc", "echo")
 }
 
 /// `method /gw<path>` with `body` declared as `content_type`.
@@ -118,7 +115,7 @@ fn ok_result() -> Reply {
 
 #[tokio::test]
 async fn callback_urls_to_internal_addresses_are_refused_at_registration() {
-    let proxy = cmdc_gateway("").await;
+    let proxy = Proxy::start(cmdc_route()).await;
     let session = new_session(&proxy).await;
     let callback = callback_answering(ok_result()).await;
     let port = callback
@@ -153,7 +150,7 @@ async fn callback_urls_to_internal_addresses_are_refused_at_registration() {
 
 #[tokio::test]
 async fn a_name_resolving_to_loopback_is_refused_when_called_and_nothing_is_sent() {
-    let proxy = cmdc_gateway("").await;
+    let proxy = Proxy::start(cmdc_route()).await;
     let session = new_session(&proxy).await;
     let callback = callback_answering(ok_result()).await;
     let by_name = callback.url().replace("127.0.0.1", "localhost");
@@ -179,7 +176,7 @@ async fn a_name_resolving_to_loopback_is_refused_when_called_and_nothing_is_sent
 
 #[tokio::test]
 async fn callback_allow_opens_loopback_for_local_development() {
-    let proxy = cmdc_gateway("callback_allow = [\"127.0.0.1\"]\n").await;
+    let proxy = Proxy::start(cmdc_route().callback_allow(&["127.0.0.1"])).await;
     let session = new_session(&proxy).await;
     let callback = callback_answering(ok_result()).await;
     assert_eq!(
@@ -214,7 +211,7 @@ async fn a_foreign_answer_is_not_echoed_to_the_client() {
             "neither",
         ),
     ] {
-        let proxy = cmdc_gateway("callback_allow = [\"127.0.0.1\"]\n").await;
+        let proxy = Proxy::start(cmdc_route().callback_allow(&["127.0.0.1"])).await;
         let session = new_session(&proxy).await;
         let callback = callback_answering(reply).await;
         register(&proxy, &session, &callback.url()).await;
@@ -238,13 +235,11 @@ async fn forged_callbacks_are_refused_and_the_client_sees_nothing() {
     let gate = Gate::default();
     let held = gate.clone();
     let cmdc = Gateway::start(move |_, _| vec![gateway::wait(&held), gateway::end("done")]).await;
-    let proxy = Proxy::start(&format!(
-        "[[routes]]\nname = \"pair\"\npath = \"{OUTBOUND_PATH}\"\ninbound = \"ag-ui\"\noutbound = \"cmdc\"\n\
-         upstream = \"{}\"\n[routes.upstream_headers]\nX-API-Key = \"{KEY}\"\n\
-         [routes.translate]\nmodel = \"m\"\n",
-        cmdc.url()
-    ))
-    .await;
+    let route = Route::new("pair", OUTBOUND_PATH, "ag-ui", "cmdc")
+        .upstream(&cmdc.url())
+        .upstream_headers(&[("X-API-Key", KEY)])
+        .translate("model", "m");
+    let proxy = Proxy::start(route).await;
     let mut input = ag_ui::input("thread-1", "run-1", json!([ag_ui::user("u1", "paint it")]));
     input["tools"] = json!([ag_ui::tool("change_background")]);
     let url = proxy.url(OUTBOUND_PATH);
@@ -320,7 +315,7 @@ fn from_origin(proxy: &Proxy, method: Method, path: &str, origin: &str) -> Reque
 
 #[tokio::test]
 async fn without_cors_origins_a_cross_origin_page_gets_no_cors_headers() {
-    let proxy = cmdc_gateway("").await;
+    let proxy = Proxy::start(cmdc_route()).await;
     let read = send(from_origin(
         &proxy,
         Method::GET,
@@ -343,7 +338,7 @@ async fn without_cors_origins_a_cross_origin_page_gets_no_cors_headers() {
 
 #[tokio::test]
 async fn a_listed_origin_is_allowed_by_name_and_others_are_not() {
-    let proxy = cmdc_gateway("cors_origins = [\"https://app.example\"]\n").await;
+    let proxy = Proxy::start(cmdc_route().cors_origins(&["https://app.example"])).await;
     let listed = send(from_origin(
         &proxy,
         Method::GET,
@@ -383,7 +378,7 @@ async fn a_listed_origin_is_allowed_by_name_and_others_are_not() {
 
 #[tokio::test]
 async fn cmdc_posts_must_be_json() {
-    let proxy = cmdc_gateway("").await;
+    let proxy = Proxy::start(cmdc_route()).await;
     let body = r#"{"model":"m"}"#;
     for content_type in [
         Some("text/plain"),
@@ -445,7 +440,7 @@ async fn websocket_from(proxy: &Proxy, session: &str, origin: Option<&str>) -> S
 
 #[tokio::test]
 async fn a_cmdc_websocket_is_opened_only_by_pages_of_listed_origins_or_the_proxys_own() {
-    let proxy = cmdc_gateway("cors_origins = [\"https://app.example\"]").await;
+    let proxy = Proxy::start(cmdc_route().cors_origins(&["https://app.example"])).await;
     let session = new_session(&proxy).await;
     assert_eq!(
         websocket_from(&proxy, &session, Some("https://evil.example")).await,
@@ -497,11 +492,11 @@ async fn an_unreachable_upstreams_key_in_its_url_reaches_neither_client_nor_log(
     let port = closed.local_addr().unwrap().port();
     drop(closed);
     std::env::set_var("AGENT_BRIDGE_SECURITY_TEST_KEY", "secret");
-    let proxy = Proxy::start(&format!(
-        "[[routes]]\nname = \"pair\"\npath = \"/agents/pair\"\ninbound = \"ag-ui\"\noutbound = \"ag-ui\"\n\
-         upstream = \"http://127.0.0.1:{port}/run?api_key=${{AGENT_BRIDGE_SECURITY_TEST_KEY}}\"\n"
-    ))
-    .await;
+    let upstream =
+        format!("http://127.0.0.1:{port}/run?api_key=${{AGENT_BRIDGE_SECURITY_TEST_KEY}}");
+    let proxy =
+        Proxy::start(Route::new("pair", "/agents/pair", "ag-ui", "ag-ui").upstream(&upstream))
+            .await;
     let input = ag_ui::input("thread-1", "run-1", json!([ag_ui::user("u1", "hi")]));
 
     let events = ag_ui::run(&proxy.url("/agents/pair"), &input).await;
@@ -524,15 +519,11 @@ async fn an_unreachable_upstreams_key_in_its_url_reaches_neither_client_nor_log(
 // --- Who may use a route: API keys, tenants, rate limits ----------------------------------------------------
 
 /// Two tenants, and a second key of the first.
-const KEYS: &str =
-    "[routes.api_keys]\n\"sk-a\" = \"acme\"\n\"sk-a2\" = \"acme\"\n\"sk-b\" = \"globex\"\n";
+const KEYS: &[(&str, &str)] = &[("sk-a", "acme"), ("sk-a2", "acme"), ("sk-b", "globex")];
 
-/// An echo route at `/r` served by `inbound`, with `extra` route keys.
-async fn echo_route(inbound: &str, extra: &str) -> Proxy {
-    Proxy::start(&format!(
-        "[[routes]]\nname = \"r\"\npath = \"/r\"\ninbound = \"{inbound}\"\noutbound = \"echo\"\n{extra}"
-    ))
-    .await
+/// An echo route at `/r` served by `inbound`.
+fn echo_route(inbound: &str) -> Route {
+    Route::new("r", "/r", inbound, "echo")
 }
 
 /// `method /r<path>` with a JSON body (none when null) and `headers`.
@@ -631,7 +622,7 @@ fn message_id() -> String {
 #[tokio::test]
 async fn every_inbound_refuses_a_missing_or_wrong_key_in_its_own_shape_and_serves_a_right_one() {
     for face in faces() {
-        let proxy = echo_route(face.inbound, KEYS).await;
+        let proxy = Proxy::start(echo_route(face.inbound).api_keys(KEYS)).await;
         let post = |headers: &'static [(&'static str, &'static str)]| {
             call_with(&proxy, Method::POST, face.path, headers, &face.body)
         };
@@ -685,7 +676,7 @@ async fn data_frames(response: Response) -> Vec<String> {
 
 #[tokio::test]
 async fn an_ag_kit_conversation_id_of_one_tenant_does_not_reach_anothers_conversation() {
-    let proxy = &echo_route("ag-kit", KEYS).await;
+    let proxy = &Proxy::start(echo_route("ag-kit").api_keys(KEYS)).await;
     let as_tenant =
         |key: &'static str, body: Value| async move { ag_kit_send(proxy, key, &body).await };
     let asked = as_tenant(
@@ -724,7 +715,7 @@ async fn an_ag_kit_conversation_id_of_one_tenant_does_not_reach_anothers_convers
 
 #[tokio::test]
 async fn an_a2a_task_of_one_tenant_is_not_found_by_another() {
-    let proxy = &echo_route("a2a", KEYS).await;
+    let proxy = &Proxy::start(echo_route("a2a").api_keys(KEYS)).await;
     let rpc = |key: &'static str, body: Value| async move {
         call_with(proxy, Method::POST, "", &[("x-api-key", key)], &body)
             .await
@@ -765,8 +756,8 @@ async fn an_a2a_task_of_one_tenant_is_not_found_by_another() {
 
 #[tokio::test]
 async fn the_a2a_card_advertises_the_api_key_scheme_only_when_keys_are_set() {
-    let open = echo_route("a2a", "").await;
-    let keyed = echo_route("a2a", KEYS).await;
+    let open = Proxy::start(echo_route("a2a")).await;
+    let keyed = Proxy::start(echo_route("a2a").api_keys(KEYS)).await;
     for card in ["agent.json", "agent-card.json"] {
         let path = format!("/.well-known/{card}");
         let plain = call_with(&open, Method::GET, &path, &[], &Value::Null).await;
@@ -789,7 +780,7 @@ async fn the_a2a_card_advertises_the_api_key_scheme_only_when_keys_are_set() {
 
 #[tokio::test]
 async fn card_auth_makes_the_a2a_card_need_a_key() {
-    let proxy = echo_route("a2a", &format!("card_auth = true\n{KEYS}")).await;
+    let proxy = Proxy::start(echo_route("a2a").set("card_auth", true).api_keys(KEYS)).await;
     let card = "/.well-known/agent-card.json";
     let refused = call_with(&proxy, Method::GET, card, &[], &Value::Null).await;
     assert_eq!(refused.status, StatusCode::UNAUTHORIZED);
@@ -808,7 +799,7 @@ async fn card_auth_makes_the_a2a_card_need_a_key() {
 
 #[tokio::test]
 async fn rotating_keys_on_an_open_route_does_not_escape_its_rate_limit() {
-    let proxy = echo_route("ag-ui", "rate_limit = 2\n").await;
+    let proxy = Proxy::start(echo_route("ag-ui").rate_limit(2)).await;
     let body = &faces()[0].body;
     for key in ["k1", "k2"] {
         let served = call_with(&proxy, Method::POST, "", &[("x-api-key", key)], body).await;
@@ -823,7 +814,7 @@ async fn rotating_keys_on_an_open_route_does_not_escape_its_rate_limit() {
 
 #[tokio::test]
 async fn a_wrong_key_flood_is_answered_429_once_over_rate_limit_ip() {
-    let proxy = echo_route("a2a", &format!("rate_limit_ip = 5\n{KEYS}")).await;
+    let proxy = Proxy::start(echo_route("a2a").rate_limit_ip(5).api_keys(KEYS)).await;
     let body = a2a_call("message/send", json!({"message": a2a_message("hi")}));
     let mut statuses = Vec::new();
     for attempt in 0..40 {
@@ -865,7 +856,7 @@ async fn action_reply(ws: &mut gateway::Ws) -> Value {
 #[tokio::test]
 async fn the_rate_limit_counts_websocket_actions_and_refuses_those_over_it() {
     use futures_util::SinkExt;
-    let proxy = echo_route("cmdc", &format!("rate_limit = 6\n{KEYS}")).await;
+    let proxy = Proxy::start(echo_route("cmdc").rate_limit(6).api_keys(KEYS)).await;
     // The session is made with the tenant's other key, whose budget is its own.
     let created = call_with(
         &proxy,
@@ -990,19 +981,19 @@ fn rs256(org: &str) -> String {
     )
 }
 
-/// `[routes.jwt]` with the tenant in `org`, keys from `keys` (`public_key = ...` or `jwks_url = ...`).
-fn jwt_route(algorithms: &str, keys: &str) -> String {
-    format!(
-        "[routes.jwt]\nissuer = \"{ISSUER}\"\naudience = \"{AUDIENCE}\"\nalgorithms = {algorithms}\n\
-         tenant_claim = \"org\"\n{keys}\n"
-    )
+/// `[routes.jwt]` for [`ISSUER`]'s tokens to [`AUDIENCE`] signed with `algorithm`, the tenant in `org`; the
+/// keys (`public_key`, `jwks_url`) are the caller's to set.
+fn jwt(route: Route, algorithm: &str) -> Route {
+    route
+        .jwt("issuer", ISSUER)
+        .jwt("audience", AUDIENCE)
+        .jwt("algorithms", vec![algorithm])
+        .jwt("tenant_claim", "org")
 }
 
-fn pem_key(name: &str) -> String {
-    format!(
-        "public_key = '''\n{}'''",
-        fixture(&format!("{name}.pub.pem"))
-    )
+/// [`jwt`] with the public key of the fixture `name`.
+fn jwt_with_pem(route: Route, algorithm: &str, name: &str) -> Route {
+    jwt(route, algorithm).jwt("public_key", fixture(&format!("{name}.pub.pem")))
 }
 
 async fn bearer(proxy: &Proxy, face: &Face, token: &str) -> Response {
@@ -1089,7 +1080,7 @@ async fn every_inbound_admits_a_valid_token_and_refuses_a_bad_one_in_its_own_sha
         ("garbage", "not.a.token".to_owned()),
     ];
     for face in faces() {
-        let proxy = echo_route(face.inbound, &jwt_route("[\"RS256\"]", &pem_key("rsa1"))).await;
+        let proxy = Proxy::start(jwt_with_pem(echo_route(face.inbound), "RS256", "rsa1")).await;
         for (what, token) in &hostile {
             let refused = bearer(&proxy, &face, token).await;
             assert_eq!(
@@ -1130,11 +1121,8 @@ async fn every_inbound_admits_a_valid_token_and_refuses_a_bad_one_in_its_own_sha
 #[tokio::test]
 async fn an_es256_key_admits_its_tokens_and_api_keys_still_work_beside_jwt() {
     let face = &faces()[0];
-    let proxy = echo_route(
-        face.inbound,
-        &format!("{KEYS}{}", jwt_route("[\"ES256\"]", &pem_key("ec1"))),
-    )
-    .await;
+    let route = jwt_with_pem(echo_route(face.inbound).api_keys(KEYS), "ES256", "ec1");
+    let proxy = Proxy::start(route).await;
     let es256 = token(
         "ec1",
         jsonwebtoken::Algorithm::ES256,
@@ -1156,7 +1144,7 @@ async fn an_es256_key_admits_its_tokens_and_api_keys_still_work_beside_jwt() {
 
 #[tokio::test]
 async fn token_tenants_are_isolated_from_each_other() {
-    let proxy = &echo_route("a2a", &jwt_route("[\"RS256\"]", &pem_key("rsa1"))).await;
+    let proxy = &Proxy::start(jwt_with_pem(echo_route("a2a"), "RS256", "rsa1")).await;
     let rpc = |org: &'static str, body: Value| async move {
         let authorization = format!("Bearer {}", rs256(org));
         call_with(
@@ -1196,9 +1184,11 @@ async fn jwks_keys_are_fetched_cached_and_refetched_for_a_new_kid() {
     use jsonwebtoken::Algorithm::RS256;
     // The provider rotates: rsa1 first, then rsa1 and rsa2.
     let provider = Upstream::serve([jwks(&["rsa1"]), jwks(&["rsa1", "rsa2"])]).await;
-    let keys = format!("jwks_url = \"{}\"\njwks_refresh = \"1ms\"", provider.url());
     let face = &faces()[0];
-    let proxy = echo_route(face.inbound, &jwt_route("[\"RS256\"]", &keys)).await;
+    let route = jwt(echo_route(face.inbound), "RS256")
+        .jwt("jwks_url", provider.url())
+        .jwt("jwks_refresh", "1ms");
+    let proxy = Proxy::start(route).await;
     let signed_by = |key: &str| token(key, RS256, Some(key), &claims("acme", json!({})));
 
     for _ in 0..3 {
@@ -1228,9 +1218,9 @@ async fn jwks_keys_are_fetched_cached_and_refetched_for_a_new_kid() {
 #[tokio::test]
 async fn unknown_kids_refetch_the_key_set_at_most_once_per_jwks_refresh() {
     let provider = Upstream::serve([jwks(&["rsa1"])]).await;
-    let keys = format!("jwks_url = \"{}\"", provider.url());
     let face = &faces()[0];
-    let proxy = echo_route(face.inbound, &jwt_route("[\"RS256\"]", &keys)).await;
+    let route = jwt(echo_route(face.inbound), "RS256").jwt("jwks_url", provider.url());
+    let proxy = Proxy::start(route).await;
     for kid in ["a", "b", "c", "d"] {
         let forged = token(
             "rsa1",
@@ -1248,9 +1238,10 @@ async fn unknown_kids_refetch_the_key_set_at_most_once_per_jwks_refresh() {
 
 #[tokio::test]
 async fn an_unreachable_jwks_is_a_503_in_each_inbounds_shape_never_acceptance() {
-    let keys = format!("jwks_url = \"{}\"", Upstream::refused_url().await);
+    let refused = Upstream::refused_url().await;
     for face in faces() {
-        let proxy = echo_route(face.inbound, &jwt_route("[\"RS256\"]", &keys)).await;
+        let route = jwt(echo_route(face.inbound), "RS256").jwt("jwks_url", refused.as_str());
+        let proxy = Proxy::start(route).await;
         let answer = bearer(&proxy, &face, &rs256("acme")).await;
         assert_eq!(
             answer.status,
@@ -1271,9 +1262,9 @@ async fn an_unreachable_jwks_is_a_503_in_each_inbounds_shape_never_acceptance() 
 
 #[tokio::test]
 async fn the_a2a_card_advertises_the_bearer_scheme_when_jwt_is_set() {
-    let jwt = jwt_route("[\"RS256\"]", &pem_key("rsa1"));
-    let bearer_only = echo_route("a2a", &jwt).await;
-    let both = echo_route("a2a", &format!("{KEYS}{jwt}")).await;
+    let jwt = jwt_with_pem(echo_route("a2a"), "RS256", "rsa1");
+    let bearer_only = Proxy::start(jwt.clone()).await;
+    let both = Proxy::start(jwt.api_keys(KEYS)).await;
     let card = |proxy| async move {
         call_with(
             proxy,
@@ -1297,13 +1288,11 @@ async fn the_a2a_card_advertises_the_bearer_scheme_when_jwt_is_set() {
 
 // --- Forwarded headers (trusted_proxies) ----------------------------------------------------------------------
 
-/// [`echo_route`] behind `trusted_proxies = [proxy]`.
-async fn echo_route_behind(proxy: &str, inbound: &str, extra: &str) -> Proxy {
-    Proxy::start(&format!(
-        "trusted_proxies = [\"{proxy}\"]\n[[routes]]\nname = \"r\"\npath = \"/r\"\ninbound = \"{inbound}\"\n\
-         outbound = \"echo\"\n{extra}"
-    ))
-    .await
+/// `route` behind `trusted_proxies = [proxy]`.
+fn behind(proxy: &str, route: Route) -> Routes {
+    Routes::default()
+        .set("trusted_proxies", vec![proxy])
+        .route(route)
 }
 
 #[tokio::test]
@@ -1312,7 +1301,7 @@ async fn forwarded_headers_steer_the_card_url_only_from_a_trusted_proxy() {
         ("x-forwarded-proto", "https"),
         ("x-forwarded-host", "evil.example"),
     ];
-    let untrusted = echo_route("a2a", "").await;
+    let untrusted = Proxy::start(echo_route("a2a")).await;
     let card = "/.well-known/agent.json";
     let url = call_with(&untrusted, Method::GET, card, &forged, &Value::Null)
         .await
@@ -1328,7 +1317,7 @@ async fn forwarded_headers_steer_the_card_url_only_from_a_trusted_proxy() {
         .clone();
     assert_eq!(url, json!(untrusted.url("/r")));
 
-    let trusted = echo_route_behind("127.0.0.0/8", "a2a", "").await;
+    let trusted = Proxy::start(behind("127.0.0.0/8", echo_route("a2a"))).await;
     let url = call_with(&trusted, Method::GET, card, &forged, &Value::Null)
         .await
         .json()
@@ -1342,7 +1331,7 @@ async fn rate_limits_count_the_forwarded_client_only_behind_a_trusted_proxy() {
     let body = &faces()[0].body;
     let from = |client: &'static str| [("x-forwarded-for", client)];
     // Untrusted: a forged X-Forwarded-For buys no fresh budget.
-    let untrusted = echo_route("ag-ui", "rate_limit = 1\n").await;
+    let untrusted = Proxy::start(echo_route("ag-ui").rate_limit(1)).await;
     let first = call_with(&untrusted, Method::POST, "", &from("192.0.2.1"), body).await;
     assert_eq!(first.status, StatusCode::OK);
     let second = call_with(&untrusted, Method::POST, "", &from("192.0.2.2"), body).await;
@@ -1350,13 +1339,7 @@ async fn rate_limits_count_the_forwarded_client_only_behind_a_trusted_proxy() {
 
     // Trusted: each forwarded client has a budget of its own, and a client cannot pose as another by
     // prepending addresses (the right-most untrusted one counts).
-    let trusted = echo_route_behind(
-        "127.0.0.1",
-        "ag-ui",
-        "rate_limit = 1
-",
-    )
-    .await;
+    let trusted = Proxy::start(behind("127.0.0.1", echo_route("ag-ui").rate_limit(1))).await;
     for client in ["192.0.2.1", "192.0.2.2"] {
         let served = call_with(&trusted, Method::POST, "", &from(client), body).await;
         assert_eq!(served.status, StatusCode::OK, "{client}");
@@ -1376,7 +1359,7 @@ async fn rate_limits_count_the_forwarded_client_only_behind_a_trusted_proxy() {
 
 #[tokio::test]
 async fn a_tenant_over_its_session_quota_gets_cmdcs_too_many_sessions_and_others_do_not() {
-    let proxy = echo_route("cmdc", &format!("{KEYS}[routes.quota]\nsessions = 2\n")).await;
+    let proxy = Proxy::start(echo_route("cmdc").api_keys(KEYS).quota("sessions", 2)).await;
     let create = |key: &'static str, id: &'static str| {
         let body = json!({"model": "m", "sessionId": id});
         let proxy = &proxy;
@@ -1467,9 +1450,10 @@ async fn ag_kit_answer(
 
 #[tokio::test]
 async fn a_tenant_at_its_conversation_quota_makes_room_among_its_own_idle_ones_else_is_refused() {
-    let proxy = &echo_route(
-        "ag-kit",
-        &format!("{KEYS}[routes.quota]\nconversations = 2\n"),
+    let proxy = &Proxy::start(
+        echo_route("ag-kit")
+            .api_keys(KEYS)
+            .quota("conversations", 2),
     )
     .await;
     let mut asked = Vec::new();
@@ -1512,12 +1496,11 @@ async fn a_tenant_at_its_stream_quota_is_refused_until_one_of_its_runs_ends() {
         .event(ag_ui::finished())
         .serve()
         .await;
-    let proxy = &Proxy::start(&format!(
-        "[[routes]]\nname = \"r\"\npath = \"/r\"\ninbound = \"ag-kit\"\noutbound = \"ag-ui\"\n\
-         upstream = \"{}\"\n{KEYS}[routes.quota]\nstreams = 1\n",
-        agent.url()
-    ))
-    .await;
+    let route = Route::new("r", "/r", "ag-kit", "ag-ui")
+        .upstream(&agent.url())
+        .api_keys(KEYS)
+        .quota("streams", 1);
+    let proxy = &Proxy::start(route).await;
     let first = ag_kit_say(proxy, "sk-a", "c1", "hi").await;
     assert_eq!(first.status, StatusCode::OK);
     let mut first = first.sse();
@@ -1544,10 +1527,6 @@ async fn an_ag_ui_thread_or_agentscope_session_of_one_tenant_is_not_anothers() {
         .frame("data: [DONE]\n\n")
         .serve()
         .await;
-    let upstream = format!(
-        "outbound = \"ag-kit\"\nupstream = \"{}\"\n{KEYS}",
-        agent.url()
-    );
     let faces = [
         (
             "ag-ui",
@@ -1565,10 +1544,10 @@ async fn an_ag_ui_thread_or_agentscope_session_of_one_tenant_is_not_anothers() {
         ),
     ];
     for (inbound, path, acme, globex) in faces {
-        let proxy = Proxy::start(&format!(
-            "[[routes]]\nname = \"r\"\npath = \"/r\"\ninbound = \"{inbound}\"\n{upstream}"
-        ))
-        .await;
+        let route = Route::new("r", "/r", inbound, "ag-kit")
+            .upstream(&agent.url())
+            .api_keys(KEYS);
+        let proxy = Proxy::start(route).await;
         let before = agent.received().len();
         for (key, body) in [("sk-a", &acme), ("sk-b", &globex)] {
             let said = call_with(&proxy, Method::POST, path, &[("x-api-key", key)], body).await;

@@ -15,7 +15,7 @@ use tokio::time::Instant;
 use crate::support;
 use crate::support::ag_kit::{self as kit};
 use crate::support::ag_ui::{self, started, user};
-use crate::support::{a2a, agentscope, cmdc, post_json, within, Proxy, Reply, Upstream};
+use crate::support::{a2a, agentscope, cmdc, post_json, within, Proxy, Reply, Route, Upstream};
 
 const PATH: &str = "/agents/goodbye";
 /// How long the proxy lets open streams run after the shutdown signal.
@@ -35,15 +35,8 @@ async fn endless_agent() -> Upstream {
 
 /// A proxy serving `inbound` clients at [`PATH`] from `agent`, with a short grace.
 async fn proxy(inbound: &str, agent: &Upstream) -> Proxy {
-    Proxy::start_with_grace(
-        &format!(
-            "[[routes]]\nname = \"goodbye\"\npath = \"{PATH}\"\ninbound = \"{inbound}\"\noutbound = \"ag-ui\"\n\
-             upstream = \"{}\"\n",
-            agent.url()
-        ),
-        GRACE,
-    )
-    .await
+    let route = Route::new("goodbye", PATH, inbound, "ag-ui").upstream(&agent.url());
+    Proxy::start_with_grace(route, GRACE).await
 }
 
 /// Shuts `proxy` down, awaits `rest` (the client reading its stream to the end) and checks it ended after the

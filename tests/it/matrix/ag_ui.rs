@@ -22,7 +22,7 @@ use crate::support::{post_json, Reply, SseStream, Upstream, WAIT};
 /// The matrix's client answers pauses as calls of the route's pause tools without declaring them (as
 /// frontends before outcome interrupts did): its routes pin the tool mode. Outcome pauses are covered by
 /// tests/it/ag_ui_codec.rs and the interop tests with the real clients.
-pub const INBOUND_TRANSLATE: &[(&str, &str)] = &[("agui_interrupts", "\"tool\"")];
+pub const INBOUND_TRANSLATE: &[(&str, &str)] = &[("agui_interrupts", "tool")];
 pub const OUTBOUND_TRANSLATE: &[(&str, &str)] = &[];
 pub const UPSTREAM_HEADERS: &[(&str, &str)] = &[];
 

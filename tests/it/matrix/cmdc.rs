@@ -29,9 +29,9 @@ use crate::support::cmdc::{self as gateway, Gate, Gateway, History, Step};
 use crate::support::{send, within, Response, SseStream, WAIT};
 
 pub const INBOUND_TRANSLATE: &[(&str, &str)] = &[];
-pub const OUTBOUND_TRANSLATE: &[(&str, &str)] = &[("model", "\"deepseek:deepseek-chat\"")];
+pub const OUTBOUND_TRANSLATE: &[(&str, &str)] = &[("model", "deepseek:deepseek-chat")];
 /// The scripted gateway's key (`support::cmdc::KEY`).
-pub const UPSTREAM_HEADERS: &[(&str, &str)] = &[("X-API-Key", "\"sk-cmdc-test-key\"")];
+pub const UPSTREAM_HEADERS: &[(&str, &str)] = &[("X-API-Key", "sk-cmdc-test-key")];
 
 /// The client's API key (the matrix's CMDC routes are open: any key is let in).
 const CLIENT_KEY: &str = "sk-matrix-client";

@@ -45,7 +45,7 @@ impl Capabilities for Protocol {
         registry::row(self).pause_cancel
     }
 
-    /// `[routes.translate]` keys (TOML `key = value` lines) this protocol needs when it is the inbound face.
+    /// `[routes.translate]` options (key, text value) this protocol needs when it is the inbound face.
     fn inbound_translate(self) -> &'static [(&'static str, &'static str)] {
         match self {
             Protocol::AgUi => ag_ui::INBOUND_TRANSLATE,

@@ -1,6 +1,6 @@
 //! What the interop tests (`tests/it/interop_*.rs`) share: the real peers they start as child processes
 //! ([`Process`]), the drivers they run to completion ([`run_driver`]), and the check that what those need is
-//! installed ([`require_installed`]).
+//! installed ([`require_installed`]), and the routes they serve ([`route`]).
 
 use std::path::Path;
 use std::process::Stdio;
@@ -11,7 +11,14 @@ use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
 use tokio::process::{Child, Command};
 
-use super::within_for;
+use super::{within_for, Route};
+
+/// A route at `/<name>` with timeouts that leave real peers room on a busy machine.
+pub fn route(name: &str, inbound: &str, outbound: &str) -> Route {
+    Route::new(name, &format!("/{name}"), inbound, outbound)
+        .timeout("20s")
+        .connect_timeout("5s")
+}
 
 /// Fails the test unless `path` exists, naming the command that installs it.
 pub fn require_installed(path: &Path, what: &str) {

@@ -1,5 +1,6 @@
-//! What every in-process test shares: the proxy serving on a real socket ([`Proxy`]), scripted upstreams
-//! ([`Reply`], [`Upstream`]), and an HTTP client that reads SSE ([`post_json`], [`send`], [`SseStream`]).
+//! What every in-process test shares: the proxy serving on a real socket ([`Proxy`]) the routes a test
+//! writes with [`Route`] and [`Routes`], scripted upstreams ([`Reply`], [`Upstream`]), and an HTTP client that
+//! reads SSE ([`post_json`], [`send`], [`SseStream`]).
 //!
 //! Everything binds `127.0.0.1:0`, every wait is bounded by [`WAIT`], and everything started stops when its
 //! handle is dropped. Protocol knowledge lives in one submodule per protocol ([`ag_ui`], [`a2a`], [`agentscope`], [`ag_kit`]).
@@ -15,6 +16,7 @@ pub mod cmdc;
 pub mod golden;
 pub mod interop;
 mod proxy;
+mod routes;
 mod upstream;
 
 use std::future::Future;
@@ -22,6 +24,7 @@ use std::time::Duration;
 
 pub use client::{post_json, send, send_over_http2, Response, SseStream};
 pub use proxy::Proxy;
+pub use routes::{Route, Routes};
 pub use upstream::{Received, Reply, Silent, Upstream};
 
 /// The longest any test waits for anything.

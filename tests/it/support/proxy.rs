@@ -1,5 +1,6 @@
 //! The proxy, in-process, on a real socket.
 
+use std::fmt::Display;
 use std::net::SocketAddr;
 use std::num::NonZeroUsize;
 use std::sync::Arc;
@@ -25,23 +26,24 @@ pub struct Proxy {
 }
 
 impl Proxy {
-    /// Serves `routes` (routes.toml text; `listen` is set to `127.0.0.1:0`).
-    pub async fn start(routes: &str) -> Proxy {
+    /// Serves `routes` (routes.toml text, or a [`super::Route`] or [`super::Routes`]; `listen` is set to
+    /// `127.0.0.1:0`).
+    pub async fn start(routes: impl Display) -> Proxy {
         Self::start_with_grace(routes, Duration::from_secs(5)).await
     }
 
     /// Serves `routes`, letting open streams run for `grace` after a shutdown.
-    pub async fn start_with_grace(routes: &str, grace: Duration) -> Proxy {
+    pub async fn start_with_grace(routes: impl Display, grace: Duration) -> Proxy {
         Self::serve(routes, grace, None).await
     }
 
     /// Serves `routes` as `agent-bridge` does: on `threads` threads of its own, not the test's runtime.
-    pub async fn start_on_threads(routes: &str, grace: Duration, threads: usize) -> Proxy {
+    pub async fn start_on_threads(routes: impl Display, grace: Duration, threads: usize) -> Proxy {
         let threads = NonZeroUsize::new(threads).expect("at least one thread");
         Self::serve(routes, grace, Some(threads)).await
     }
 
-    async fn serve(routes: &str, grace: Duration, threads: Option<NonZeroUsize>) -> Proxy {
+    async fn serve(routes: impl Display, grace: Duration, threads: Option<NonZeroUsize>) -> Proxy {
         let text = format!("listen = \"127.0.0.1:0\"\n{routes}");
         let config = Config::parse(&text, "test.toml")
             .unwrap_or_else(|error| panic!("the test's routes do not parse: {error}"));
