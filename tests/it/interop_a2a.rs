@@ -13,17 +13,14 @@
 //! on what the real server logged it received. Needs what `bash .ci/run` installs: `npm ci` in
 //! `tests/interop/*/client-*/` and the Python venv `tests/interop/.venv`; without them the tests fail and say so.
 
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use agent_bridge::config::Config;
-use agent_bridge::server::Server;
 use serde_json::{json, Value};
 use tokio::process::Command;
-use tokio::sync::oneshot;
 
-use crate::support::interop::{require_installed, run_driver, Process};
+use crate::support::interop::{require_installed, route, run_driver, Process};
+use crate::support::{Proxy, Routes};
 
 /// The pinned `@ag-ui/client` versions installed for `tests/it/interop_ag_ui.rs`.
 const AG_UI_CLIENTS: [&str; 2] = ["1.0.0", "0.0.59"];
@@ -47,52 +44,6 @@ fn venv_python() -> PathBuf {
     let python = interop_dir().join(".venv/bin/python");
     require_installed(&python, "the Python venv with a2a-sdk 0.2.13");
     python
-}
-
-// ---------------------------------------------------------------------------------------------------------
-// The proxy, in process
-
-/// The proxy serving `routes` (TOML `[[routes]]` tables) on `127.0.0.1:0`; stops when dropped.
-struct Proxy {
-    addr: SocketAddr,
-    _stop: oneshot::Sender<()>,
-}
-
-impl Proxy {
-    async fn start(routes: &str) -> Proxy {
-        let text = format!("listen = \"127.0.0.1:0\"\n\n{routes}");
-        let config = Config::parse(&text, "interop.toml")
-            .unwrap_or_else(|e| panic!("test config rejected: {e}\n{text}"));
-        let server = Server::bind(&config)
-            .await
-            .unwrap_or_else(|e| panic!("the proxy cannot start: {e}"))
-            .with_shutdown_grace(Duration::from_secs(1));
-        let addr = server.local_addr();
-        let (stop, stopped) = oneshot::channel::<()>();
-        tokio::spawn(server.run(async move {
-            let _ = stopped.await;
-        }));
-        Proxy { addr, _stop: stop }
-    }
-
-    fn url(&self, path: &str) -> String {
-        format!("http://{}{path}", self.addr)
-    }
-}
-
-/// A route table for one route.
-fn route(
-    name: &str,
-    inbound: &str,
-    outbound: &str,
-    upstream: Option<&str>,
-    translate: &str,
-) -> String {
-    let upstream = upstream.map_or(String::new(), |url| format!("upstream = \"{url}\"\n"));
-    format!(
-        "[[routes]]\nname = \"{name}\"\npath = \"/{name}\"\ninbound = \"{inbound}\"\noutbound = \"{outbound}\"\n\
-         {upstream}timeout = \"20s\"\nconnect_timeout = \"5s\"\n[routes.translate]\n{translate}\n\n"
-    )
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -566,12 +517,18 @@ fn user(text: &str) -> Value {
 
 #[tokio::test]
 async fn sdk_clients_resolve_the_card_on_both_well_known_paths() {
-    let proxy = Proxy::start(&format!(
-        "{}[routes.card]\nname = \"Echo\"\ndescription = \"Streams your words back\"\nversion = \"2.1.0\"\n\
-         skills = [{{ id = \"echo\", name = \"Echo\", description = \"Repeats what you say\", tags = [\"echo\"] }}]\n",
-        route("echo", "a2a", "echo", None, "")
-    ))
-    .await;
+    let skill = toml::toml! {
+        id = "echo"
+        name = "Echo"
+        description = "Repeats what you say"
+        tags = ["echo"]
+    };
+    let route = route("echo", "a2a", "echo")
+        .card("name", "Echo")
+        .card("description", "Streams your words back")
+        .card("version", "2.1.0")
+        .card("skills", vec![skill]);
+    let proxy = Proxy::start(route).await;
     let base = proxy.url("/echo");
     for client in A2A_CLIENTS {
         for (path, version) in [
@@ -604,7 +561,7 @@ async fn sdk_clients_resolve_the_card_on_both_well_known_paths() {
 
 #[tokio::test]
 async fn sdk_clients_send_stream_and_get_through_a2a_inbound() {
-    let proxy = Proxy::start(&route("echo", "a2a", "echo", None, "")).await;
+    let proxy = Proxy::start(route("echo", "a2a", "echo")).await;
     let base = proxy.url("/echo");
     for client in A2A_CLIENTS {
         let report = client
@@ -689,7 +646,7 @@ async fn sdk_clients_send_stream_and_get_through_a2a_inbound() {
 
 #[tokio::test]
 async fn sdk_clients_answer_an_input_required_task() {
-    let proxy = Proxy::start(&route("echo", "a2a", "echo", None, "")).await;
+    let proxy = Proxy::start(route("echo", "a2a", "echo")).await;
     let base = proxy.url("/echo");
     for client in A2A_CLIENTS {
         let report = client
@@ -766,7 +723,7 @@ async fn sdk_clients_answer_an_input_required_task() {
 
 #[tokio::test]
 async fn sdk_clients_get_the_spec_error_codes() {
-    let proxy = Proxy::start(&route("echo", "a2a", "echo", None, "")).await;
+    let proxy = Proxy::start(route("echo", "a2a", "echo")).await;
     let base = proxy.url("/echo");
     for (index, client) in A2A_CLIENTS.into_iter().enumerate() {
         let own_id = format!("task-chosen-by-client-{index}");
@@ -822,14 +779,8 @@ async fn sdk_clients_get_the_spec_error_codes() {
 
 #[tokio::test]
 async fn sdk_clients_read_the_reply_in_the_status_message_when_the_route_says_so() {
-    let proxy = Proxy::start(&route(
-        "echo",
-        "a2a",
-        "echo",
-        None,
-        "a2a_status_message = true",
-    ))
-    .await;
+    let proxy =
+        Proxy::start(route("echo", "a2a", "echo").translate("a2a_status_message", true)).await;
     let base = proxy.url("/echo");
     for client in A2A_CLIENTS {
         let report = client
@@ -865,7 +816,7 @@ async fn sdk_clients_read_the_reply_in_the_status_message_when_the_route_says_so
 /// behind it fails both clients (exit 1, the SDK's error in the report).
 #[tokio::test]
 async fn the_drivers_report_what_the_sdks_reject() {
-    let proxy = Proxy::start(&route("echo", "a2a", "echo", None, "")).await;
+    let proxy = Proxy::start(route("echo", "a2a", "echo")).await;
     for client in A2A_CLIENTS {
         let report = client
             .run(
@@ -886,24 +837,20 @@ async fn the_drivers_report_what_the_sdks_reject() {
 async fn ag_ui_clients_get_a2a_text_as_text_messages() {
     let streaming = A2aServer::start(true).await;
     let blocking = A2aServer::start(false).await;
-    let proxy = Proxy::start(&format!(
-        "{}{}{}",
-        route("assumed", "ag-ui", "a2a", Some(&streaming.url()), ""),
-        route(
-            "auto",
-            "ag-ui",
-            "a2a",
-            Some(&streaming.url()),
-            "a2a_card = \"auto\""
-        ),
-        route(
-            "auto-blocking",
-            "ag-ui",
-            "a2a",
-            Some(&blocking.url()),
-            "a2a_card = \"auto\""
-        ),
-    ))
+    let proxy = Proxy::start(
+        Routes::default()
+            .route(route("assumed", "ag-ui", "a2a").upstream(&streaming.url()))
+            .route(
+                route("auto", "ag-ui", "a2a")
+                    .upstream(&streaming.url())
+                    .translate("a2a_card", "auto"),
+            )
+            .route(
+                route("auto-blocking", "ag-ui", "a2a")
+                    .upstream(&blocking.url())
+                    .translate("a2a_card", "auto"),
+            ),
+    )
     .await;
     for version in AG_UI_CLIENTS {
         for (path, server, method) in [
@@ -952,13 +899,20 @@ async fn ag_ui_clients_get_a2a_text_as_text_messages() {
 async fn ag_ui_clients_answer_an_a2a_question_through_the_ask_user_tool() {
     let streaming = A2aServer::start(true).await;
     let blocking = A2aServer::start(false).await;
-    let auto = "a2a_card = \"auto\"";
-    let proxy = Proxy::start(&format!(
-        "{}{}{}",
-        route("assumed", "ag-ui", "a2a", Some(&streaming.url()), ""),
-        route("auto", "ag-ui", "a2a", Some(&streaming.url()), auto),
-        route("auto-blocking", "ag-ui", "a2a", Some(&blocking.url()), auto),
-    ))
+    let proxy = Proxy::start(
+        Routes::default()
+            .route(route("assumed", "ag-ui", "a2a").upstream(&streaming.url()))
+            .route(
+                route("auto", "ag-ui", "a2a")
+                    .upstream(&streaming.url())
+                    .translate("a2a_card", "auto"),
+            )
+            .route(
+                route("auto-blocking", "ag-ui", "a2a")
+                    .upstream(&blocking.url())
+                    .translate("a2a_card", "auto"),
+            ),
+    )
     .await;
     for version in AG_UI_CLIENTS {
         for (path, server) in [
@@ -1011,13 +965,11 @@ async fn ag_ui_clients_answer_an_a2a_question_through_the_ask_user_tool() {
 #[tokio::test]
 async fn ag_ui_clients_resume_an_a2a_question_paused_as_an_interrupt() {
     let server = A2aServer::start(true).await;
-    let proxy = Proxy::start(&route(
-        "a2a",
-        "ag-ui",
-        "a2a",
-        Some(&server.url()),
-        "agui_interrupts = \"outcome\"",
-    ))
+    let proxy = Proxy::start(
+        route("a2a", "ag-ui", "a2a")
+            .upstream(&server.url())
+            .translate("agui_interrupts", "outcome"),
+    )
     .await;
     for version in AG_UI_CLIENTS {
         let question = format!("Which size ({version})?");
@@ -1076,7 +1028,7 @@ fn assert_resumed(server: &A2aServer, question: &str, answer: &str) {
 #[tokio::test]
 async fn ag_ui_clients_keep_the_a2a_context_across_runs() {
     let server = A2aServer::start(true).await;
-    let proxy = Proxy::start(&route("a2a", "ag-ui", "a2a", Some(&server.url()), "")).await;
+    let proxy = Proxy::start(route("a2a", "ag-ui", "a2a").upstream(&server.url())).await;
     for version in AG_UI_CLIENTS {
         let drive = AgUiDrive::accepted(
             version,
@@ -1122,17 +1074,15 @@ async fn ag_ui_clients_keep_the_a2a_context_across_runs() {
 async fn ag_ui_clients_get_run_error_when_the_a2a_agent_fails() {
     let streaming = A2aServer::start(true).await;
     let blocking = A2aServer::start(false).await;
-    let proxy = Proxy::start(&format!(
-        "{}{}",
-        route("a2a", "ag-ui", "a2a", Some(&streaming.url()), ""),
-        route(
-            "blocking",
-            "ag-ui",
-            "a2a",
-            Some(&blocking.url()),
-            "a2a_card = \"auto\""
-        ),
-    ))
+    let proxy = Proxy::start(
+        Routes::default()
+            .route(route("a2a", "ag-ui", "a2a").upstream(&streaming.url()))
+            .route(
+                route("blocking", "ag-ui", "a2a")
+                    .upstream(&blocking.url())
+                    .translate("a2a_card", "auto"),
+            ),
+    )
     .await;
     for version in AG_UI_CLIENTS {
         for path in ["/a2a", "/blocking"] {
@@ -1169,13 +1119,11 @@ async fn ag_ui_clients_get_run_error_when_the_a2a_agent_fails() {
 #[tokio::test]
 async fn sdk_clients_reach_a_real_a2a_server_through_the_proxy() {
     let server = A2aServer::start(true).await;
-    let proxy = Proxy::start(&route(
-        "relay",
-        "a2a",
-        "a2a",
-        Some(&server.url()),
-        "a2a_card = \"auto\"",
-    ))
+    let proxy = Proxy::start(
+        route("relay", "a2a", "a2a")
+            .upstream(&server.url())
+            .translate("a2a_card", "auto"),
+    )
     .await;
     let base = proxy.url("/relay");
     for client in A2A_CLIENTS {

@@ -7,17 +7,14 @@
 //! Needs what `bash .ci/run` installs: `npm ci` in `tests/interop/ag-ui/client-*/` and the Python venv
 //! `tests/interop/.venv` (shared with the A2A interop tests). Without them the tests fail and say so.
 
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use agent_bridge::config::Config;
-use agent_bridge::server::Server;
 use serde_json::{json, Value};
 use tokio::process::Command;
-use tokio::sync::oneshot;
 
-use crate::support::interop::{require_installed, run_driver, Process};
+use crate::support::interop::{require_installed, route, run_driver, Process};
+use crate::support::{Proxy, Routes};
 
 /// Every pinned client version; each lives in `tests/interop/ag-ui/client-VERSION/`.
 const CLIENTS: [&str; 2] = ["1.0.0", "0.0.59"];
@@ -38,46 +35,6 @@ fn client_dir(version: &str) -> PathBuf {
         &format!("@ag-ui/client@{version}"),
     );
     dir
-}
-
-// ---------------------------------------------------------------------------------------------------------
-// The proxy, in process
-
-/// The proxy serving `routes` (TOML `[[routes]]` tables) on `127.0.0.1:0`; stops when dropped.
-struct Proxy {
-    addr: SocketAddr,
-    _stop: oneshot::Sender<()>,
-}
-
-impl Proxy {
-    async fn start(routes: &str) -> Proxy {
-        let text = format!("listen = \"127.0.0.1:0\"\n\n{routes}");
-        let config = Config::parse(&text, "interop.toml")
-            .unwrap_or_else(|e| panic!("test config rejected: {e}\n{text}"));
-        let server = Server::bind(&config)
-            .await
-            .unwrap_or_else(|e| panic!("the proxy cannot start: {e}"))
-            .with_shutdown_grace(Duration::from_secs(1));
-        let addr = server.local_addr();
-        let (stop, stopped) = oneshot::channel::<()>();
-        tokio::spawn(server.run(async move {
-            let _ = stopped.await;
-        }));
-        Proxy { addr, _stop: stop }
-    }
-
-    fn url(&self, path: &str) -> String {
-        format!("http://{}{path}", self.addr)
-    }
-}
-
-/// A route table for one route.
-fn route(name: &str, outbound: &str, upstream: Option<&str>, translate: &str) -> String {
-    let upstream = upstream.map_or(String::new(), |url| format!("upstream = \"{url}\"\n"));
-    format!(
-        "[[routes]]\nname = \"{name}\"\npath = \"/{name}\"\ninbound = \"ag-ui\"\noutbound = \"{outbound}\"\n\
-         {upstream}timeout = \"20s\"\nconnect_timeout = \"5s\"\n[routes.translate]\n{translate}\n\n"
-    )
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -393,7 +350,7 @@ async fn the_driver_reports_what_the_real_clients_reject() {
 
 #[tokio::test]
 async fn real_clients_see_echo_text_word_by_word() {
-    let proxy = Proxy::start(&route("echo", "echo", None, "")).await;
+    let proxy = Proxy::start(route("echo", "ag-ui", "echo")).await;
     for version in CLIENTS {
         let drive = Drive::accepted(
             version,
@@ -433,7 +390,7 @@ async fn real_clients_see_echo_text_word_by_word() {
 
 #[tokio::test]
 async fn real_clients_round_trip_an_echo_client_tool_call() {
-    let proxy = Proxy::start(&route("echo", "echo", None, "")).await;
+    let proxy = Proxy::start(route("echo", "ag-ui", "echo")).await;
     for version in CLIENTS {
         let drive = Drive::accepted(
             version,
@@ -476,7 +433,7 @@ async fn real_clients_round_trip_an_echo_client_tool_call() {
 
 #[tokio::test]
 async fn real_clients_declaring_the_question_tool_answer_an_echo_question_through_it() {
-    let proxy = Proxy::start(&route("echo", "echo", None, "")).await;
+    let proxy = Proxy::start(route("echo", "ag-ui", "echo")).await;
     for version in CLIENTS {
         let drive = Drive::accepted(
             version,
@@ -509,11 +466,11 @@ async fn real_clients_declaring_the_question_tool_answer_an_echo_question_throug
 
 #[tokio::test]
 async fn real_clients_resume_an_echo_question_paused_as_an_interrupt() {
-    let proxy = Proxy::start(&format!(
-        "{}{}",
-        route("outcome", "echo", None, "agui_interrupts = \"outcome\""),
-        route("auto", "echo", None, ""),
-    ))
+    let proxy = Proxy::start(
+        Routes::default()
+            .route(route("outcome", "ag-ui", "echo").translate("agui_interrupts", "outcome"))
+            .route(route("auto", "ag-ui", "echo")),
+    )
     .await;
     // Paused by the route's choice, and (auto) because the client declared only `confirmAction`: it has no
     // handler for `ask_user`.
@@ -568,17 +525,20 @@ async fn resume_an_echo_question(url: &str, version: &str, tools: Value) {
 /// declares), and with pauses as `RUN_FINISHED.outcome.interrupt`.
 async fn scripted_proxy(upstream: &UpstreamProcess) -> Proxy {
     let url = upstream.url("/agent");
-    Proxy::start(&format!(
-        "{}{}{}",
-        route("scripted", "ag-ui", Some(&url), "agui_reasoning = true"),
-        route("conservative", "ag-ui", Some(&url), ""),
-        route(
-            "interrupts",
-            "ag-ui",
-            Some(&url),
-            "agui_interrupts = \"outcome\""
-        ),
-    ))
+    Proxy::start(
+        Routes::default()
+            .route(
+                route("scripted", "ag-ui", "ag-ui")
+                    .upstream(&url)
+                    .translate("agui_reasoning", true),
+            )
+            .route(route("conservative", "ag-ui", "ag-ui").upstream(&url))
+            .route(
+                route("interrupts", "ag-ui", "ag-ui")
+                    .upstream(&url)
+                    .translate("agui_interrupts", "outcome"),
+            ),
+    )
     .await
 }
 
@@ -874,12 +834,11 @@ async fn real_clients_answer_an_upstream_interrupt_as_a_tool_call_or_with_resume
 #[tokio::test]
 async fn real_clients_talk_to_a_real_cloudbase_agent_server_through_the_proxy() {
     let upstream = UpstreamProcess::cloudbase().await;
-    let proxy = Proxy::start(&route(
-        "cloudbase",
-        "ag-ui",
-        Some(&upstream.url("/send-message")),
-        "agui_reasoning = true",
-    ))
+    let proxy = Proxy::start(
+        route("cloudbase", "ag-ui", "ag-ui")
+            .upstream(&upstream.url("/send-message"))
+            .translate("agui_reasoning", true),
+    )
     .await;
     let url = proxy.url("/cloudbase");
     for version in CLIENTS {
@@ -969,7 +928,7 @@ async fn real_clients_talk_to_a_real_cloudbase_agent_server_through_the_proxy() 
 #[tokio::test]
 async fn real_clients_get_run_error_when_the_upstream_refuses_connections() {
     let dead = format!("http://127.0.0.1:{}/agent", refused_port());
-    let proxy = Proxy::start(&route("dead", "ag-ui", Some(&dead), "")).await;
+    let proxy = Proxy::start(route("dead", "ag-ui", "ag-ui").upstream(&dead)).await;
     for version in CLIENTS {
         // runAgent resolves; only onRunErrorEvent fires.
         let drive = Drive::accepted(
@@ -987,7 +946,7 @@ async fn real_clients_get_run_error_when_the_upstream_refuses_connections() {
 
 #[tokio::test]
 async fn real_clients_reject_a_bad_request_with_http_400() {
-    let proxy = Proxy::start(&route("echo", "echo", None, "")).await;
+    let proxy = Proxy::start(route("echo", "ag-ui", "echo")).await;
     for version in CLIENTS {
         // Both versions send an empty threadId as given; the proxy refuses it before any stream.
         let drive = Drive::run(

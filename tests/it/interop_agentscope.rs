@@ -19,17 +19,14 @@
 //! without them the tests fail and say so.
 
 use std::collections::HashSet;
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use agent_bridge::config::Config;
-use agent_bridge::server::Server;
 use serde_json::{json, Value};
 use tokio::process::Command;
-use tokio::sync::oneshot;
 
-use crate::support::interop::{require_installed_with, run_driver, Process};
+use crate::support::interop::{require_installed_with, route, run_driver, Process};
+use crate::support::Proxy;
 
 /// The pinned `@ag-ui/client` versions installed for `tests/it/interop_ag_ui.rs`.
 const AG_UI_CLIENTS: [&str; 2] = ["1.0.0", "0.0.59"];
@@ -71,46 +68,6 @@ fn require_installed(path: &Path, what: &str) {
         what,
         "the Python venvs tests/interop/.venv and tests/interop/agentscope/.venv",
     );
-}
-
-// ---------------------------------------------------------------------------------------------------------
-// The proxy, in process
-
-/// The proxy serving `routes` (TOML `[[routes]]` tables) on `127.0.0.1:0`; stops when dropped.
-struct Proxy {
-    addr: SocketAddr,
-    _stop: oneshot::Sender<()>,
-}
-
-impl Proxy {
-    async fn start(routes: &str) -> Proxy {
-        let text = format!("listen = \"127.0.0.1:0\"\n\n{routes}");
-        let config = Config::parse(&text, "interop.toml")
-            .unwrap_or_else(|e| panic!("test config rejected: {e}\n{text}"));
-        let server = Server::bind(&config)
-            .await
-            .unwrap_or_else(|e| panic!("the proxy cannot start: {e}"))
-            .with_shutdown_grace(Duration::from_secs(1));
-        let addr = server.local_addr();
-        let (stop, stopped) = oneshot::channel::<()>();
-        tokio::spawn(server.run(async move {
-            let _ = stopped.await;
-        }));
-        Proxy { addr, _stop: stop }
-    }
-
-    fn url(&self, path: &str) -> String {
-        format!("http://{}{path}", self.addr)
-    }
-}
-
-/// A route table for one route.
-fn route(name: &str, inbound: &str, outbound: &str, upstream: Option<&str>) -> String {
-    let upstream = upstream.map_or(String::new(), |url| format!("upstream = \"{url}\"\n"));
-    format!(
-        "[[routes]]\nname = \"{name}\"\npath = \"/{name}\"\ninbound = \"{inbound}\"\noutbound = \"{outbound}\"\n\
-         {upstream}timeout = \"20s\"\nconnect_timeout = \"5s\"\n\n"
-    )
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -616,13 +573,8 @@ fn fresh(prefix: &str) -> String {
 #[tokio::test]
 async fn ag_ui_clients_talk_to_the_real_agentscope_runtime() {
     let runtime = Peer::agentscope().await;
-    let proxy = Proxy::start(&route(
-        "as",
-        "ag-ui",
-        "agentscope",
-        Some(&runtime.url("/process")),
-    ))
-    .await;
+    let proxy =
+        Proxy::start(route("as", "ag-ui", "agentscope").upstream(&runtime.url("/process"))).await;
     let mut sessions = HashSet::new();
     for version in AG_UI_CLIENTS {
         let first = format!("hello from {version}");
@@ -692,13 +644,8 @@ async fn ag_ui_clients_talk_to_the_real_agentscope_runtime() {
 #[tokio::test]
 async fn ag_ui_clients_see_the_real_runtimes_tool_call_and_result() {
     let runtime = Peer::agentscope().await;
-    let proxy = Proxy::start(&route(
-        "as",
-        "ag-ui",
-        "agentscope",
-        Some(&runtime.url("/process")),
-    ))
-    .await;
+    let proxy =
+        Proxy::start(route("as", "ag-ui", "agentscope").upstream(&runtime.url("/process"))).await;
     for version in AG_UI_CLIENTS {
         let text = format!("use tool ({version})");
         let drive = ag_ui(
@@ -744,13 +691,8 @@ async fn ag_ui_clients_see_the_real_runtimes_tool_call_and_result() {
 #[tokio::test]
 async fn ag_ui_clients_get_the_real_runtimes_failure_as_run_error() {
     let runtime = Peer::agentscope().await;
-    let proxy = Proxy::start(&route(
-        "as",
-        "ag-ui",
-        "agentscope",
-        Some(&runtime.url("/process")),
-    ))
-    .await;
+    let proxy =
+        Proxy::start(route("as", "ag-ui", "agentscope").upstream(&runtime.url("/process"))).await;
     for version in AG_UI_CLIENTS {
         let drive = ag_ui(
             version,
@@ -779,13 +721,8 @@ async fn ag_ui_clients_get_the_real_runtimes_failure_as_run_error() {
 #[tokio::test]
 async fn a2a_client_talks_to_the_real_agentscope_runtime() {
     let runtime = Peer::agentscope().await;
-    let proxy = Proxy::start(&route(
-        "as",
-        "a2a",
-        "agentscope",
-        Some(&runtime.url("/process")),
-    ))
-    .await;
+    let proxy =
+        Proxy::start(route("as", "a2a", "agentscope").upstream(&runtime.url("/process"))).await;
     let report = a2a(
         &proxy.url("/as"),
         json!({"steps": [
@@ -856,7 +793,7 @@ async fn a2a_client_talks_to_the_real_agentscope_runtime() {
 /// runtime's own: the lifecycle, the word-by-word deltas, the completed message's text.
 #[tokio::test]
 async fn shipped_client_reads_the_echo_agent() {
-    let proxy = Proxy::start(&route("echo", "agentscope", "echo", None)).await;
+    let proxy = Proxy::start(route("echo", "agentscope", "echo")).await;
     for url in [proxy.url("/echo/process"), proxy.url("/echo")] {
         let report = agentscope_client(
             &url,
@@ -904,7 +841,7 @@ async fn shipped_client_reads_the_echo_agent() {
 /// session answers it (the request resent, then an `mcp_approval_response` whose `reason` is the answer).
 #[tokio::test]
 async fn shipped_client_answers_a_question_in_its_session() {
-    let proxy = Proxy::start(&route("echo", "agentscope", "echo", None)).await;
+    let proxy = Proxy::start(route("echo", "agentscope", "echo")).await;
     let session = fresh("s");
     let report = agentscope_client(
         &proxy.url("/echo/process"),
@@ -938,13 +875,9 @@ async fn shipped_client_answers_a_question_in_its_session() {
 #[tokio::test]
 async fn shipped_client_through_the_proxy_to_the_real_runtime() {
     let runtime = Peer::agentscope().await;
-    let proxy = Proxy::start(&route(
-        "as",
-        "agentscope",
-        "agentscope",
-        Some(&runtime.url("/process")),
-    ))
-    .await;
+    let proxy =
+        Proxy::start(route("as", "agentscope", "agentscope").upstream(&runtime.url("/process")))
+            .await;
     let report = agentscope_client(
         &proxy.url("/as/process"),
         json!({"steps": [
@@ -1004,13 +937,9 @@ async fn shipped_client_through_the_proxy_to_the_real_runtime() {
 #[tokio::test]
 async fn shipped_client_meets_the_session_lock_as_the_runtime_has_it() {
     let runtime = Peer::agentscope().await;
-    let proxy = Proxy::start(&route(
-        "as",
-        "agentscope",
-        "agentscope",
-        Some(&runtime.url("/process")),
-    ))
-    .await;
+    let proxy =
+        Proxy::start(route("as", "agentscope", "agentscope").upstream(&runtime.url("/process")))
+            .await;
     for url in [runtime.url("/process"), proxy.url("/as/process")] {
         let session = fresh("s");
         let report = agentscope_client(
@@ -1048,7 +977,7 @@ async fn shipped_client_meets_the_session_lock_as_the_runtime_has_it() {
 #[tokio::test]
 async fn shipped_client_through_the_proxy_to_the_real_a2a_server() {
     let server = Peer::a2a().await;
-    let proxy = Proxy::start(&route("a2a", "agentscope", "a2a", Some(&server.url("/")))).await;
+    let proxy = Proxy::start(route("a2a", "agentscope", "a2a").upstream(&server.url("/"))).await;
     let session = fresh("s");
     let report = agentscope_client(
         &proxy.url("/a2a/process"),
