@@ -19,7 +19,7 @@ use tokio_tungstenite::tungstenite::Message as WsMessage;
 
 use crate::support::ag_ui::{finished, input, started, text, user};
 use crate::support::binary::{agent_bridge, AgentBridge, TempConfig};
-use crate::support::{send, within, within_for, Proxy, Reply, Route, Routes};
+use crate::support::{within, within_for, CmdcClient, Proxy, Reply, Route, Routes};
 
 /// Longer than any bound these tests set (1 s), with room for a busy machine.
 const CLOSED_WITHIN: Duration = Duration::from_secs(5);
@@ -287,16 +287,9 @@ type Ws =
 /// A CMDC echo route as `configure` makes it, a session on it, and a WebSocket to that session.
 async fn cmdc_socket(configure: impl FnOnce(Route) -> Route) -> (Proxy, Ws) {
     let proxy = Proxy::start(configure(Route::new("gw", "/gw", "cmdc", "echo"))).await;
-    let request = Request::post(proxy.url("/gw/v1/sessions"))
-        .header("content-type", "application/json")
-        .body(Full::new(Bytes::from(r#"{"model":"echo"}"#)))
-        .expect("a request");
-    let created = send(request).await;
-    assert_eq!(created.status, StatusCode::CREATED);
-    let session = created.json().await["sessionId"]
-        .as_str()
-        .expect("a sessionId")
-        .to_owned();
+    let session = CmdcClient::new(proxy.url("/gw"))
+        .create(json!({"model": "echo"}))
+        .await;
     let url = format!("ws://{}/gw/v1/sessions/{session}/ws", proxy.addr());
     let (ws, _) = within(
         "the WebSocket handshake",

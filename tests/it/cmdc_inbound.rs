@@ -11,7 +11,7 @@ use serde_json::{json, Value};
 use tokio_tungstenite::tungstenite::Message as WsMessage;
 
 use crate::support::cmdc::{all, frames, names, recv_ws, streamed_text, until, Ws};
-use crate::support::{send, within, Proxy, Reply, Response, Route, SseStream, Upstream};
+use crate::support::{send, within, CmdcClient, Proxy, Reply, Route, SseStream, Upstream};
 
 /// Two tenants, one key each.
 const KEYS: &[(&str, &str)] = &[("sk-a", "acme"), ("sk-b", "globex")];
@@ -34,96 +34,30 @@ async fn echo_gateway_with_local_callbacks() -> Proxy {
     Proxy::start(echo_route().callback_allow(&["127.0.0.1"])).await
 }
 
-async fn call(
-    proxy: &Proxy,
-    method: Method,
-    path: &str,
-    key: Option<&str>,
-    body: Option<Value>,
-) -> Response {
-    let mut request = Request::builder()
-        .method(method)
-        .uri(proxy.url(&format!("/gw{path}")))
-        .header("content-type", "application/json")
-        .header("accept", "application/json");
-    if let Some(key) = key {
-        request = request.header("x-api-key", key);
-    }
-    let body = body.map_or_else(Bytes::new, |b| Bytes::from(b.to_string()));
-    send(request.body(Full::new(body)).expect("a request")).await
+/// The gateway's client with the key of tenant `acme`.
+fn acme(proxy: &Proxy) -> CmdcClient {
+    anonymous(proxy).with_key("sk-a")
 }
 
-async fn create(proxy: &Proxy, key: &str, body: Value) -> String {
-    let response = call(proxy, Method::POST, "/v1/sessions", Some(key), Some(body)).await;
-    assert_eq!(response.status, StatusCode::CREATED);
-    let body = response.json().await;
-    assert_eq!(body["status"], "created");
-    body["sessionId"].as_str().expect("a sessionId").to_owned()
+/// The gateway's client with the key of tenant `globex`.
+fn globex(proxy: &Proxy) -> CmdcClient {
+    anonymous(proxy).with_key("sk-b")
 }
 
-async fn prompt(proxy: &Proxy, key: &str, session: &str, text: &str) -> Value {
-    let response = call(
-        proxy,
-        Method::POST,
-        &format!("/v1/sessions/{session}/prompt"),
-        Some(key),
-        Some(json!({"text": text})),
-    )
-    .await;
-    assert_eq!(response.status, StatusCode::ACCEPTED);
-    response.json().await
-}
-
-async fn subscribe(proxy: &Proxy, key: &str, session: &str) -> SseStream {
-    let response = call(
-        proxy,
-        Method::GET,
-        &format!("/v1/sessions/{session}/events"),
-        Some(key),
-        None,
-    )
-    .await;
-    assert_eq!(response.status, StatusCode::OK);
-    assert_eq!(
-        response.header("content-type"),
-        "text/event-stream; charset=utf-8"
-    );
-    assert_eq!(response.header("cache-control"), "no-cache");
-    assert_eq!(response.header("x-accel-buffering"), "no");
-    response.sse()
-}
-
-async fn wait_state(proxy: &Proxy, key: &str, session: &str, state: &str) -> Value {
-    within(&format!("session state {state}"), async {
-        loop {
-            let info = call(
-                proxy,
-                Method::GET,
-                &format!("/v1/sessions/{session}"),
-                Some(key),
-                None,
-            )
-            .await
-            .json()
-            .await;
-            if info["state"] == state {
-                return info;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    })
-    .await
+/// The gateway's client sending no key.
+fn anonymous(proxy: &Proxy) -> CmdcClient {
+    CmdcClient::new(proxy.url("/gw"))
 }
 
 #[tokio::test]
 async fn a_subscriber_too_late_for_a_run_past_run_buffer_gets_an_error_not_part_of_it() {
     let proxy = Proxy::start(echo_route().run_buffer("4KiB")).await;
-    let session = create(&proxy, "sk-a", json!({"model": "m"})).await;
+    let session = acme(&proxy).create(json!({"model": "m"})).await;
     // The echo answers a delta per word: far more than 4 KiB of events.
-    prompt(&proxy, "sk-a", &session, &"word ".repeat(2_000)).await;
-    wait_state(&proxy, "sk-a", &session, "idle").await;
+    acme(&proxy).prompt(&session, &"word ".repeat(2_000)).await;
+    acme(&proxy).wait_state(&session, "idle").await;
 
-    let mut events = subscribe(&proxy, "sk-a", &session).await;
+    let mut events = acme(&proxy).subscribe(&session).await;
     let seen = all(&mut events).await;
 
     assert_eq!(names(&seen), ["error"], "{seen:?}");
@@ -135,19 +69,16 @@ async fn a_subscriber_too_late_for_a_run_past_run_buffer_gets_an_error_not_part_
 #[tokio::test]
 async fn a_subscriber_connecting_after_the_prompt_gets_the_whole_run() {
     let proxy = echo_gateway().await;
-    let session = create(
-        &proxy,
-        "sk-a",
-        json!({"model": "deepseek:deepseek-chat", "systemPrompt": "be brief"}),
-    )
-    .await;
-    let accepted = prompt(&proxy, "sk-a", &session, "hello world").await;
+    let session = acme(&proxy)
+        .create(json!({"model": "deepseek:deepseek-chat", "systemPrompt": "be brief"}))
+        .await;
+    let accepted = acme(&proxy).prompt(&session, "hello world").await;
     assert_eq!(accepted["sessionId"], session.as_str());
     assert_eq!(accepted["queued"], false);
     assert_eq!(accepted["requestId"].as_str().unwrap().len(), 16);
-    wait_state(&proxy, "sk-a", &session, "idle").await;
+    acme(&proxy).wait_state(&session, "idle").await;
 
-    let mut events = subscribe(&proxy, "sk-a", &session).await;
+    let mut events = acme(&proxy).subscribe(&session).await;
     let seen = all(&mut events).await;
 
     assert_eq!(
@@ -185,10 +116,10 @@ async fn on_serving_threads_a_prompt_streams_to_subscribers_on_other_connections
 
 /// Two subscribers to a new session, then a prompt: each gets the whole run.
 async fn both_subscribers_get_the_prompted_run(proxy: &Proxy) {
-    let session = create(proxy, "sk-a", json!({"model": "m"})).await;
-    let mut first = subscribe(proxy, "sk-a", &session).await;
-    let mut second = subscribe(proxy, "sk-a", &session).await;
-    prompt(proxy, "sk-a", &session, "one two three").await;
+    let session = acme(proxy).create(json!({"model": "m"})).await;
+    let mut first = acme(proxy).subscribe(&session).await;
+    let mut second = acme(proxy).subscribe(&session).await;
+    acme(proxy).prompt(&session, "one two three").await;
 
     let a = all(&mut first).await;
     let b = all(&mut second).await;
@@ -200,28 +131,21 @@ async fn both_subscribers_get_the_prompted_run(proxy: &Proxy) {
 #[tokio::test]
 async fn a_prompt_while_busy_is_queued_and_runs_next() {
     let proxy = echo_gateway().await;
-    let session = create(&proxy, "sk-a", json!({"model": "m"})).await;
-    prompt(&proxy, "sk-a", &session, "/ask Which city?").await;
-    let mut events = subscribe(&proxy, "sk-a", &session).await;
+    let session = acme(&proxy).create(json!({"model": "m"})).await;
+    acme(&proxy).prompt(&session, "/ask Which city?").await;
+    let mut events = acme(&proxy).subscribe(&session).await;
     until(&mut events, "ask_user").await;
-    let queued = prompt(&proxy, "sk-a", &session, "later").await;
+    let queued = acme(&proxy).prompt(&session, "later").await;
     assert_eq!(queued["queued"], true);
     let asked = frames(&events.raw);
     let reference = asked.iter().find(|(n, _)| n == "ask_user").unwrap().1["ref"]
         .as_str()
         .unwrap()
         .to_owned();
-    let answered = call(
-        &proxy,
-        Method::POST,
-        &format!("/v1/sessions/{session}/respond"),
-        Some("sk-a"),
-        Some(json!({"ref": reference, "response": "Paris"})),
-    )
-    .await;
+    let answered = acme(&proxy).respond(&session, &reference, "Paris").await;
     assert_eq!(answered.status, StatusCode::OK);
     all(&mut events).await;
-    let mut next = subscribe(&proxy, "sk-a", &session).await;
+    let mut next = acme(&proxy).subscribe(&session).await;
     let seen = all(&mut next).await;
     assert_eq!(seen[0].1["text"], "later");
     assert_eq!(streamed_text(&seen), "later");
@@ -230,45 +154,30 @@ async fn a_prompt_while_busy_is_queued_and_runs_next() {
 #[tokio::test]
 async fn ask_user_pauses_the_run_and_respond_continues_it() {
     let proxy = echo_gateway().await;
-    let session = create(&proxy, "sk-a", json!({"model": "m"})).await;
-    prompt(&proxy, "sk-a", &session, "/ask Which city?").await;
-    let mut events = subscribe(&proxy, "sk-a", &session).await;
+    let session = acme(&proxy).create(json!({"model": "m"})).await;
+    acme(&proxy).prompt(&session, "/ask Which city?").await;
+    let mut events = acme(&proxy).subscribe(&session).await;
     let asked = until(&mut events, "ask_user").await;
     let ask = &asked.last().unwrap().1;
     assert_eq!(ask["question"], "Which city?");
     assert_eq!(ask["options"], Value::Null);
-    wait_state(&proxy, "sk-a", &session, "waiting_input").await;
+    acme(&proxy).wait_state(&session, "waiting_input").await;
 
-    let unknown = call(
-        &proxy,
-        Method::POST,
-        &format!("/v1/sessions/{session}/respond"),
-        Some("sk-a"),
-        Some(json!({"ref": "ask_nope", "response": "x"})),
-    )
-    .await;
+    let unknown = acme(&proxy).respond(&session, "ask_nope", "x").await;
     assert_eq!(unknown.status, StatusCode::NOT_FOUND);
     assert_eq!(unknown.json().await["error"], "not_found");
-    let missing = call(
-        &proxy,
-        Method::POST,
-        &format!("/v1/sessions/{session}/respond"),
-        Some("sk-a"),
-        Some(json!({"response": "x"})),
-    )
-    .await;
+    let missing = acme(&proxy)
+        .call(
+            Method::POST,
+            &format!("/v1/sessions/{session}/respond"),
+            Some(json!({"response": "x"})),
+        )
+        .await;
     assert_eq!(missing.status, StatusCode::BAD_REQUEST);
     assert_eq!(missing.json().await["error"], "bad_request");
 
     let reference = ask["ref"].as_str().unwrap();
-    let answered = call(
-        &proxy,
-        Method::POST,
-        &format!("/v1/sessions/{session}/respond"),
-        Some("sk-a"),
-        Some(json!({"ref": reference, "response": "Paris"})),
-    )
-    .await;
+    let answered = acme(&proxy).respond(&session, reference, "Paris").await;
     assert_eq!(answered.status, StatusCode::OK);
     assert_eq!(
         answered.json().await,
@@ -290,7 +199,7 @@ async fn ask_user_pauses_the_run_and_respond_continues_it() {
     );
     assert_eq!(streamed_text(&seen), "You answered: Paris");
     assert_eq!(names(&seen).last(), Some(&"agent_end"));
-    wait_state(&proxy, "sk-a", &session, "idle").await;
+    acme(&proxy).wait_state(&session, "idle").await;
 }
 
 /// An AG-UI upstream that asks for approval, then answers with text once resumed.
@@ -319,24 +228,17 @@ async fn agui_gateway(upstream: &Upstream) -> Proxy {
 async fn approval_required_pauses_and_approve_continues_the_same_run() {
     let upstream = approving_upstream().await;
     let proxy = agui_gateway(&upstream).await;
-    let session = create(&proxy, "sk-a", json!({"model": "m"})).await;
-    prompt(&proxy, "sk-a", &session, "delete the logs").await;
-    let mut events = subscribe(&proxy, "sk-a", &session).await;
+    let session = acme(&proxy).create(json!({"model": "m"})).await;
+    acme(&proxy).prompt(&session, "delete the logs").await;
+    let mut events = acme(&proxy).subscribe(&session).await;
     let asked = until(&mut events, "approval_required").await;
     let required = &asked.last().unwrap().1;
     assert_eq!(required["approvalId"], "apr_1");
     assert_eq!(required["hint"], "dangerous: deletes files");
     assert!(required["requestedAt"].is_string());
-    wait_state(&proxy, "sk-a", &session, "waiting_approval").await;
+    acme(&proxy).wait_state(&session, "waiting_approval").await;
 
-    let approved = call(
-        &proxy,
-        Method::POST,
-        &format!("/v1/sessions/{session}/approve"),
-        Some("sk-a"),
-        Some(json!({"approvalId": "apr_1"})),
-    )
-    .await;
+    let approved = acme(&proxy).approve(&session, "apr_1").await;
     assert_eq!(approved.status, StatusCode::OK);
     assert_eq!(
         approved.json().await,
@@ -381,7 +283,7 @@ async fn approval_required_pauses_and_approve_continues_the_same_run() {
 async fn approvals_over_the_websocket_are_acked_by_the_next_frame() {
     let upstream = approving_upstream().await;
     let proxy = agui_gateway(&upstream).await;
-    let session = create(&proxy, "sk-a", json!({"model": "m"})).await;
+    let session = acme(&proxy).create(json!({"model": "m"})).await;
     let mut ws = connect_ws(&proxy, &session, "sk-a").await;
 
     send_ws(&mut ws, json!({"action": "reject", "approvalId": "apr_1"})).await;
@@ -456,7 +358,7 @@ async fn send_raw(ws: &mut Ws, text: &str) {
 #[tokio::test]
 async fn websocket_acks_come_first_and_bad_frames_keep_the_session_working() {
     let proxy = echo_gateway().await;
-    let session = create(&proxy, "sk-a", json!({"model": "m"})).await;
+    let session = acme(&proxy).create(json!({"model": "m"})).await;
     let mut ws = connect_ws(&proxy, &session, "sk-a").await;
 
     send_raw(&mut ws, "{not json").await;
@@ -512,7 +414,7 @@ async fn websocket_acks_come_first_and_bad_frames_keep_the_session_working() {
 #[tokio::test]
 async fn websocket_connections_need_a_key_and_a_session() {
     let proxy = echo_gateway().await;
-    let session = create(&proxy, "sk-a", json!({"model": "m"})).await;
+    let session = acme(&proxy).create(json!({"model": "m"})).await;
     let no_key = format!("ws://{}/gw/v1/sessions/{session}/ws", proxy.addr());
     match tokio_tungstenite::connect_async(no_key).await {
         Err(tokio_tungstenite::tungstenite::Error::Http(response)) => {
@@ -536,32 +438,24 @@ async fn callback_tools_are_called_and_their_result_continues_the_run() {
         .body(r#"{"result":"42 rows"}"#)])
     .await;
     let proxy = echo_gateway_with_local_callbacks().await;
-    let session = create(&proxy, "sk-a", json!({"model": "m"})).await;
-    let registered = call(
-        &proxy,
-        Method::POST,
-        &format!("/v1/sessions/{session}/tools"),
-        Some("sk-a"),
-        Some(
+    let session = acme(&proxy).create(json!({"model": "m"})).await;
+    let registered = acme(&proxy)
+        .register(
+            &session,
             json!({"name": "query_database", "callbackUrl": callback.url(),
             "parameters": {"type": "object", "properties": {"query": {"type": "string"}}}}),
-        ),
-    )
-    .await;
+        )
+        .await;
     assert_eq!(registered.status, StatusCode::CREATED);
     assert_eq!(
         registered.json().await,
         json!({"ok": true, "sessionId": session, "toolName": "query_database"})
     );
 
-    prompt(
-        &proxy,
-        "sk-a",
-        &session,
-        r#"/tool query_database {"query":"SELECT 1"}"#,
-    )
-    .await;
-    let mut events = subscribe(&proxy, "sk-a", &session).await;
+    acme(&proxy)
+        .prompt(&session, r#"/tool query_database {"query":"SELECT 1"}"#)
+        .await;
+    let mut events = acme(&proxy).subscribe(&session).await;
     let seen = all(&mut events).await;
 
     let request = callback.only_request();
@@ -593,16 +487,15 @@ async fn callback_tools_are_called_and_their_result_continues_the_run() {
         1
     );
 
-    let messages = call(
-        &proxy,
-        Method::GET,
-        &format!("/v1/sessions/{session}/messages"),
-        Some("sk-a"),
-        None,
-    )
-    .await
-    .json()
-    .await;
+    let messages = acme(&proxy)
+        .call(
+            Method::GET,
+            &format!("/v1/sessions/{session}/messages"),
+            None,
+        )
+        .await
+        .json()
+        .await;
     let roles: Vec<&str> = messages["messages"]
         .as_array()
         .unwrap()
@@ -623,17 +516,15 @@ async fn callback_tools_are_called_and_their_result_continues_the_run() {
 async fn a_failing_callback_is_a_failed_tool_execution() {
     let callback = Upstream::serve([Reply::status(500).body("boom")]).await;
     let proxy = echo_gateway_with_local_callbacks().await;
-    let session = create(&proxy, "sk-a", json!({"model": "m"})).await;
-    call(
-        &proxy,
-        Method::POST,
-        &format!("/v1/sessions/{session}/tools"),
-        Some("sk-a"),
-        Some(json!({"name": "t", "callbackUrl": callback.url(), "timeoutMs": 2000})),
-    )
-    .await;
-    prompt(&proxy, "sk-a", &session, "/tool t").await;
-    let seen = all(&mut subscribe(&proxy, "sk-a", &session).await).await;
+    let session = acme(&proxy).create(json!({"model": "m"})).await;
+    acme(&proxy)
+        .register(
+            &session,
+            json!({"name": "t", "callbackUrl": callback.url(), "timeoutMs": 2000}),
+        )
+        .await;
+    acme(&proxy).prompt(&session, "/tool t").await;
+    let seen = all(&mut acme(&proxy).subscribe(&session).await).await;
     let end = &seen
         .iter()
         .find(|(n, _)| n == "tool_execution_end")
@@ -646,180 +537,129 @@ async fn a_failing_callback_is_a_failed_tool_execution() {
 #[tokio::test]
 async fn sessions_are_visible_only_to_their_tenant() {
     let proxy = echo_gateway().await;
-    let session = create(
-        &proxy,
-        "sk-a",
-        json!({"model": "m", "sessionId": "shared-name"}),
-    )
-    .await;
+    let session = acme(&proxy)
+        .create(json!({"model": "m", "sessionId": "shared-name"}))
+        .await;
     assert_eq!(session, "shared-name");
-    let other = call(
-        &proxy,
-        Method::GET,
-        "/v1/sessions/shared-name",
-        Some("sk-b"),
-        None,
-    )
-    .await;
+    let other = globex(&proxy)
+        .call(Method::GET, "/v1/sessions/shared-name", None)
+        .await;
     assert_eq!(other.status, StatusCode::NOT_FOUND);
     let body = other.json().await;
     assert_eq!(
         body,
         json!({"error": "not_found", "message": "Session shared-name not found"})
     );
-    let again = call(
-        &proxy,
-        Method::POST,
-        "/v1/sessions",
-        Some("sk-a"),
-        Some(json!({"model": "m", "sessionId": "shared-name"})),
-    )
-    .await;
+    let again = acme(&proxy)
+        .call(
+            Method::POST,
+            "/v1/sessions",
+            Some(json!({"model": "m", "sessionId": "shared-name"})),
+        )
+        .await;
     assert_eq!(again.status, StatusCode::UNPROCESSABLE_ENTITY);
     assert_eq!(again.json().await["error"], "create_failed");
     // The other tenant may use the same id for a session of its own.
-    create(
-        &proxy,
-        "sk-b",
-        json!({"model": "m", "sessionId": "shared-name"}),
-    )
-    .await;
-    prompt(&proxy, "sk-b", "shared-name", "globex says").await;
-    let theirs = all(&mut subscribe(&proxy, "sk-b", "shared-name").await).await;
+    globex(&proxy)
+        .create(json!({"model": "m", "sessionId": "shared-name"}))
+        .await;
+    globex(&proxy).prompt("shared-name", "globex says").await;
+    let theirs = all(&mut globex(&proxy).subscribe("shared-name").await).await;
     assert_eq!(streamed_text(&theirs), "globex says");
-    let ours = call(
-        &proxy,
-        Method::GET,
-        "/v1/sessions/shared-name/messages",
-        Some("sk-a"),
-        None,
-    )
-    .await
-    .json()
-    .await;
+    let ours = acme(&proxy)
+        .call(Method::GET, "/v1/sessions/shared-name/messages", None)
+        .await
+        .json()
+        .await;
     assert_eq!(ours["messages"], json!([]));
 }
 
 #[tokio::test]
 async fn rest_errors_take_the_cmdc_shape() {
     let proxy = echo_gateway().await;
-    let missing = call(
-        &proxy,
-        Method::POST,
-        "/v1/sessions",
-        None,
-        Some(json!({"model": "m"})),
-    )
-    .await;
+    let missing = anonymous(&proxy)
+        .call(Method::POST, "/v1/sessions", Some(json!({"model": "m"})))
+        .await;
     assert_eq!(missing.status, StatusCode::UNAUTHORIZED);
     assert_eq!(
         missing.json().await,
         json!({"error": "unauthorized", "message": "Missing or invalid API key"})
     );
-    let wrong = call(
-        &proxy,
-        Method::GET,
-        "/v1/sessions/x",
-        Some("sk-wrong"),
-        None,
-    )
-    .await;
+    let wrong = anonymous(&proxy)
+        .with_key("sk-wrong")
+        .call(Method::GET, "/v1/sessions/x", None)
+        .await;
     assert_eq!(wrong.status, StatusCode::UNAUTHORIZED);
 
-    let no_model = call(
-        &proxy,
-        Method::POST,
-        "/v1/sessions",
-        Some("sk-a"),
-        Some(json!({"systemPrompt": "x"})),
-    )
-    .await;
+    let no_model = acme(&proxy)
+        .call(
+            Method::POST,
+            "/v1/sessions",
+            Some(json!({"systemPrompt": "x"})),
+        )
+        .await;
     assert_eq!(no_model.status, StatusCode::UNPROCESSABLE_ENTITY);
     assert_eq!(no_model.json().await["error"], "create_failed");
 
-    let session = create(
-        &proxy,
-        "sk-a",
-        json!({"model": "m", "tools": ["CMDC.Tool.Shell"], "maxTurns": 5}),
-    )
-    .await;
+    let session = acme(&proxy)
+        .create(json!({"model": "m", "tools": ["CMDC.Tool.Shell"], "maxTurns": 5}))
+        .await;
     assert_eq!(session.len(), 32, "128 random bits");
-    let no_text = call(
-        &proxy,
-        Method::POST,
-        &format!("/v1/sessions/{session}/prompt"),
-        Some("sk-a"),
-        Some(json!({})),
-    )
-    .await;
+    let no_text = acme(&proxy)
+        .call(
+            Method::POST,
+            &format!("/v1/sessions/{session}/prompt"),
+            Some(json!({})),
+        )
+        .await;
     assert_eq!(no_text.status, StatusCode::BAD_REQUEST);
     assert_eq!(no_text.json().await["error"], "bad_request");
-    let alias = call(
-        &proxy,
-        Method::POST,
-        &format!("/v1/sessions/{session}/prompt"),
-        Some("sk-a"),
-        Some(json!({"prompt": "via alias"})),
-    )
-    .await;
+    let alias = acme(&proxy)
+        .call(
+            Method::POST,
+            &format!("/v1/sessions/{session}/prompt"),
+            Some(json!({"prompt": "via alias"})),
+        )
+        .await;
     assert_eq!(alias.status, StatusCode::ACCEPTED);
-    let no_id = call(
-        &proxy,
-        Method::POST,
-        &format!("/v1/sessions/{session}/approve"),
-        Some("sk-a"),
-        Some(json!({})),
-    )
-    .await;
+    let no_id = acme(&proxy)
+        .call(
+            Method::POST,
+            &format!("/v1/sessions/{session}/approve"),
+            Some(json!({})),
+        )
+        .await;
     assert_eq!(no_id.status, StatusCode::BAD_REQUEST);
-    let unknown_id = call(
-        &proxy,
-        Method::POST,
-        &format!("/v1/sessions/{session}/approve"),
-        Some("sk-a"),
-        Some(json!({"approvalId": "apr_nope"})),
-    )
-    .await;
+    let unknown_id = acme(&proxy).approve(&session, "apr_nope").await;
     assert_eq!(unknown_id.status, StatusCode::NOT_FOUND);
-    let no_route = call(&proxy, Method::GET, "/v1/unknown", Some("sk-a"), None).await;
+    let no_route = acme(&proxy).call(Method::GET, "/v1/unknown", None).await;
     assert_eq!(no_route.status, StatusCode::NOT_FOUND);
     assert_eq!(
         no_route.json().await["message"],
         "No route matches GET /v1/unknown"
     );
-    let unknown_session = call(
-        &proxy,
-        Method::POST,
-        "/v1/sessions/nope/prompt",
-        Some("sk-a"),
-        Some(json!({"text": "x"})),
-    )
-    .await;
+    let unknown_session = acme(&proxy)
+        .call(
+            Method::POST,
+            "/v1/sessions/nope/prompt",
+            Some(json!({"text": "x"})),
+        )
+        .await;
     assert_eq!(unknown_session.status, StatusCode::NOT_FOUND);
 
     // The session still works after all that.
-    let seen = all(&mut subscribe(&proxy, "sk-a", &session).await).await;
+    let seen = all(&mut acme(&proxy).subscribe(&session).await).await;
     assert_eq!(streamed_text(&seen), "via alias");
-    let deleted = call(
-        &proxy,
-        Method::DELETE,
-        &format!("/v1/sessions/{session}"),
-        Some("sk-a"),
-        None,
-    )
-    .await;
+    let deleted = acme(&proxy)
+        .call(Method::DELETE, &format!("/v1/sessions/{session}"), None)
+        .await;
     assert_eq!(
         deleted.json().await,
         json!({"sessionId": session, "status": "deleted"})
     );
-    let gone = call(
-        &proxy,
-        Method::GET,
-        &format!("/v1/sessions/{session}"),
-        Some("sk-a"),
-        None,
-    )
-    .await;
+    let gone = acme(&proxy)
+        .call(Method::GET, &format!("/v1/sessions/{session}"), None)
+        .await;
     assert_eq!(gone.status, StatusCode::NOT_FOUND);
 }
 
@@ -853,36 +693,36 @@ async fn bearer_keys_work_and_the_rate_limit_answers_429_with_retry_after() {
     assert_eq!(body["error"], "rate_limited");
     assert_eq!(body["retryAfter"], retry);
     // Another key has its own bucket.
-    let other = call(&proxy, Method::GET, "/v1/sessions/x", Some("sk-b"), None).await;
+    let other = globex(&proxy)
+        .call(Method::GET, "/v1/sessions/x", None)
+        .await;
     assert_eq!(other.status, StatusCode::NOT_FOUND);
 }
 
 #[tokio::test]
 async fn health_info_stats_and_messages_have_the_shapes_clients_read() {
     let proxy = echo_gateway().await;
-    let health = call(&proxy, Method::GET, "/healthz", None, None).await;
+    let health = anonymous(&proxy).call(Method::GET, "/healthz", None).await;
     assert_eq!(health.status, StatusCode::OK);
     let health = health.json().await;
     assert_eq!(health["status"], "ok");
     assert_eq!(health["version"], "0.1.0");
     assert!(health["timestamp"].as_str().unwrap().ends_with('Z'));
 
-    let session = create(
-        &proxy,
-        "sk-a",
-        json!({"model": "m", "systemPrompt": "be brief"}),
-    )
-    .await;
-    prompt(&proxy, "sk-a", &session, "hi").await;
-    all(&mut subscribe(&proxy, "sk-a", &session).await).await;
+    let session = acme(&proxy)
+        .create(json!({"model": "m", "systemPrompt": "be brief"}))
+        .await;
+    acme(&proxy).prompt(&session, "hi").await;
+    all(&mut acme(&proxy).subscribe(&session).await).await;
 
-    let health = call(&proxy, Method::GET, "/healthz", None, None)
+    let health = anonymous(&proxy)
+        .call(Method::GET, "/healthz", None)
         .await
         .json()
         .await;
     assert_eq!(health["sessions"]["active"], 1);
     assert_eq!(health["meter"]["tracked_keys"], 1);
-    let info = wait_state(&proxy, "sk-a", &session, "idle").await;
+    let info = acme(&proxy).wait_state(&session, "idle").await;
     for field in [
         "sessionId",
         "state",
@@ -894,16 +734,11 @@ async fn health_info_stats_and_messages_have_the_shapes_clients_read() {
         assert!(info.get(field).is_some(), "{field} in {info}");
     }
     assert_eq!(info["turns"], 1);
-    let stats = call(
-        &proxy,
-        Method::GET,
-        &format!("/v1/sessions/{session}/stats"),
-        Some("sk-a"),
-        None,
-    )
-    .await
-    .json()
-    .await;
+    let stats = acme(&proxy)
+        .call(Method::GET, &format!("/v1/sessions/{session}/stats"), None)
+        .await
+        .json()
+        .await;
     assert_eq!(stats["promptCount"], 1);
     assert_eq!(stats["costUsd"], 0);
     assert!(stats["tokenUsage"]["promptTokens"].is_u64());
@@ -911,16 +746,15 @@ async fn health_info_stats_and_messages_have_the_shapes_clients_read() {
     for field in ["totalPromptTokens", "totalCompletionTokens", "totalTokens"] {
         assert!(stats["meter"][field].is_u64(), "{field} in {stats}");
     }
-    let messages = call(
-        &proxy,
-        Method::GET,
-        &format!("/v1/sessions/{session}/messages"),
-        Some("sk-a"),
-        None,
-    )
-    .await
-    .json()
-    .await;
+    let messages = acme(&proxy)
+        .call(
+            Method::GET,
+            &format!("/v1/sessions/{session}/messages"),
+            None,
+        )
+        .await
+        .json()
+        .await;
     let log = messages["messages"].as_array().unwrap();
     assert_eq!(log.len(), 3);
     assert_eq!(log[0]["role"], "system");
@@ -933,9 +767,9 @@ async fn health_info_stats_and_messages_have_the_shapes_clients_read() {
 
 /// A session of tenant `sk-a` whose run waits on a question, and its open event stream.
 async fn paused_session(proxy: &Proxy) -> (String, SseStream) {
-    let session = create(proxy, "sk-a", json!({"model": "m"})).await;
-    prompt(proxy, "sk-a", &session, "/ask Anything?").await;
-    let mut events = subscribe(proxy, "sk-a", &session).await;
+    let session = acme(proxy).create(json!({"model": "m"})).await;
+    acme(proxy).prompt(&session, "/ask Anything?").await;
+    let mut events = acme(proxy).subscribe(&session).await;
     until(&mut events, "ask_user").await;
     (session, events)
 }
@@ -945,14 +779,9 @@ async fn deleting_a_session_aborts_its_paused_run_and_closes_the_stream() {
     let proxy = echo_gateway().await;
     let (session, mut events) = paused_session(&proxy).await;
 
-    let deleted = call(
-        &proxy,
-        Method::DELETE,
-        &format!("/v1/sessions/{session}"),
-        Some("sk-a"),
-        None,
-    )
-    .await;
+    let deleted = acme(&proxy)
+        .call(Method::DELETE, &format!("/v1/sessions/{session}"), None)
+        .await;
     assert_eq!(deleted.status, StatusCode::OK);
 
     let seen = all(&mut events).await;
@@ -967,14 +796,9 @@ async fn abort_ends_a_paused_run_and_the_session_goes_on() {
     let proxy = echo_gateway().await;
     let (session, mut events) = paused_session(&proxy).await;
 
-    let aborted = call(
-        &proxy,
-        Method::POST,
-        &format!("/v1/sessions/{session}/abort"),
-        Some("sk-a"),
-        None,
-    )
-    .await;
+    let aborted = acme(&proxy)
+        .call(Method::POST, &format!("/v1/sessions/{session}/abort"), None)
+        .await;
     assert_eq!(aborted.status, StatusCode::ACCEPTED);
     assert_eq!(
         aborted.json().await,
@@ -988,10 +812,10 @@ async fn abort_ends_a_paused_run_and_the_session_goes_on() {
             json!({"reason": "user_cancelled"})
         )
     );
-    wait_state(&proxy, "sk-a", &session, "idle").await;
+    acme(&proxy).wait_state(&session, "idle").await;
 
-    prompt(&proxy, "sk-a", &session, "still here").await;
-    let mut events = subscribe(&proxy, "sk-a", &session).await;
+    acme(&proxy).prompt(&session, "still here").await;
+    let mut events = acme(&proxy).subscribe(&session).await;
     assert_eq!(streamed_text(&all(&mut events).await), "still here");
 }
 
@@ -1015,9 +839,9 @@ async fn reasoning_and_server_side_tools_become_thinking_and_tool_execution_even
         .serve()
         .await;
     let proxy = agui_gateway(&upstream).await;
-    let session = create(&proxy, "sk-a", json!({"model": "m"})).await;
-    prompt(&proxy, "sk-a", &session, "weather?").await;
-    let seen = all(&mut subscribe(&proxy, "sk-a", &session).await).await;
+    let session = acme(&proxy).create(json!({"model": "m"})).await;
+    acme(&proxy).prompt(&session, "weather?").await;
+    let seen = all(&mut acme(&proxy).subscribe(&session).await).await;
 
     assert_eq!(
         names(&seen),
@@ -1045,7 +869,7 @@ async fn reasoning_and_server_side_tools_become_thinking_and_tool_execution_even
         data("tool_execution_end"),
         &json!({"toolName": "get_weather", "callId": "call-1", "status": "ok", "result": "sunny"})
     );
-    let info = wait_state(&proxy, "sk-a", &session, "idle").await;
+    let info = acme(&proxy).wait_state(&session, "idle").await;
     assert_eq!(info["toolCalls"], 1);
 }
 
@@ -1062,9 +886,9 @@ async fn an_upstream_failure_is_an_error_event_then_agent_abort_and_the_session_
     ])
     .await;
     let proxy = agui_gateway(&upstream).await;
-    let session = create(&proxy, "sk-a", json!({"model": "m"})).await;
-    prompt(&proxy, "sk-a", &session, "hi").await;
-    let failed = all(&mut subscribe(&proxy, "sk-a", &session).await).await;
+    let session = acme(&proxy).create(json!({"model": "m"})).await;
+    acme(&proxy).prompt(&session, "hi").await;
+    let failed = all(&mut acme(&proxy).subscribe(&session).await).await;
     assert_eq!(
         names(&failed),
         ["prompt_received", "agent_start", "error", "agent_abort"]
@@ -1075,7 +899,7 @@ async fn an_upstream_failure_is_an_error_event_then_agent_abort_and_the_session_
     );
     assert_eq!(failed[3].1, json!({"reason": "error"}));
 
-    prompt(&proxy, "sk-a", &session, "again").await;
-    let next = all(&mut subscribe(&proxy, "sk-a", &session).await).await;
+    acme(&proxy).prompt(&session, "again").await;
+    let next = all(&mut acme(&proxy).subscribe(&session).await).await;
     assert_eq!(streamed_text(&next), "fine now");
 }

@@ -9,9 +9,7 @@
 //! `tests/it/support`: `a2a::Agent`, the CMDC `Gateway`, AG-Kit v0 replies and `kit::memory_agent`, and the
 //! AgentScope `scope::runtime`.
 
-use bytes::Bytes;
-use http::{Method, Request, StatusCode};
-use http_body_util::Full;
+use http::{Method, StatusCode};
 use serde_json::{json, Value};
 
 use crate::support;
@@ -21,7 +19,7 @@ use crate::support::agentscope::{self as scope, Run};
 use crate::support::cmdc::{
     self, all, names, recv_ws, streamed_text, until, Gateway, History, Step, Ws, KEY as GATEWAY_KEY,
 };
-use crate::support::{send, Proxy, Response, Route, SseStream, Upstream};
+use crate::support::{CmdcClient, Proxy, Route, Upstream};
 
 const PATH: &str = "/gw";
 /// The API key of the CMDC client (tenant `acme`).
@@ -56,101 +54,27 @@ async fn cmdc_proxy(gateway: &Gateway) -> Proxy {
 
 // --- The CMDC client ---------------------------------------------------------------------------------------
 
-/// One REST call of the client, with the headers cmdc-sdk sends.
-async fn call(proxy: &Proxy, method: Method, path: &str, body: Option<Value>) -> Response {
-    call_as(proxy, CLIENT_KEY, method, path, body).await
-}
-
-/// [`call`] with another API key (another tenant).
-async fn call_as(
-    proxy: &Proxy,
-    key: &str,
-    method: Method,
-    path: &str,
-    body: Option<Value>,
-) -> Response {
-    let request = Request::builder()
-        .method(method)
-        .uri(proxy.url(&format!("{PATH}{path}")))
-        .header("content-type", "application/json")
-        .header("accept", "application/json")
-        .header("x-api-key", key);
-    let body = body.map_or_else(Bytes::new, |b| Bytes::from(b.to_string()));
-    send(request.body(Full::new(body)).expect("a request")).await
-}
-
-/// `POST /v1/sessions`: the new session's id.
-async fn create(proxy: &Proxy, body: Value) -> String {
-    let response = call(proxy, Method::POST, "/v1/sessions", Some(body)).await;
-    assert_eq!(response.status, StatusCode::CREATED);
-    let body = response.json().await;
-    assert_eq!(body["status"], "created");
-    body["sessionId"].as_str().expect("a sessionId").to_owned()
+/// The client, with [`CLIENT_KEY`].
+fn client(proxy: &Proxy) -> CmdcClient {
+    CmdcClient::new(proxy.url(PATH)).with_key(CLIENT_KEY)
 }
 
 /// A session with only a model (no system prompt).
 async fn session(proxy: &Proxy) -> String {
-    create(proxy, json!({"model": MODEL})).await
+    client(proxy).create(json!({"model": MODEL})).await
 }
 
 /// `POST …/prompt {text}`: 202, not queued.
 async fn prompt(proxy: &Proxy, session: &str, text: &str) {
-    let response = call(
-        proxy,
-        Method::POST,
-        &format!("/v1/sessions/{session}/prompt"),
-        Some(json!({ "text": text })),
-    )
-    .await;
-    assert_eq!(response.status, StatusCode::ACCEPTED);
-    let accepted = response.json().await;
+    let accepted = client(proxy).prompt(session, text).await;
     assert_eq!(accepted["sessionId"], session);
     assert_eq!(accepted["queued"], false, "{accepted}");
-}
-
-/// `GET …/events`: the run's SSE stream.
-async fn subscribe(proxy: &Proxy, session: &str) -> SseStream {
-    let response = call(
-        proxy,
-        Method::GET,
-        &format!("/v1/sessions/{session}/events"),
-        None,
-    )
-    .await;
-    assert_eq!(response.status, StatusCode::OK);
-    assert_eq!(
-        response.header("content-type"),
-        "text/event-stream; charset=utf-8"
-    );
-    response.sse()
 }
 
 /// A prompt and its whole run, as cmdc-sdk's `prompt()` reads it (POST, then the stream to its end).
 async fn turn(proxy: &Proxy, session: &str, text: &str) -> Vec<(String, Value)> {
     prompt(proxy, session, text).await;
-    all(&mut subscribe(proxy, session).await).await
-}
-
-/// `POST …/approve {approvalId}`.
-async fn approve(proxy: &Proxy, session: &str, approval_id: &str) -> Response {
-    call(
-        proxy,
-        Method::POST,
-        &format!("/v1/sessions/{session}/approve"),
-        Some(json!({ "approvalId": approval_id })),
-    )
-    .await
-}
-
-/// `POST …/respond {ref, response}`.
-async fn respond(proxy: &Proxy, session: &str, reference: &str, answer: &str) -> Response {
-    call(
-        proxy,
-        Method::POST,
-        &format!("/v1/sessions/{session}/respond"),
-        Some(json!({"ref": reference, "response": answer})),
-    )
-    .await
+    all(&mut client(proxy).subscribe(session).await).await
 }
 
 /// The data of the first event named `name`.
@@ -265,7 +189,7 @@ async fn cmdc_to_a2a_input_required_is_ask_user_with_the_question() {
     let proxy = proxy("a2a", &agent).await;
     let session = session(&proxy).await;
     prompt(&proxy, &session, "Weather?").await;
-    let mut events = subscribe(&proxy, &session).await;
+    let mut events = client(&proxy).subscribe(&session).await;
 
     let asked = until(&mut events, "ask_user").await;
 
@@ -287,14 +211,14 @@ async fn cmdc_to_a2a_answer_continues_the_paused_task() {
     let proxy = proxy("a2a", &agent).await;
     let session = session(&proxy).await;
     prompt(&proxy, &session, "Weather?").await;
-    let mut events = subscribe(&proxy, &session).await;
+    let mut events = client(&proxy).subscribe(&session).await;
     let asked = until(&mut events, "ask_user").await;
     let reference = data(&asked, "ask_user")["ref"]
         .as_str()
         .expect("a ref")
         .to_owned();
 
-    let answered = respond(&proxy, &session, &reference, "Paris").await;
+    let answered = client(&proxy).respond(&session, &reference, "Paris").await;
 
     assert_eq!(answered.status, StatusCode::OK);
     assert_eq!(
@@ -369,11 +293,15 @@ async fn cmdc_to_cmdc_streams_the_gateways_text() {
 async fn cmdc_to_cmdc_the_clients_model_creates_the_upstream_session_and_wins_over_the_routes() {
     let gateway = Gateway::replying(&["Hi"]).await;
     let open = Proxy::start(cmdc_route(&gateway)).await;
-    let session = create(&open, json!({"model": "client:model-x"})).await;
+    let session = client(&open)
+        .create(json!({"model": "client:model-x"}))
+        .await;
     assert_eq!(streamed_text(&turn(&open, &session, "Hello").await), "Hi");
 
     let routed = cmdc_proxy(&gateway).await;
-    let session = create(&routed, json!({"model": "client:model-y"})).await;
+    let session = client(&routed)
+        .create(json!({"model": "client:model-y"}))
+        .await;
     assert_eq!(streamed_text(&turn(&routed, &session, "Hello").await), "Hi");
 
     let models: Vec<Value> = gateway
@@ -405,7 +333,7 @@ async fn cmdc_to_cmdc_approval_passes_through_and_approve_reaches_the_gateways_a
     let proxy = cmdc_proxy(&gateway).await;
     let session = session(&proxy).await;
     prompt(&proxy, &session, "Clean the logs").await;
-    let mut events = subscribe(&proxy, &session).await;
+    let mut events = client(&proxy).subscribe(&session).await;
 
     let asked = until(&mut events, "approval_required").await;
     let required = data(&asked, "approval_required").clone();
@@ -417,7 +345,7 @@ async fn cmdc_to_cmdc_approval_passes_through_and_approve_reaches_the_gateways_a
         .expect("an approvalId")
         .to_owned();
 
-    let approved = approve(&proxy, &session, &approval_id).await;
+    let approved = client(&proxy).approve(&session, &approval_id).await;
 
     assert_eq!(approved.status, StatusCode::OK);
     assert_eq!(
@@ -465,7 +393,7 @@ async fn cmdc_to_cmdc_ask_user_is_answered_by_respond() {
     let proxy = cmdc_proxy(&gateway).await;
     let session = session(&proxy).await;
     prompt(&proxy, &session, "Weather?").await;
-    let mut events = subscribe(&proxy, &session).await;
+    let mut events = client(&proxy).subscribe(&session).await;
 
     let asked = until(&mut events, "ask_user").await;
     let ask = data(&asked, "ask_user").clone();
@@ -473,7 +401,7 @@ async fn cmdc_to_cmdc_ask_user_is_answered_by_respond() {
     assert_eq!(ask["options"], json!(["Paris", "Rome"]));
     let reference = ask["ref"].as_str().expect("a ref").to_owned();
 
-    let answered = respond(&proxy, &session, &reference, "Rome").await;
+    let answered = client(&proxy).respond(&session, &reference, "Rome").await;
 
     assert_eq!(answered.status, StatusCode::OK);
     let seen = all(&mut events).await;
@@ -599,7 +527,7 @@ async fn cmdc_to_agkit_approval_interrupt_is_approval_required_and_approve_resum
     let proxy = proxy("ag-kit", &agent).await;
     let session = session(&proxy).await;
     prompt(&proxy, &session, "Clean up the logs").await;
-    let mut events = subscribe(&proxy, &session).await;
+    let mut events = client(&proxy).subscribe(&session).await;
 
     let asked = until(&mut events, "approval_required").await;
     let required = data(&asked, "approval_required").clone();
@@ -607,7 +535,7 @@ async fn cmdc_to_agkit_approval_interrupt_is_approval_required_and_approve_resum
     assert_eq!(required["args"], json!({"path": "/tmp/old.log"}));
     let approval_id = required["approvalId"].as_str().expect("an approvalId");
 
-    let approved = approve(&proxy, &session, approval_id).await;
+    let approved = client(&proxy).approve(&session, approval_id).await;
 
     assert_eq!(approved.status, StatusCode::OK);
     let seen = all(&mut events).await;
@@ -684,7 +612,7 @@ async fn cmdc_to_agentscope_approval_request_is_approval_required_and_approve_an
     let proxy = proxy("agentscope", &runtime).await;
     let session = session(&proxy).await;
     prompt(&proxy, &session, "Clean the logs").await;
-    let mut events = subscribe(&proxy, &session).await;
+    let mut events = client(&proxy).subscribe(&session).await;
 
     let asked = until(&mut events, "approval_required").await;
     let required = data(&asked, "approval_required").clone();
@@ -692,7 +620,7 @@ async fn cmdc_to_agentscope_approval_request_is_approval_required_and_approve_an
     assert_eq!(required["args"], json!({"command": "rm -rf ./old-logs"}));
     let approval_id = required["approvalId"].as_str().expect("an approvalId");
 
-    let approved = approve(&proxy, &session, approval_id).await;
+    let approved = client(&proxy).approve(&session, approval_id).await;
 
     assert_eq!(approved.status, StatusCode::OK);
     let seen = all(&mut events).await;
@@ -722,7 +650,7 @@ async fn cmdc_approve_of_an_unknown_approval_is_404_and_the_session_keeps_workin
     let proxy = proxy("a2a", &agent).await;
     let session = session(&proxy).await;
 
-    let refused = approve(&proxy, &session, "apr_nope").await;
+    let refused = client(&proxy).approve(&session, "apr_nope").await;
 
     assert_eq!(refused.status, StatusCode::NOT_FOUND);
     let body = refused.json().await;
@@ -742,14 +670,14 @@ async fn cmdc_approve_of_an_unknown_approval_while_paused_is_404_and_the_pause_s
     let proxy = cmdc_proxy(&gateway).await;
     let session = session(&proxy).await;
     prompt(&proxy, &session, "Clean the logs").await;
-    let mut events = subscribe(&proxy, &session).await;
+    let mut events = client(&proxy).subscribe(&session).await;
     let asked = until(&mut events, "approval_required").await;
     let approval_id = data(&asked, "approval_required")["approvalId"]
         .as_str()
         .expect("an approvalId")
         .to_owned();
 
-    let refused = approve(&proxy, &session, "apr_nope").await;
+    let refused = client(&proxy).approve(&session, "apr_nope").await;
 
     assert_eq!(refused.status, StatusCode::NOT_FOUND);
     let body = refused.json().await;
@@ -761,7 +689,7 @@ async fn cmdc_approve_of_an_unknown_approval_while_paused_is_404_and_the_pause_s
         gateway.log()
     );
 
-    let approved = approve(&proxy, &session, &approval_id).await;
+    let approved = client(&proxy).approve(&session, &approval_id).await;
     assert_eq!(approved.status, StatusCode::OK);
     let seen = all(&mut events).await;
     assert_one_completed_run(&seen);
@@ -795,10 +723,10 @@ async fn cmdc_to_a2a_prompt_after_an_answered_question_is_a_new_task_in_the_same
     let proxy = proxy("a2a", &agent).await;
     let session = session(&proxy).await;
     prompt(&proxy, &session, "Weather?").await;
-    let mut events = subscribe(&proxy, &session).await;
+    let mut events = client(&proxy).subscribe(&session).await;
     let asked = until(&mut events, "ask_user").await;
     let reference = data(&asked, "ask_user")["ref"].as_str().unwrap().to_owned();
-    respond(&proxy, &session, &reference, "Paris").await;
+    client(&proxy).respond(&session, &reference, "Paris").await;
     all(&mut events).await;
 
     let seen = turn(&proxy, &session, "And tomorrow?").await;
@@ -822,32 +750,28 @@ async fn cmdc_to_a2a_session_state_follows_the_pause_and_the_message_log_keeps_t
     let proxy = proxy("a2a", &agent).await;
     let session = session(&proxy).await;
     prompt(&proxy, &session, "Weather?").await;
-    let mut events = subscribe(&proxy, &session).await;
+    let mut events = client(&proxy).subscribe(&session).await;
     let asked = until(&mut events, "ask_user").await;
     let reference = data(&asked, "ask_user")["ref"].as_str().unwrap().to_owned();
 
-    let info = call(
-        &proxy,
-        Method::GET,
-        &format!("/v1/sessions/{session}"),
-        None,
-    )
-    .await
-    .json()
-    .await;
+    let info = client(&proxy)
+        .call(Method::GET, &format!("/v1/sessions/{session}"), None)
+        .await
+        .json()
+        .await;
     assert_eq!(info["state"], "waiting_input", "{info}");
 
-    respond(&proxy, &session, &reference, "Paris").await;
+    client(&proxy).respond(&session, &reference, "Paris").await;
     all(&mut events).await;
-    let messages = call(
-        &proxy,
-        Method::GET,
-        &format!("/v1/sessions/{session}/messages"),
-        None,
-    )
-    .await
-    .json()
-    .await;
+    let messages = client(&proxy)
+        .call(
+            Method::GET,
+            &format!("/v1/sessions/{session}/messages"),
+            None,
+        )
+        .await
+        .json()
+        .await;
     let log = messages["messages"].as_array().expect("messages");
     let first = &log[0];
     assert_eq!(first["role"], "user");
@@ -863,22 +787,22 @@ async fn cmdc_respond_with_an_unknown_ref_is_404_and_the_paused_task_still_waits
     let proxy = proxy("a2a", &agent).await;
     let session = session(&proxy).await;
     prompt(&proxy, &session, "Weather?").await;
-    let mut events = subscribe(&proxy, &session).await;
+    let mut events = client(&proxy).subscribe(&session).await;
     let asked = until(&mut events, "ask_user").await;
     let reference = data(&asked, "ask_user")["ref"].as_str().unwrap().to_owned();
 
-    let refused = respond(&proxy, &session, "ask_nope", "Paris").await;
+    let refused = client(&proxy).respond(&session, "ask_nope", "Paris").await;
     assert_eq!(refused.status, StatusCode::NOT_FOUND);
     let body = refused.json().await;
     assert_eq!(body["error"], "not_found", "{body}");
     assert!(body["message"].is_string(), "{body}");
-    let missing = call(
-        &proxy,
-        Method::POST,
-        &format!("/v1/sessions/{session}/respond"),
-        Some(json!({"ref": reference})),
-    )
-    .await;
+    let missing = client(&proxy)
+        .call(
+            Method::POST,
+            &format!("/v1/sessions/{session}/respond"),
+            Some(json!({"ref": reference})),
+        )
+        .await;
     assert_eq!(missing.status, StatusCode::BAD_REQUEST);
     assert_eq!(missing.json().await["error"], "bad_request");
     assert_eq!(
@@ -887,7 +811,7 @@ async fn cmdc_respond_with_an_unknown_ref_is_404_and_the_paused_task_still_waits
         "the agent is not called"
     );
 
-    respond(&proxy, &session, &reference, "Paris").await;
+    client(&proxy).respond(&session, &reference, "Paris").await;
     let seen = all(&mut events).await;
     assert_one_completed_run(&seen);
     assert_eq!(streamed_text(&seen), "Paris is sunny.");
@@ -899,20 +823,20 @@ async fn cmdc_to_cmdc_reject_reaches_the_gateway_and_the_run_takes_the_rejected_
     let proxy = cmdc_proxy(&gateway).await;
     let session = session(&proxy).await;
     prompt(&proxy, &session, "Clean the logs").await;
-    let mut events = subscribe(&proxy, &session).await;
+    let mut events = client(&proxy).subscribe(&session).await;
     let asked = until(&mut events, "approval_required").await;
     let approval_id = data(&asked, "approval_required")["approvalId"]
         .as_str()
         .unwrap()
         .to_owned();
 
-    let rejected = call(
-        &proxy,
-        Method::POST,
-        &format!("/v1/sessions/{session}/reject"),
-        Some(json!({ "approvalId": approval_id })),
-    )
-    .await;
+    let rejected = client(&proxy)
+        .call(
+            Method::POST,
+            &format!("/v1/sessions/{session}/reject"),
+            Some(json!({ "approvalId": approval_id })),
+        )
+        .await;
 
     assert_eq!(rejected.status, StatusCode::OK);
     assert_eq!(
@@ -933,7 +857,9 @@ async fn cmdc_to_cmdc_reject_reaches_the_gateway_and_the_run_takes_the_rejected_
 async fn cmdc_to_cmdc_system_prompt_becomes_the_gateway_sessions_system_prompt() {
     let gateway = Gateway::replying(&["Hi."]).await;
     let proxy = cmdc_proxy(&gateway).await;
-    let session = create(&proxy, json!({"model": MODEL, "systemPrompt": "be brief"})).await;
+    let session = client(&proxy)
+        .create(json!({"model": MODEL, "systemPrompt": "be brief"}))
+        .await;
 
     turn(&proxy, &session, "hello").await;
 
@@ -961,13 +887,15 @@ async fn cmdc_to_agkit_question_interrupt_is_ask_user_and_respond_resumes_it() {
     let proxy = proxy("ag-kit", &agent).await;
     let session = session(&proxy).await;
     prompt(&proxy, &session, "Weather?").await;
-    let mut events = subscribe(&proxy, &session).await;
+    let mut events = client(&proxy).subscribe(&session).await;
 
     let asked = until(&mut events, "ask_user").await;
     let ask = data(&asked, "ask_user").clone();
     assert_eq!(ask["question"], "Which city?");
     assert_eq!(ask["options"], json!(["Paris", "Rome"]));
-    let answered = respond(&proxy, &session, ask["ref"].as_str().unwrap(), "Rome").await;
+    let answered = client(&proxy)
+        .respond(&session, ask["ref"].as_str().unwrap(), "Rome")
+        .await;
 
     assert_eq!(answered.status, StatusCode::OK);
     let seen = all(&mut events).await;
@@ -997,7 +925,7 @@ async fn cmdc_to_agkit_custom_interrupt_is_ask_user_and_the_answer_is_the_resume
     let proxy = proxy("ag-kit", &agent).await;
     let session = session(&proxy).await;
     prompt(&proxy, &session, "Plan my garden").await;
-    let mut events = subscribe(&proxy, &session).await;
+    let mut events = client(&proxy).subscribe(&session).await;
 
     let asked = until(&mut events, "ask_user").await;
     let ask = data(&asked, "ask_user").clone();
@@ -1007,13 +935,9 @@ async fn cmdc_to_agkit_custom_interrupt_is_ask_user_and_the_answer_is_the_resume
             .is_some_and(|q| q.contains("waiting_for_user_selection")),
         "{ask}"
     );
-    respond(
-        &proxy,
-        &session,
-        ask["ref"].as_str().unwrap(),
-        "Dig the hole first",
-    )
-    .await;
+    client(&proxy)
+        .respond(&session, ask["ref"].as_str().unwrap(), "Dig the hole first")
+        .await;
 
     let seen = all(&mut events).await;
     assert_one_completed_run(&seen);
@@ -1067,20 +991,20 @@ async fn cmdc_to_agentscope_reject_answers_the_request_with_approve_false() {
     let proxy = proxy("agentscope", &runtime).await;
     let session = session(&proxy).await;
     prompt(&proxy, &session, "Clean the logs").await;
-    let mut events = subscribe(&proxy, &session).await;
+    let mut events = client(&proxy).subscribe(&session).await;
     let asked = until(&mut events, "approval_required").await;
     let approval_id = data(&asked, "approval_required")["approvalId"]
         .as_str()
         .unwrap()
         .to_owned();
 
-    let rejected = call(
-        &proxy,
-        Method::POST,
-        &format!("/v1/sessions/{session}/reject"),
-        Some(json!({ "approvalId": approval_id })),
-    )
-    .await;
+    let rejected = client(&proxy)
+        .call(
+            Method::POST,
+            &format!("/v1/sessions/{session}/reject"),
+            Some(json!({ "approvalId": approval_id })),
+        )
+        .await;
 
     assert_eq!(rejected.status, StatusCode::OK);
     let seen = all(&mut events).await;
@@ -1131,13 +1055,13 @@ async fn cmdc_to_agentscope_prompt_after_an_answered_approval_does_not_answer_it
     let proxy = proxy("agentscope", &runtime).await;
     let session = session(&proxy).await;
     prompt(&proxy, &session, "Clean the logs").await;
-    let mut events = subscribe(&proxy, &session).await;
+    let mut events = client(&proxy).subscribe(&session).await;
     let asked = until(&mut events, "approval_required").await;
     let approval_id = data(&asked, "approval_required")["approvalId"]
         .as_str()
         .unwrap()
         .to_owned();
-    approve(&proxy, &session, &approval_id).await;
+    client(&proxy).approve(&session, &approval_id).await;
     all(&mut events).await;
 
     let seen = turn(&proxy, &session, "Thanks").await;
@@ -1176,16 +1100,16 @@ async fn painter() -> Upstream {
 
 /// Registers the client's `change_background` callback tool on `session`.
 async fn register_painter(proxy: &Proxy, session: &str, callback: &Upstream) {
-    let registered = call(
-        proxy,
-        Method::POST,
-        &format!("/v1/sessions/{session}/tools"),
-        Some(
-            json!({"name": "change_background", "callbackUrl": callback.url(),
+    let registered = client(proxy)
+        .call(
+            Method::POST,
+            &format!("/v1/sessions/{session}/tools"),
+            Some(
+                json!({"name": "change_background", "callbackUrl": callback.url(),
                     "parameters": {"type": "object", "properties": {"color": {"type": "string"}}}}),
-        ),
-    )
-    .await;
+            ),
+        )
+        .await;
     assert_eq!(registered.status, StatusCode::CREATED);
 }
 
@@ -1518,16 +1442,12 @@ async fn cmdc_deleting_a_paused_session_aborts_the_run_and_stops_the_gateways_ru
     let proxy = cmdc_proxy(&gateway).await;
     let session = session(&proxy).await;
     prompt(&proxy, &session, "Clean the logs").await;
-    let mut events = subscribe(&proxy, &session).await;
+    let mut events = client(&proxy).subscribe(&session).await;
     until(&mut events, "approval_required").await;
 
-    let deleted = call(
-        &proxy,
-        Method::DELETE,
-        &format!("/v1/sessions/{session}"),
-        None,
-    )
-    .await;
+    let deleted = client(&proxy)
+        .call(Method::DELETE, &format!("/v1/sessions/{session}"), None)
+        .await;
 
     assert_eq!(deleted.status, StatusCode::OK);
     let seen = all(&mut events).await;
@@ -1552,7 +1472,9 @@ async fn cmdc_deleting_a_paused_session_aborts_the_run_and_stops_the_gateways_ru
 async fn cmdc_to_agentscope_system_prompt_leads_the_runtimes_input() {
     let runtime = scope::runtime([Run::new().text(&["Hi."]).completed()]).await;
     let proxy = proxy("agentscope", &runtime).await;
-    let session = create(&proxy, json!({"model": MODEL, "systemPrompt": "be brief"})).await;
+    let session = client(&proxy)
+        .create(json!({"model": MODEL, "systemPrompt": "be brief"}))
+        .await;
 
     turn(&proxy, &session, "hello").await;
 
@@ -1587,17 +1509,17 @@ async fn cmdc_to_a2a_prompt_while_paused_is_queued_and_runs_after_the_answer() {
     let proxy = proxy("a2a", &agent).await;
     let session = session(&proxy).await;
     prompt(&proxy, &session, "Weather?").await;
-    let mut events = subscribe(&proxy, &session).await;
+    let mut events = client(&proxy).subscribe(&session).await;
     let asked = until(&mut events, "ask_user").await;
     let reference = data(&asked, "ask_user")["ref"].as_str().unwrap().to_owned();
 
-    let queued = call(
-        &proxy,
-        Method::POST,
-        &format!("/v1/sessions/{session}/prompt"),
-        Some(json!({"text": "And tomorrow?"})),
-    )
-    .await;
+    let queued = client(&proxy)
+        .call(
+            Method::POST,
+            &format!("/v1/sessions/{session}/prompt"),
+            Some(json!({"text": "And tomorrow?"})),
+        )
+        .await;
     assert_eq!(queued.status, StatusCode::ACCEPTED);
     assert_eq!(queued.json().await["queued"], true);
     assert_eq!(
@@ -1605,11 +1527,11 @@ async fn cmdc_to_a2a_prompt_while_paused_is_queued_and_runs_after_the_answer() {
         1,
         "the queued prompt waits"
     );
-    respond(&proxy, &session, &reference, "Paris").await;
+    client(&proxy).respond(&session, &reference, "Paris").await;
     let answered = all(&mut events).await;
     assert_eq!(streamed_text(&answered), "Paris is sunny.");
 
-    let later = all(&mut subscribe(&proxy, &session).await).await;
+    let later = all(&mut client(&proxy).subscribe(&session).await).await;
 
     assert_eq!(data(&later, "prompt_received")["text"], "And tomorrow?");
     assert_eq!(streamed_text(&later), "Rain tomorrow.");
@@ -1629,16 +1551,12 @@ async fn cmdc_deleting_a_running_session_aborts_the_gateways_run() {
     let proxy = cmdc_proxy(&gateway).await;
     let session = session(&proxy).await;
     prompt(&proxy, &session, "Work").await;
-    let mut events = subscribe(&proxy, &session).await;
+    let mut events = client(&proxy).subscribe(&session).await;
     until(&mut events, "message_delta").await;
 
-    let deleted = call(
-        &proxy,
-        Method::DELETE,
-        &format!("/v1/sessions/{session}"),
-        None,
-    )
-    .await;
+    let deleted = client(&proxy)
+        .call(Method::DELETE, &format!("/v1/sessions/{session}"), None)
+        .await;
 
     assert_eq!(deleted.status, StatusCode::OK);
     let seen = all(&mut events).await;
@@ -1658,18 +1576,18 @@ async fn cmdc_deleting_a_running_session_aborts_the_gateways_run() {
 async fn cmdc_to_cmdc_a_session_created_again_with_a_deleted_id_gets_a_fresh_upstream_session() {
     let gateway = Gateway::start(cmdc::memory).await;
     let proxy = cmdc_proxy(&gateway).await;
-    let session = create(&proxy, json!({"model": MODEL, "sessionId": "my-session"})).await;
+    let session = client(&proxy)
+        .create(json!({"model": MODEL, "sessionId": "my-session"}))
+        .await;
     turn(&proxy, &session, "my name is Ada").await;
-    let deleted = call(
-        &proxy,
-        Method::DELETE,
-        &format!("/v1/sessions/{session}"),
-        None,
-    )
-    .await;
+    let deleted = client(&proxy)
+        .call(Method::DELETE, &format!("/v1/sessions/{session}"), None)
+        .await;
     assert_eq!(deleted.status, StatusCode::OK);
 
-    let again = create(&proxy, json!({"model": MODEL, "sessionId": "my-session"})).await;
+    let again = client(&proxy)
+        .create(json!({"model": MODEL, "sessionId": "my-session"}))
+        .await;
     let seen = turn(&proxy, &again, "what is my name?").await;
 
     assert_eq!(
@@ -1684,17 +1602,17 @@ async fn cmdc_to_cmdc_a_session_created_again_with_a_deleted_id_gets_a_fresh_ups
 async fn cmdc_to_agentscope_a_session_created_again_with_a_deleted_id_starts_with_no_history() {
     let runtime = scope::runtime([Run::new().text(&["Hi."]).completed()]).await;
     let proxy = proxy("agentscope", &runtime).await;
-    let session = create(&proxy, json!({"model": MODEL, "sessionId": "my-session"})).await;
+    let session = client(&proxy)
+        .create(json!({"model": MODEL, "sessionId": "my-session"}))
+        .await;
     turn(&proxy, &session, "my name is Ada").await;
-    call(
-        &proxy,
-        Method::DELETE,
-        &format!("/v1/sessions/{session}"),
-        None,
-    )
-    .await;
+    client(&proxy)
+        .call(Method::DELETE, &format!("/v1/sessions/{session}"), None)
+        .await;
 
-    let again = create(&proxy, json!({"model": MODEL, "sessionId": "my-session"})).await;
+    let again = client(&proxy)
+        .create(json!({"model": MODEL, "sessionId": "my-session"}))
+        .await;
     turn(&proxy, &again, "what is my name?").await;
 
     assert_eq!(
@@ -1711,35 +1629,33 @@ async fn cmdc_to_cmdc_two_tenants_with_the_same_session_id_have_distinct_upstrea
         .api_keys(&[("sk-other", "globex")])
         .translate("model", MODEL);
     let proxy = Proxy::start(route).await;
-    let ours = create(&proxy, json!({"model": MODEL, "sessionId": "shared"})).await;
+    let ours = client(&proxy)
+        .create(json!({"model": MODEL, "sessionId": "shared"}))
+        .await;
     turn(&proxy, &ours, "my name is Ada").await;
 
-    let created = call_as(
-        &proxy,
-        "sk-other",
-        Method::POST,
-        "/v1/sessions",
-        Some(json!({"model": MODEL, "sessionId": "shared"})),
-    )
-    .await;
+    let created = client(&proxy)
+        .with_key("sk-other")
+        .call(
+            Method::POST,
+            "/v1/sessions",
+            Some(json!({"model": MODEL, "sessionId": "shared"})),
+        )
+        .await;
     assert_eq!(created.status, StatusCode::CREATED);
-    let prompted = call_as(
-        &proxy,
-        "sk-other",
-        Method::POST,
-        "/v1/sessions/shared/prompt",
-        Some(json!({"text": "what is my name?"})),
-    )
-    .await;
+    let prompted = client(&proxy)
+        .with_key("sk-other")
+        .call(
+            Method::POST,
+            "/v1/sessions/shared/prompt",
+            Some(json!({"text": "what is my name?"})),
+        )
+        .await;
     assert_eq!(prompted.status, StatusCode::ACCEPTED);
-    let events = call_as(
-        &proxy,
-        "sk-other",
-        Method::GET,
-        "/v1/sessions/shared/events",
-        None,
-    )
-    .await;
+    let events = client(&proxy)
+        .with_key("sk-other")
+        .call(Method::GET, "/v1/sessions/shared/events", None)
+        .await;
     let theirs = all(&mut events.sse()).await;
 
     assert_eq!(streamed_text(&theirs), "I do not know your name.");
@@ -1770,14 +1686,14 @@ async fn cmdc_to_agui_confirm_action_is_approval_required_and_approve_is_the_too
     let proxy = proxy("ag-ui", &upstream).await;
     let session = session(&proxy).await;
     prompt(&proxy, &session, "Clean up").await;
-    let mut events = subscribe(&proxy, &session).await;
+    let mut events = client(&proxy).subscribe(&session).await;
 
     let asked = until(&mut events, "approval_required").await;
     let required = data(&asked, "approval_required").clone();
     assert_eq!(required["approvalId"], "call_confirm_1");
     assert_eq!(required["toolName"], "confirmAction");
     assert_eq!(required["args"], json!({"action": "delete the temp files"}));
-    let approved = approve(&proxy, &session, "call_confirm_1").await;
+    let approved = client(&proxy).approve(&session, "call_confirm_1").await;
     assert_eq!(approved.status, StatusCode::OK);
 
     let seen = all(&mut events).await;
@@ -1821,7 +1737,7 @@ async fn cmdc_to_agui_ask_user_call_is_ask_user_and_respond_is_the_tools_result(
     let proxy = proxy("ag-ui", &upstream).await;
     let session = session(&proxy).await;
     prompt(&proxy, &session, "Paint it").await;
-    let mut events = subscribe(&proxy, &session).await;
+    let mut events = client(&proxy).subscribe(&session).await;
 
     let asked = until(&mut events, "ask_user").await;
     let question = data(&asked, "ask_user").clone();
@@ -1829,7 +1745,10 @@ async fn cmdc_to_agui_ask_user_call_is_ask_user_and_respond_is_the_tools_result(
     assert_eq!(question["question"], "Which colour?");
     assert_eq!(question["options"], json!(["blue", "red"]));
     assert_eq!(
-        respond(&proxy, &session, "ask_1", "blue").await.status,
+        client(&proxy)
+            .respond(&session, "ask_1", "blue")
+            .await
+            .status,
         StatusCode::OK
     );
 

@@ -8,13 +8,14 @@
 //! events published while no subscriber is attached are lost. Every AG-UI stream the proxy serves must pass
 //! the AG-UI conservative profile.
 
+use http::Method;
 use serde_json::{json, Value};
 
 use crate::support;
 use crate::support::ag_kit::Chat;
 use crate::support::ag_ui;
 use crate::support::cmdc::{self, Gateway, History, Options, Step, KEY};
-use crate::support::{a2a, agentscope as scope, Proxy, Received, Route};
+use crate::support::{a2a, agentscope as scope, CmdcClient, Proxy, Received, Route};
 
 const PATH: &str = "/agents/pair";
 const MODEL: &str = "deepseek:deepseek-chat";
@@ -1278,30 +1279,18 @@ async fn agentscope_to_cmdc_approval_is_an_mcp_approval_request_and_its_response
 
 // --- The scripted gateway itself ---------------------------------------------------------------------------
 
-/// A request to the gateway with the right key.
-async fn call(method: &str, url: &str, body: Option<Value>) -> support::Response {
-    let request = http::Request::builder()
-        .method(method)
-        .uri(url)
-        .header("x-api-key", KEY)
-        .header("content-type", "application/json")
-        .body(http_body_util::Full::new(bytes::Bytes::from(
-            body.map_or(String::new(), |b| b.to_string()),
-        )))
-        .expect("a valid request");
-    support::send(request).await
+/// A client of the scripted gateway, with its key.
+fn gateway_client(gateway: &Gateway) -> CmdcClient {
+    CmdcClient::new(gateway.url()).with_key(KEY)
 }
 
 #[tokio::test]
 async fn scripted_gateway_loses_what_is_published_before_a_subscriber() {
     let gateway = Gateway::replying(&["Hi"]).await;
-    let base = gateway.url();
-    let created = call(
-        "POST",
-        &format!("{base}/v1/sessions"),
-        Some(json!({"model": MODEL})),
-    )
-    .await;
+    let client = gateway_client(&gateway);
+    let created = client
+        .call(Method::POST, "/v1/sessions", Some(json!({"model": MODEL})))
+        .await;
     assert_eq!(created.status, 201);
     let session = created.json().await["sessionId"]
         .as_str()
@@ -1309,12 +1298,13 @@ async fn scripted_gateway_loses_what_is_published_before_a_subscriber() {
         .to_owned();
 
     // The SDK's order: prompt, then subscribe. The whole fast run is gone by then.
-    let prompted = call(
-        "POST",
-        &format!("{base}/v1/sessions/{session}/prompt"),
-        Some(json!({"text": "hello"})),
-    )
-    .await;
+    let prompted = client
+        .call(
+            Method::POST,
+            &format!("/v1/sessions/{session}/prompt"),
+            Some(json!({"text": "hello"})),
+        )
+        .await;
     assert_eq!(prompted.status, 202);
     assert_eq!(prompted.json().await["queued"], false);
     support::within("the run to end", async {
@@ -1344,6 +1334,7 @@ async fn scripted_gateway_loses_what_is_published_before_a_subscriber() {
 async fn scripted_gateway_answers_errors_in_the_gateways_shape() {
     let gateway = Gateway::replying(&["Hi"]).await;
     let base = gateway.url();
+    let client = gateway_client(&gateway);
 
     let unauthorized =
         support::post_json(&format!("{base}/v1/sessions"), &json!({"model": MODEL})).await;
@@ -1352,39 +1343,42 @@ async fn scripted_gateway_answers_errors_in_the_gateways_shape() {
         unauthorized.json().await,
         json!({"error": "unauthorized", "message": "Missing or invalid API key"})
     );
-    let no_model = call("POST", &format!("{base}/v1/sessions"), Some(json!({}))).await;
+    let no_model = client
+        .call(Method::POST, "/v1/sessions", Some(json!({})))
+        .await;
     assert_eq!(no_model.status, 422);
     assert_eq!(no_model.json().await["error"], "create_failed");
-    let unknown = call(
-        "POST",
-        &format!("{base}/v1/sessions/nope/prompt"),
-        Some(json!({"text": "hi"})),
-    )
-    .await;
+    let unknown = client
+        .call(
+            Method::POST,
+            "/v1/sessions/nope/prompt",
+            Some(json!({"text": "hi"})),
+        )
+        .await;
     assert_eq!(unknown.status, 404);
     assert_eq!(
         unknown.json().await,
         json!({"error": "not_found", "message": "Session nope not found"})
     );
-    let created = call(
-        "POST",
-        &format!("{base}/v1/sessions"),
-        Some(json!({"model": MODEL})),
-    )
-    .await;
+    let created = client
+        .call(Method::POST, "/v1/sessions", Some(json!({"model": MODEL})))
+        .await;
     let session = created.json().await["sessionId"]
         .as_str()
         .unwrap()
         .to_owned();
-    let empty = call(
-        "POST",
-        &format!("{base}/v1/sessions/{session}/prompt"),
-        Some(json!({})),
-    )
-    .await;
+    let empty = client
+        .call(
+            Method::POST,
+            &format!("/v1/sessions/{session}/prompt"),
+            Some(json!({})),
+        )
+        .await;
     assert_eq!(empty.status, 400);
     assert_eq!(empty.json().await["error"], "bad_request");
-    let events = call("GET", &format!("{base}/v1/sessions/{session}/events"), None).await;
+    let events = client
+        .call(Method::GET, &format!("/v1/sessions/{session}/events"), None)
+        .await;
     assert_eq!(events.status, 200);
     assert_eq!(
         events.header("content-type"),

@@ -16,7 +16,7 @@ use serde_json::{json, Value};
 
 use crate::support;
 use crate::support::cmdc::{self as gateway, all, names, Gate, Gateway, KEY};
-use crate::support::{ag_ui, send, Proxy, Reply, Response, Route, Routes, Upstream};
+use crate::support::{ag_ui, send, CmdcClient, Proxy, Reply, Response, Route, Routes, Upstream};
 
 // --- A CMDC client --------------------------------------------------------------------------------------------
 
@@ -43,53 +43,25 @@ async fn call_as(
     send(request.body(body).expect("a request")).await
 }
 
-async fn post(proxy: &Proxy, path: &str, body: Value) -> Response {
-    call_as(
-        proxy,
-        Method::POST,
-        path,
-        Some("application/json"),
-        &body.to_string(),
-    )
-    .await
+/// The gateway's client (the route is open: no key).
+fn client(proxy: &Proxy) -> CmdcClient {
+    CmdcClient::new(proxy.url("/gw"))
 }
 
 async fn new_session(proxy: &Proxy) -> String {
-    let created = post(proxy, "/v1/sessions", json!({"model": "m"})).await;
-    assert_eq!(created.status, StatusCode::CREATED);
-    created.json().await["sessionId"]
-        .as_str()
-        .expect("a sessionId")
-        .to_owned()
+    client(proxy).create(json!({"model": "m"})).await
 }
 
 async fn register(proxy: &Proxy, session: &str, callback_url: &str) -> Response {
-    post(
-        proxy,
-        &format!("/v1/sessions/{session}/tools"),
-        json!({"name": "lookup", "callbackUrl": callback_url}),
-    )
-    .await
+    let tool = json!({"name": "lookup", "callbackUrl": callback_url});
+    client(proxy).register(session, tool).await
 }
 
 /// Prompts the echo agent to call `lookup` and returns the run's events.
 async fn call_lookup(proxy: &Proxy, session: &str) -> Vec<(String, Value)> {
-    let prompted = post(
-        proxy,
-        &format!("/v1/sessions/{session}/prompt"),
-        json!({"text": "/tool lookup {\"q\":\"x\"}"}),
-    )
-    .await;
-    assert_eq!(prompted.status, StatusCode::ACCEPTED);
-    let events = call_as(
-        proxy,
-        Method::GET,
-        &format!("/v1/sessions/{session}/events"),
-        None,
-        "",
-    )
-    .await;
-    all(&mut events.sse()).await
+    let client = client(proxy);
+    client.prompt(session, "/tool lookup {\"q\":\"x\"}").await;
+    all(&mut client.subscribe(session).await).await
 }
 
 fn tool_end(seen: &[(String, Value)]) -> &Value {
@@ -858,18 +830,8 @@ async fn the_rate_limit_counts_websocket_actions_and_refuses_those_over_it() {
     use futures_util::SinkExt;
     let proxy = Proxy::start(echo_route("cmdc").rate_limit(6).api_keys(KEYS)).await;
     // The session is made with the tenant's other key, whose budget is its own.
-    let created = call_with(
-        &proxy,
-        Method::POST,
-        "/v1/sessions",
-        &[("x-api-key", "sk-a2")],
-        &json!({"model": "m"}),
-    )
-    .await;
-    let session = created.json().await["sessionId"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let other_key = CmdcClient::new(proxy.url("/r")).with_key("sk-a2");
+    let session = other_key.create(json!({"model": "m"})).await;
     // The handshake is the key's first request of the minute.
     let url = format!(
         "ws://{}/r/v1/sessions/{session}/ws?api_key=sk-a",
@@ -900,16 +862,15 @@ async fn the_rate_limit_counts_websocket_actions_and_refuses_those_over_it() {
 
     // Five prompts ran; the sixth never did.
     let user_messages = || async {
-        let messages = call_with(
-            &proxy,
-            Method::GET,
-            &format!("/v1/sessions/{session}/messages"),
-            &[("x-api-key", "sk-a2")],
-            &Value::Null,
-        )
-        .await
-        .json()
-        .await;
+        let messages = other_key
+            .call(
+                Method::GET,
+                &format!("/v1/sessions/{session}/messages"),
+                None,
+            )
+            .await
+            .json()
+            .await;
         let users = messages["messages"].as_array().unwrap().iter();
         users.filter(|m| m["role"] == "user").count()
     };
@@ -1360,19 +1321,11 @@ async fn rate_limits_count_the_forwarded_client_only_behind_a_trusted_proxy() {
 #[tokio::test]
 async fn a_tenant_over_its_session_quota_gets_cmdcs_too_many_sessions_and_others_do_not() {
     let proxy = Proxy::start(echo_route("cmdc").api_keys(KEYS).quota("sessions", 2)).await;
+    let client = CmdcClient::new(proxy.url("/r"));
     let create = |key: &'static str, id: &'static str| {
         let body = json!({"model": "m", "sessionId": id});
-        let proxy = &proxy;
-        async move {
-            call_with(
-                proxy,
-                Method::POST,
-                "/v1/sessions",
-                &[("x-api-key", key)],
-                &body,
-            )
-            .await
-        }
+        let client = client.with_key(key);
+        async move { client.call(Method::POST, "/v1/sessions", Some(body)).await }
     };
     for id in ["a1", "a2"] {
         assert_eq!(create("sk-a", id).await.status, StatusCode::CREATED, "{id}");
@@ -1386,14 +1339,10 @@ async fn a_tenant_over_its_session_quota_gets_cmdcs_too_many_sessions_and_others
     );
     assert_eq!(create("sk-b", "b1").await.status, StatusCode::CREATED);
 
-    let closed = call_with(
-        &proxy,
-        Method::DELETE,
-        "/v1/sessions/a1",
-        &[("x-api-key", "sk-a")],
-        &Value::Null,
-    )
-    .await;
+    let closed = client
+        .with_key("sk-a")
+        .call(Method::DELETE, "/v1/sessions/a1", None)
+        .await;
     assert!(closed.status.is_success(), "{}", closed.status);
     assert_eq!(create("sk-a", "a3").await.status, StatusCode::CREATED);
 }

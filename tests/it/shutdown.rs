@@ -6,16 +6,14 @@
 
 use std::time::Duration;
 
-use bytes::Bytes;
-use http::{Method, Request};
-use http_body_util::Full;
 use serde_json::{json, Value};
 use tokio::time::Instant;
 
-use crate::support;
 use crate::support::ag_kit::{self as kit};
 use crate::support::ag_ui::{self, started, user};
-use crate::support::{a2a, agentscope, cmdc, post_json, within, Proxy, Reply, Route, Upstream};
+use crate::support::{
+    a2a, agentscope, cmdc, post_json, within, CmdcClient, Proxy, Reply, Route, Upstream,
+};
 
 const PATH: &str = "/agents/goodbye";
 /// How long the proxy lets open streams run after the shutdown signal.
@@ -131,27 +129,10 @@ async fn agentscope_stream_cut_by_shutdown_ends_with_a_failed_response() {
 async fn cmdc_stream_cut_by_shutdown_ends_with_error_then_agent_abort() {
     let agent = endless_agent().await;
     let proxy = proxy("cmdc", &agent).await;
-    let session = cmdc_call(&proxy, "/v1/sessions", json!({"model": "m"}))
-        .await
-        .json()
-        .await["sessionId"]
-        .as_str()
-        .expect("a session")
-        .to_owned();
-    let mut events = support::send(cmdc_request(
-        &proxy,
-        Method::GET,
-        &format!("/v1/sessions/{session}/events"),
-        None,
-    ))
-    .await
-    .sse();
-    cmdc_call(
-        &proxy,
-        &format!("/v1/sessions/{session}/prompt"),
-        json!({"text": "hi"}),
-    )
-    .await;
+    let client = CmdcClient::new(proxy.url(PATH));
+    let session = client.create(json!({"model": "m"})).await;
+    let mut events = client.subscribe(&session).await;
+    client.prompt(&session, "hi").await;
     cmdc::until(&mut events, "message_delta").await;
 
     let seen = shut_down_reading(proxy, cmdc::all(&mut events)).await;
@@ -165,24 +146,4 @@ async fn cmdc_stream_cut_by_shutdown_ends_with_error_then_agent_abort() {
     assert!(seen[names.len() - 2].1["reason"]
         .as_str()
         .is_some_and(|reason| reason.contains("shutting down")));
-}
-
-fn cmdc_request(
-    proxy: &Proxy,
-    method: Method,
-    path: &str,
-    body: Option<Value>,
-) -> Request<Full<Bytes>> {
-    let body = body.map_or_else(Bytes::new, |body| Bytes::from(body.to_string()));
-    Request::builder()
-        .method(method)
-        .uri(proxy.url(&format!("{PATH}{path}")))
-        .header("content-type", "application/json")
-        .body(Full::new(body))
-        .expect("a request")
-}
-
-/// `POST path` on the CMDC gateway.
-async fn cmdc_call(proxy: &Proxy, path: &str, body: Value) -> support::Response {
-    support::send(cmdc_request(proxy, Method::POST, path, Some(body))).await
 }

@@ -26,7 +26,7 @@ use tokio::task::AbortHandle;
 
 use super::peers::*;
 use crate::support::cmdc::{self as gateway, Gate, Gateway, History, Step};
-use crate::support::{send, within, Response, SseStream, WAIT};
+use crate::support::{within, CmdcClient, Response, SseStream, WAIT};
 
 pub const INBOUND_TRANSLATE: &[(&str, &str)] = &[];
 pub const OUTBOUND_TRANSLATE: &[(&str, &str)] = &[("model", "deepseek:deepseek-chat")];
@@ -41,7 +41,8 @@ const CLIENT_MODEL: &str = "deepseek:deepseek-chat";
 // --- The client --------------------------------------------------------------------------------------------
 
 pub struct Client {
-    url: String,
+    /// The REST calls, with [`CLIENT_KEY`].
+    rest: CmdcClient,
     /// The session and the client's callback endpoint, made by the first exchange.
     session: Option<Session>,
     /// The events of the run going on (kept across a pause).
@@ -65,7 +66,7 @@ enum Pending {
 impl Client {
     pub fn new(url: String) -> Client {
         Client {
-            url,
+            rest: CmdcClient::new(url).with_key(CLIENT_KEY),
             session: None,
             events: None,
             pending: None,
@@ -180,22 +181,7 @@ impl Client {
         path: &str,
         body: Option<Value>,
     ) -> Result<Response, String> {
-        let accept = if path.ends_with("/events") {
-            "text/event-stream"
-        } else {
-            "application/json"
-        };
-        let request = Request::builder()
-            .method(method)
-            .uri(format!("{}{path}", self.url))
-            .header("content-type", "application/json")
-            .header("accept", accept)
-            .header("x-api-key", CLIENT_KEY)
-            .body(Full::new(
-                body.map_or_else(Bytes::new, |b| Bytes::from(b.to_string())),
-            ))
-            .expect("a valid request");
-        let response = send(request).await;
+        let response = self.rest.call(method, path, body).await;
         if response.status.is_success() {
             return Ok(response);
         }

@@ -1,6 +1,7 @@
 //! What every in-process test shares: the proxy serving on a real socket ([`Proxy`]) the routes a test
-//! writes with [`Route`] and [`Routes`], scripted upstreams ([`Reply`], [`Upstream`]), and an HTTP client that
-//! reads SSE ([`post_json`], [`send`], [`SseStream`]).
+//! writes with [`Route`] and [`Routes`], scripted upstreams ([`Reply`], [`Upstream`]), an HTTP client that
+//! reads SSE ([`post_json`], [`send`], [`SseStream`]), and a client of a CMDC gateway's REST API
+//! ([`CmdcClient`]).
 //!
 //! Everything binds `127.0.0.1:0`, every wait is bounded by [`WAIT`], and everything started stops when its
 //! handle is dropped. Protocol knowledge lives in one submodule per protocol ([`ag_ui`], [`a2a`], [`agentscope`], [`ag_kit`]).
@@ -13,6 +14,7 @@ pub mod binary;
 pub mod canonical;
 mod client;
 pub mod cmdc;
+mod cmdc_client;
 pub mod golden;
 pub mod interop;
 mod proxy;
@@ -23,6 +25,7 @@ use std::future::Future;
 use std::time::Duration;
 
 pub use client::{post_json, send, send_over_http2, Response, SseStream};
+pub use cmdc_client::CmdcClient;
 pub use proxy::Proxy;
 pub use routes::{Route, Routes};
 pub use upstream::{Received, Reply, Silent, Upstream};
