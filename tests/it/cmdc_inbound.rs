@@ -487,15 +487,7 @@ async fn callback_tools_are_called_and_their_result_continues_the_run() {
         1
     );
 
-    let messages = acme(&proxy)
-        .call(
-            Method::GET,
-            &format!("/v1/sessions/{session}/messages"),
-            None,
-        )
-        .await
-        .json()
-        .await;
+    let messages = acme(&proxy).messages(&session).await;
     let roles: Vec<&str> = messages["messages"]
         .as_array()
         .unwrap()
@@ -746,15 +738,7 @@ async fn health_info_stats_and_messages_have_the_shapes_clients_read() {
     for field in ["totalPromptTokens", "totalCompletionTokens", "totalTokens"] {
         assert!(stats["meter"][field].is_u64(), "{field} in {stats}");
     }
-    let messages = acme(&proxy)
-        .call(
-            Method::GET,
-            &format!("/v1/sessions/{session}/messages"),
-            None,
-        )
-        .await
-        .json()
-        .await;
+    let messages = acme(&proxy).messages(&session).await;
     let log = messages["messages"].as_array().unwrap();
     assert_eq!(log.len(), 3);
     assert_eq!(log[0]["role"], "system");

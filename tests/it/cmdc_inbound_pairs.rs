@@ -763,15 +763,7 @@ async fn cmdc_to_a2a_session_state_follows_the_pause_and_the_message_log_keeps_t
 
     client(&proxy).respond(&session, &reference, "Paris").await;
     all(&mut events).await;
-    let messages = client(&proxy)
-        .call(
-            Method::GET,
-            &format!("/v1/sessions/{session}/messages"),
-            None,
-        )
-        .await
-        .json()
-        .await;
+    let messages = client(&proxy).messages(&session).await;
     let log = messages["messages"].as_array().expect("messages");
     let first = &log[0];
     assert_eq!(first["role"], "user");
@@ -830,13 +822,7 @@ async fn cmdc_to_cmdc_reject_reaches_the_gateway_and_the_run_takes_the_rejected_
         .unwrap()
         .to_owned();
 
-    let rejected = client(&proxy)
-        .call(
-            Method::POST,
-            &format!("/v1/sessions/{session}/reject"),
-            Some(json!({ "approvalId": approval_id })),
-        )
-        .await;
+    let rejected = client(&proxy).reject(&session, &approval_id).await;
 
     assert_eq!(rejected.status, StatusCode::OK);
     assert_eq!(
@@ -998,13 +984,7 @@ async fn cmdc_to_agentscope_reject_answers_the_request_with_approve_false() {
         .unwrap()
         .to_owned();
 
-    let rejected = client(&proxy)
-        .call(
-            Method::POST,
-            &format!("/v1/sessions/{session}/reject"),
-            Some(json!({ "approvalId": approval_id })),
-        )
-        .await;
+    let rejected = client(&proxy).reject(&session, &approval_id).await;
 
     assert_eq!(rejected.status, StatusCode::OK);
     let seen = all(&mut events).await;

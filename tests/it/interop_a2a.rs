@@ -833,25 +833,25 @@ async fn the_drivers_report_what_the_sdks_reject() {
 // ---------------------------------------------------------------------------------------------------------
 // (2) @ag-ui/client → AG-UI inbound → A2A outbound → the a2a-sdk 0.2.13 server
 
+/// AG-UI routes to the A2A servers: `/assumed` assumes a streaming agent without reading its card;
+/// `/auto` and `/auto-blocking` read it (`a2a_card = "auto"`) and find a streaming and a blocking one.
+fn assumed_and_auto_routes(streaming: &A2aServer, blocking: &A2aServer) -> Routes {
+    let auto = |name: &str, server: &A2aServer| {
+        route(name, "ag-ui", "a2a")
+            .upstream(&server.url())
+            .translate("a2a_card", "auto")
+    };
+    Routes::default()
+        .route(route("assumed", "ag-ui", "a2a").upstream(&streaming.url()))
+        .route(auto("auto", streaming))
+        .route(auto("auto-blocking", blocking))
+}
+
 #[tokio::test]
 async fn ag_ui_clients_get_a2a_text_as_text_messages() {
     let streaming = A2aServer::start(true).await;
     let blocking = A2aServer::start(false).await;
-    let proxy = Proxy::start(
-        Routes::default()
-            .route(route("assumed", "ag-ui", "a2a").upstream(&streaming.url()))
-            .route(
-                route("auto", "ag-ui", "a2a")
-                    .upstream(&streaming.url())
-                    .translate("a2a_card", "auto"),
-            )
-            .route(
-                route("auto-blocking", "ag-ui", "a2a")
-                    .upstream(&blocking.url())
-                    .translate("a2a_card", "auto"),
-            ),
-    )
-    .await;
+    let proxy = Proxy::start(assumed_and_auto_routes(&streaming, &blocking)).await;
     for version in AG_UI_CLIENTS {
         for (path, server, method) in [
             ("/assumed", &streaming, "message/stream"),
@@ -899,21 +899,7 @@ async fn ag_ui_clients_get_a2a_text_as_text_messages() {
 async fn ag_ui_clients_answer_an_a2a_question_through_the_ask_user_tool() {
     let streaming = A2aServer::start(true).await;
     let blocking = A2aServer::start(false).await;
-    let proxy = Proxy::start(
-        Routes::default()
-            .route(route("assumed", "ag-ui", "a2a").upstream(&streaming.url()))
-            .route(
-                route("auto", "ag-ui", "a2a")
-                    .upstream(&streaming.url())
-                    .translate("a2a_card", "auto"),
-            )
-            .route(
-                route("auto-blocking", "ag-ui", "a2a")
-                    .upstream(&blocking.url())
-                    .translate("a2a_card", "auto"),
-            ),
-    )
-    .await;
+    let proxy = Proxy::start(assumed_and_auto_routes(&streaming, &blocking)).await;
     for version in AG_UI_CLIENTS {
         for (path, server) in [
             ("/assumed", &streaming),

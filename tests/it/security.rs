@@ -862,15 +862,7 @@ async fn the_rate_limit_counts_websocket_actions_and_refuses_those_over_it() {
 
     // Five prompts ran; the sixth never did.
     let user_messages = || async {
-        let messages = other_key
-            .call(
-                Method::GET,
-                &format!("/v1/sessions/{session}/messages"),
-                None,
-            )
-            .await
-            .json()
-            .await;
+        let messages = other_key.messages(&session).await;
         let users = messages["messages"].as_array().unwrap().iter();
         users.filter(|m| m["role"] == "user").count()
     };

@@ -113,6 +113,13 @@ impl CmdcClient {
             .await
     }
 
+    /// `POST …/reject {approvalId}`.
+    pub async fn reject(&self, session: &str, approval_id: &str) -> Response {
+        let body = json!({ "approvalId": approval_id });
+        self.on_session(Method::POST, session, "/reject", Some(body))
+            .await
+    }
+
     /// `POST …/respond {ref, response}`.
     pub async fn respond(&self, session: &str, reference: &str, answer: &str) -> Response {
         let body = json!({"ref": reference, "response": answer});
@@ -123,6 +130,14 @@ impl CmdcClient {
     /// `GET …/<session>`: the session's info.
     async fn info(&self, session: &str) -> Value {
         self.on_session(Method::GET, session, "", None)
+            .await
+            .json()
+            .await
+    }
+
+    /// `GET …/messages`: the session's conversation.
+    pub async fn messages(&self, session: &str) -> Value {
+        self.on_session(Method::GET, session, "/messages", None)
             .await
             .json()
             .await
