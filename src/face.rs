@@ -5,6 +5,8 @@
 //!   buffer the caller owns. [`encode_frames`] serves every inbound that streams frames straight to its
 //!   client: it encodes every event that is ready into one buffer, so everything one upstream read produced
 //!   goes out as one write.
+//! - An inbound's [`RequestDecoder`]: a client's request body into what it asks for, or its protocol's
+//!   refusal.
 //! - An outbound's [`UpstreamDecoder`]: one upstream frame into canonical events, and what the end of the
 //!   body means in its protocol. `relay::relay` drives it.
 //! - A protocol's [`Row`]: what it can carry and the [`FaceOptions`] each of its faces reads, for the
@@ -60,6 +62,22 @@ pub struct Row {
     pub inbound: fn(&RouteConfig, SocketAddr) -> Result<Box<dyn InboundFace>>,
     /// Builds its outbound face for a route, toward the route's upstream.
     pub outbound: fn(Upstream, &RouteConfig, SocketAddr) -> Result<Arc<dyn OutboundFace>>,
+}
+
+/// An inbound's reading of a client's request body: what the client asks for, or the refusal its protocol
+/// answers with, in that protocol's own shape and status. The handler reads the HTTP request around the body
+/// (the route's path, access, method, size) with the hub's helpers.
+pub trait RequestDecoder {
+    /// What a readable request asks for: a canonical turn, or what the protocol routes on before there is one
+    /// (an A2A JSON-RPC call, the body of a CMDC endpoint).
+    type Request;
+    /// A request the protocol refuses.
+    type Refusal;
+
+    fn decode(&self, body: &[u8]) -> std::result::Result<Self::Request, Self::Refusal>;
+
+    /// The answer a client gets for `refusal`.
+    fn refuse(&self, refusal: Self::Refusal) -> Response<Body>;
 }
 
 /// An inbound face as its route serves it.

@@ -1,6 +1,6 @@
 //! Golden tests of the AG-UI codec, reviewed as files under `tests/fixtures/ag-ui/`:
 //!
-//! - `requests/<case>.json` → `decode_request` → `requests/<case>.turn.json` (the canonical turn), and
+//! - `requests/<case>.json` → `Reader` → `requests/<case>.turn.json` (the canonical turn), and
 //!   `requests/invalid.json`: bodies that must be rejected, each with a substring of the error message;
 //! - `upstream/<case>.sse` (an upstream AG-UI stream as real servers send it) → `SseDecoder` → `Decoder` →
 //!   `Normalizer` → `Encoder` → `upstream/<case>[.<variant>].expected.sse` (what our AG-UI inbound sends);
@@ -20,12 +20,13 @@ use bytes::BytesMut;
 
 use agent_bridge::error::Error;
 use agent_bridge::face::EventEncoder;
+use agent_bridge::face::RequestDecoder;
 use agent_bridge::model::{
     Artifact, Event, Interrupt, InterruptKind, Message, Outcome, Part, Role, Turn, Usage,
 };
 use agent_bridge::normalize::Normalizer;
-use agent_bridge::protocol::ag_ui::{decode_request, Decoder, Encoder};
 use agent_bridge::protocol::ag_ui::{AguiInterrupts, InboundOptions};
+use agent_bridge::protocol::ag_ui::{Decoder, Encoder, Reader};
 use agent_bridge::sse::SseDecoder;
 use serde_json::{json, Value};
 
@@ -84,7 +85,7 @@ fn invalid_requests_are_client_errors_naming_the_field() {
             _ => panic!("{name}: give exactly one of `raw` (text) or `body` (JSON)"),
         };
         let expected = case["error"].as_str().expect("expected error substring");
-        let error = match decode_request(&body) {
+        let error = match Reader.decode(&body) {
             Ok(turn) => panic!("{name}: accepted as {turn:?}"),
             Err(error) => error,
         };
@@ -129,7 +130,9 @@ const REQUEST_CASES: &[&str] = &[
 fn request_golden(case: &str) {
     assert!(REQUEST_CASES.contains(&case), "add {case} to REQUEST_CASES");
     let body = read(&fixture(&format!("requests/{case}.json")));
-    let turn = decode_request(body.as_bytes()).unwrap_or_else(|e| panic!("{case}: {e:?}"));
+    let turn = Reader
+        .decode(body.as_bytes())
+        .unwrap_or_else(|e| panic!("{case}: {e:?}"));
     let mut rendered = serde_json::to_string_pretty(&render_turn(&turn)).unwrap();
     rendered.push('\n');
     golden::check(&fixture(&format!("requests/{case}.turn.json")), &rendered);

@@ -38,6 +38,7 @@ mod interop_ag_ui;
 mod interop_agentscope;
 mod interop_cmdc;
 mod matrix;
+mod request_decoders;
 mod security;
 mod shutdown;
 mod translation_table;

@@ -10,7 +10,7 @@ mod rpc;
 mod tasks;
 pub mod wire;
 
-pub use inbound::{result_frame, EncodeOptions, Encoder, Inbound};
+pub use inbound::{result_frame, EncodeOptions, Encoder, Inbound, Reader};
 pub use options::{InboundOptions, OutboundOptions};
 pub use outbound::{Decoder, Outbound};
 

@@ -7,7 +7,7 @@ mod inbound;
 mod outbound;
 pub mod wire;
 
-pub use inbound::{decode as decode_request, Encoder, Inbound};
+pub use inbound::{Encoder, Inbound, Reader};
 pub use outbound::{Decoder, Outbound};
 
 use std::sync::Arc;

@@ -6,7 +6,7 @@ mod options;
 mod outbound;
 pub mod wire;
 
-pub use inbound::{decode as decode_request, Encoder, Inbound};
+pub use inbound::{Encoder, Inbound, Reader};
 pub use options::{AguiInterrupts, InboundOptions, OutboundOptions};
 pub use outbound::{Decoder, Outbound};
 

@@ -8,7 +8,7 @@ mod outbound;
 mod validate;
 pub mod wire;
 
-pub use inbound::{EncodeOptions, Encoder, Inbound};
+pub use inbound::{EncodeOptions, Encoder, Inbound, Reader};
 pub use options::{InboundOptions, OutboundOptions};
 pub use outbound::{Decoder, Outbound};
 

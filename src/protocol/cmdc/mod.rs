@@ -10,7 +10,7 @@ mod run;
 mod sessions;
 pub mod wire;
 
-pub use inbound::Inbound;
+pub use inbound::{Inbound, Reader};
 pub use options::OutboundOptions;
 pub use outbound::{Decoder, Outbound};
 pub use run::Encoder;

@@ -1,12 +1,34 @@
-//! A2A inbound, the request: a client's message is checked and becomes the [`Turn`] of its task.
+//! A2A inbound, the request: a JSON-RPC call is read, and a client's message is checked and becomes the
+//! [`Turn`] of its task.
 
+use http::Response;
 use serde_json::Value;
 
+use crate::body::Body;
+use crate::face::RequestDecoder;
 use crate::model::{History, Part, Resume, ResumeStatus, Turn};
 use crate::protocol::a2a::message_from_wire;
-use crate::protocol::a2a::rpc::RpcError;
+use crate::protocol::a2a::rpc::{self, Envelope, RpcError};
 use crate::protocol::a2a::tasks::Started;
 use crate::protocol::a2a::wire;
+use crate::protocol::a2a::wire::RequestId;
+
+/// Reads a JSON-RPC request body into its call; a refusal is a JSON-RPC error answered with HTTP 200, with
+/// the request's id when it could be read. The call's params are read by its method.
+pub struct Reader;
+
+impl RequestDecoder for Reader {
+    type Request = Envelope;
+    type Refusal = (RequestId, RpcError);
+
+    fn decode(&self, body: &[u8]) -> Result<Envelope, (RequestId, RpcError)> {
+        rpc::envelope(body)
+    }
+
+    fn refuse(&self, (id, error): (RequestId, RpcError)) -> Response<Body> {
+        super::json_error(&id, &error)
+    }
+}
 
 /// What the params' types do not say: a user message with a non-empty id and at least one part, files by
 /// exactly one of `bytes` or `uri`.

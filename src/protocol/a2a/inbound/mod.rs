@@ -32,6 +32,7 @@ mod decode;
 pub(super) mod encode;
 mod runner;
 
+pub use decode::Reader;
 pub use encode::{EncodeOptions, Encoder};
 
 use std::future::ready;
@@ -56,7 +57,7 @@ use crate::auth::{self, KeySources};
 use crate::body::{self, Body};
 use crate::config::RouteConfig;
 use crate::error::Error;
-use crate::face::InboundFace;
+use crate::face::{InboundFace, RequestDecoder};
 use crate::model::{Event, History, Resume, ResumeStatus, Turn};
 use crate::mount::Mount;
 use crate::sse;
@@ -167,9 +168,9 @@ impl Inbound {
         F: FnOnce(Turn) -> S,
         S: Stream<Item = Event> + Send + Unpin + 'static,
     {
-        let Envelope { id, method, params } = match rpc::envelope(body) {
+        let Envelope { id, method, params } = match Reader.decode(body) {
             Ok(envelope) => envelope,
-            Err((id, error)) => return json_error(&id, &error),
+            Err(refused) => return Reader.refuse(refused),
         };
         match method.as_str() {
             "message/send" => match self.send(tenant, params, start).await {

@@ -3,26 +3,31 @@
 use serde_json::Value;
 use tracing::debug;
 
+use http::Response;
+
+use crate::body::{self, Body};
 use crate::error::{Error, Result};
+use crate::face::RequestDecoder;
+use crate::json::from_body;
 use crate::model::{
     new_id, History, InterruptKind, Message, Part, Resume, ResumeStatus, Role, Tool, Turn,
 };
 use crate::protocol::ag_kit::wire;
 
-/// Decodes a `SendMessageInput` body into a turn of what is new.
-pub fn decode(bytes: &[u8]) -> Result<Turn> {
-    let deserializer = &mut serde_json::Deserializer::from_slice(bytes);
-    let input: wire::SendMessageInput =
-        serde_path_to_error::deserialize(deserializer).map_err(|e| {
-            let path = e.path().to_string();
-            let inner = e.into_inner();
-            if path == "." || inner.is_syntax() || inner.is_eof() {
-                Error::bad_request(format!("invalid send-message request: {inner}"))
-            } else {
-                Error::bad_request(format!("invalid send-message request at `{path}`: {inner}"))
-            }
-        })?;
-    turn_from_input(input)
+/// Reads a `SendMessageInput` body into a turn of what is new; a refusal is an HTTP error with a JSON body.
+pub struct Reader;
+
+impl RequestDecoder for Reader {
+    type Request = Turn;
+    type Refusal = Error;
+
+    fn decode(&self, body: &[u8]) -> Result<Turn> {
+        turn_from_input(from_body(body, "send-message request")?)
+    }
+
+    fn refuse(&self, refusal: Error) -> Response<Body> {
+        body::error_response(&refusal, "POST")
+    }
 }
 
 fn turn_from_input(input: wire::SendMessageInput) -> Result<Turn> {
@@ -133,7 +138,7 @@ mod tests {
     use serde_json::json;
 
     fn decode_json(body: Value) -> Result<Turn> {
-        decode(body.to_string().as_bytes())
+        Reader.decode(body.to_string().as_bytes())
     }
 
     #[test]

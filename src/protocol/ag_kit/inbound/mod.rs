@@ -17,7 +17,7 @@
 mod decode;
 mod encode;
 
-pub use decode::decode;
+pub use decode::Reader;
 pub use encode::Encoder;
 
 use std::sync::Arc;
@@ -33,7 +33,7 @@ use tokio::time::Instant;
 use crate::auth::KeySources;
 use crate::body::{self, Body};
 use crate::error::{Error, Result};
-use crate::face::{encode_frames, EventEncoder, InboundFace};
+use crate::face::{encode_frames, EventEncoder, InboundFace, RequestDecoder};
 use crate::model::Event;
 use crate::mount::Mount;
 use crate::sse::{self, HEARTBEAT};
@@ -72,7 +72,7 @@ impl Inbound {
         body::expect_method(&request, Method::POST)?;
         body::expect_json(request.headers())?;
         let bytes = body::read_request(request.into_body(), mount.body_limit).await?;
-        let mut turn = decode(&bytes)?;
+        let mut turn = Reader.decode(&bytes)?;
         turn.tenant = caller.tenant;
         let translator = Arc::clone(&mount.translator);
         for resume in &mut turn.resume {

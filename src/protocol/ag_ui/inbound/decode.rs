@@ -1,23 +1,28 @@
 //! AG-UI inbound, the request: a `RunAgentInput` body becomes a [`Turn`], or a refusal.
 
+use http::Response;
+
+use crate::body::{self, Body};
 use crate::error::{Error, Result};
+use crate::face::RequestDecoder;
+use crate::json::from_body;
 use crate::model::{ContextItem, History, Resume, ResumeStatus, Tool, Turn};
 use crate::protocol::ag_ui::{message_from_wire, wire};
 
-/// Decodes a `RunAgentInput` body into a turn.
-pub fn decode(bytes: &[u8]) -> Result<Turn> {
-    let deserializer = &mut serde_json::Deserializer::from_slice(bytes);
-    let input: wire::RunAgentInput =
-        serde_path_to_error::deserialize(deserializer).map_err(|e| {
-            let path = e.path().to_string();
-            let inner = e.into_inner();
-            if path == "." || inner.is_syntax() || inner.is_eof() {
-                Error::bad_request(format!("invalid RunAgentInput: {inner}"))
-            } else {
-                Error::bad_request(format!("invalid RunAgentInput at `{path}`: {inner}"))
-            }
-        })?;
-    turn_from_input(input)
+/// Reads a `RunAgentInput` body into a turn; a refusal is an HTTP error with a JSON body.
+pub struct Reader;
+
+impl RequestDecoder for Reader {
+    type Request = Turn;
+    type Refusal = Error;
+
+    fn decode(&self, body: &[u8]) -> Result<Turn> {
+        turn_from_input(from_body(body, "RunAgentInput")?)
+    }
+
+    fn refuse(&self, refusal: Error) -> Response<Body> {
+        body::error_response(&refusal, "POST")
+    }
 }
 
 fn turn_from_input(input: wire::RunAgentInput) -> Result<Turn> {

@@ -5,7 +5,7 @@
 mod decode;
 mod encode;
 
-pub use decode::decode;
+pub use decode::Reader;
 pub use encode::Encoder;
 
 use futures_util::future::BoxFuture;
@@ -16,7 +16,7 @@ use super::InboundOptions;
 use crate::auth::KeySources;
 use crate::body::{self, Body};
 use crate::error::{Error, Result};
-use crate::face::{encode_frames, InboundFace};
+use crate::face::{encode_frames, InboundFace, RequestDecoder};
 use crate::model::Turn;
 use crate::mount::Mount;
 use crate::sse;
@@ -50,7 +50,7 @@ impl Inbound {
         let bytes = body::read_request(request.into_body(), mount.body_limit).await?;
         let turn = Turn {
             tenant: caller.tenant,
-            ..decode(&bytes)?
+            ..Reader.decode(&bytes)?
         };
         let encoder = Encoder::new(&turn, &self.options);
         let frames = encode_frames(mount.translator.start(turn), encoder);

@@ -15,9 +15,12 @@
 //! | `mcp_approval_response` after the last message of the agent | `Turn.resume` of the interrupt `approval_request_id`; not a message |
 //! | `mcp_approval_request` (the proxy's own pause), `reasoning`, `heartbeat`, `error`, `mcp_list_tools`, others | dropped |
 
+use http::Response;
 use serde_json::{json, Map, Value};
 use tracing::debug;
 
+use crate::body::Body;
+use crate::face::RequestDecoder;
 use crate::model::{
     GenerationOptions, History, Media, MediaKind, MediaSource, Message, Part, Resume, ResumeStatus,
     Role, Tool, ToolCall, Turn,
@@ -47,9 +50,27 @@ pub enum Refusal {
     Frame(String),
 }
 
-/// Reads a request body. `question_tool` is the name the proxy gives question interrupts (see
-/// [`super::encode`]), used to tell the answer to a question from the answer to an approval.
-pub fn decode(bytes: &[u8], question_tool: &str) -> Result<Accepted, Refusal> {
+/// Reads a request body as the runtime would, refusing in the runtime's two shapes.
+pub struct Reader<'a> {
+    /// The name the proxy gives question interrupts (see [`super::encode`]), which tells the answer to a
+    /// question from the answer to an approval.
+    pub question_tool: &'a str,
+}
+
+impl RequestDecoder for Reader<'_> {
+    type Request = Accepted;
+    type Refusal = Refusal;
+
+    fn decode(&self, body: &[u8]) -> Result<Accepted, Refusal> {
+        decode(body, self.question_tool)
+    }
+
+    fn refuse(&self, refusal: Refusal) -> Response<Body> {
+        super::refusal(refusal)
+    }
+}
+
+fn decode(bytes: &[u8], question_tool: &str) -> Result<Accepted, Refusal> {
     let mut body = parse_body(bytes)?;
     validate::check_request(&mut body).map_err(Refusal::Frame)?;
     // Any object is a valid tool to the runtime (`Union[Tool, Dict]`); only function tools mean something.

@@ -23,6 +23,7 @@
 mod decode;
 mod encode;
 
+pub use decode::Reader;
 pub use encode::{EncodeOptions, Encoder};
 
 use std::collections::HashSet;
@@ -39,7 +40,7 @@ use serde_json::{json, Value};
 use super::InboundOptions;
 use crate::auth::{self, KeySources};
 use crate::body::{self, Body};
-use crate::face::{encode_frames, InboundFace};
+use crate::face::{encode_frames, InboundFace, RequestDecoder};
 use crate::model::{Event, History, Turn};
 use crate::mount::Mount;
 use crate::sse;
@@ -104,9 +105,12 @@ impl Inbound {
         F: FnOnce(Turn) -> S,
         S: Stream<Item = Event> + Send + Unpin + 'static,
     {
-        let mut accepted = match decode::decode(body, &self.options.question_tool) {
+        let reader = Reader {
+            question_tool: &self.options.question_tool,
+        };
+        let mut accepted = match reader.decode(body) {
             Ok(accepted) => accepted,
-            Err(refused) => return refusal(refused),
+            Err(refused) => return reader.refuse(refused),
         };
         accepted.turn.history = self.history;
         accepted.turn.tenant = tenant.to_owned();

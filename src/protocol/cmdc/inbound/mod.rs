@@ -16,7 +16,10 @@
 //! - a WebSocket is closed after `ws_idle` without a frame from the client (a pong counts, as in the
 //!   gateway), and with code 1009 on a message or frame larger than the route's `max_body`.
 
+mod decode;
 mod socket;
+
+pub use decode::Reader;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -40,9 +43,10 @@ use crate::body::{self, Body, BodyLimit};
 use crate::config::{RouteConfig, DEFAULT_RUN_BUFFER, DEFAULT_WS_IDLE};
 use crate::egress::{Egress, Policy, Requester};
 use crate::error::Error;
-use crate::face::InboundFace;
+use crate::face::{InboundFace, RequestDecoder};
 use crate::mount::Mount;
 use crate::sse;
+use decode::is_blank;
 use socket::{upgrade, SocketClient, SocketLimits};
 
 const HEARTBEAT_FRAME: &[u8] = b": heartbeat\n\n";
@@ -70,7 +74,7 @@ fn meter_key(caller: &Caller) -> &str {
 /// A CMDC error answer: `{"error","message"}` (+ `retryAfter` and `Retry-After` on 429). The one place
 /// errors take CMDC's shape.
 #[derive(Debug)]
-struct ApiError {
+pub struct ApiError {
     status: StatusCode,
     code: &'static str,
     message: String,
@@ -511,19 +515,12 @@ async fn read_json_bytes(request: Request<Incoming>, limit: BodyLimit) -> Result
     Ok(bytes)
 }
 
-fn is_blank(bytes: &[u8]) -> bool {
-    bytes.iter().all(u8::is_ascii_whitespace)
-}
-
 /// The JSON body; an empty body reads as `{}`.
 async fn read_json<T: DeserializeOwned>(
     request: Request<Incoming>,
     limit: BodyLimit,
 ) -> Result<T, ApiError> {
-    let bytes = read_json_bytes(request, limit).await?;
-    let bytes: &[u8] = if is_blank(&bytes) { b"{}" } else { &bytes };
-    serde_json::from_slice(bytes)
-        .map_err(|e| ApiError::bad_request(format!("invalid JSON body: {e}")))
+    Reader::new().decode(&read_json_bytes(request, limit).await?)
 }
 
 fn request_id() -> String {
