@@ -149,7 +149,8 @@ pub enum Heard {
     /// Words answering its pause: a question's answer, or an A2A agent's approval asked in words.
     Answer(String),
     /// Its pause dismissed: A2A `tasks/cancel`, AG-UI `resume` status `cancelled`, CMDC `abort`, AG-Kit a
-    /// `resume` whose payload is `null`.
+    /// `resume` whose payload is `null` (a dismissed question; a dismissed approval reaches an AG-Kit agent as
+    /// a decline, `{"approved": false}`).
     Cancelled,
 }
 
