@@ -141,57 +141,6 @@ async fn agkit_to_a2a_artifact_chunks_arrive_in_order_as_text_events() {
 }
 
 #[tokio::test]
-async fn agkit_to_a2a_second_turn_carries_the_agents_context_id() {
-    let first = a2a::task("task-1", "ctx-up-1");
-    let second = a2a::task("task-2", "ctx-up-1");
-    let agent = Agent::new()
-        .on("message/stream", first.streams(&["Sunny."]))
-        .on("message/stream", second.streams(&["Rain."]))
-        .serve()
-        .await;
-    let (_proxy, mut chat) = agkit_to_a2a(&agent).await;
-
-    assert_eq!(chat.say("Weather in Beijing?").await.text(), "Sunny.");
-    assert_eq!(chat.say("And tomorrow?").await.text(), "Rain.");
-
-    let calls = a2a::calls(&agent, "message/stream");
-    assert_eq!(calls.len(), 2);
-    let message = a2a::sent_message(&calls[1]);
-    assert_eq!(
-        message["contextId"], "ctx-up-1",
-        "the context the agent named in the first turn"
-    );
-    assert!(message.get("taskId").is_none(), "a new task in it");
-    assert_eq!(
-        message["parts"],
-        json!([{"kind": "text", "text": "And tomorrow?"}]),
-        "only the new message: the agent keeps the history"
-    );
-}
-
-#[tokio::test]
-async fn agkit_to_a2a_agent_remembers_the_conversation_from_new_messages_in_one_context() {
-    let agent = memory_a2a_agent().await;
-    let (_proxy, mut chat) = agkit_to_a2a(&agent).await;
-
-    assert_eq!(chat.say("my name is Ada").await.text(), "Nice to meet you.");
-    assert_eq!(
-        chat.say("what is my name?").await.text(),
-        "Your name is Ada."
-    );
-
-    let calls = a2a::calls(&agent, "message/stream");
-    assert_eq!(calls.len(), 2);
-    let message = a2a::sent_message(&calls[1]);
-    assert_eq!(message["contextId"], "ctx-mem-0");
-    assert_eq!(
-        message["parts"],
-        json!([{"kind": "text", "text": "what is my name?"}]),
-        "only the new message reaches the agent"
-    );
-}
-
-#[tokio::test]
 async fn agkit_to_a2a_two_agkit_conversations_are_two_agent_contexts() {
     let agent = memory_a2a_agent().await;
     let (proxy, mut ada) = agkit_to_a2a(&agent).await;
@@ -735,34 +684,6 @@ async fn a2a_to_agkit_canceling_the_paused_task_declines_the_interrupt_with_a_nu
         json!([{"role": "user", "content": "And tomorrow?"}])
     );
     assert!(sent.get("resume").is_none(), "{sent}");
-}
-
-#[tokio::test]
-async fn a2a_to_agkit_approval_answered_in_words_reaches_the_agent_as_a_decision() {
-    let agent = Upstream::serve([
-        kit::reply([kit::interrupt(
-            "int_1",
-            "approval",
-            json!({"toolName": "Shell", "args": {"command": "rm -rf ./old-logs"}}),
-        )]),
-        kit::reply([kit::text("Cleaned up.")]),
-    ])
-    .await;
-    let proxy = a2a_to_agkit(&agent).await;
-    let url = proxy.url(PATH);
-    let paused = a2a::stream_to_end(&url, a2a::message("Clean the logs")).await;
-    let status = a2a::final_status(&paused);
-    assert_eq!(status["state"], "input-required");
-    assert!(a2a::status_text(status).contains("Shell"), "{status}");
-
-    let resumed = a2a::stream_to_end(&url, a2a::answer_to(paused.last().unwrap(), "yes")).await;
-
-    assert_eq!(a2a::streamed_text(&resumed), "Cleaned up.");
-    assert_eq!(
-        agent.received()[1].body["resume"],
-        json!({"interruptId": "int_1", "payload": "{\"approved\":true}"}),
-        "an A2A answer is text; an approval's answer reaches the v0 agent as its decision"
-    );
 }
 
 #[tokio::test]
