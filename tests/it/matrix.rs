@@ -397,6 +397,10 @@ mod scenario {
         assert_eq!(seen.text, HELLO, "{pair:?}: {seen:#?}");
         assert_eq!(seen.errors.len(), 1, "{pair:?}: not one error: {seen:#?}");
         assert!(seen.errors[0].contains(FAILURE), "{pair:?}: {seen:#?}");
+        if pair.inbound.has_error_codes() {
+            let agent = pair.agent().expect("a failing agent");
+            assert_eq!(seen.codes, [agent.failure_code()], "{pair:?}: {seen:#?}");
+        }
     }
 
     /// (6b) Nothing listens at the agent's address: the client is told so, once.
@@ -408,6 +412,9 @@ mod scenario {
             seen.errors[0].to_lowercase().contains("unreachable"),
             "{pair:?}: {seen:#?}"
         );
+        if pair.inbound.has_error_codes() {
+            assert_eq!(seen.codes, ["UPSTREAM_UNREACHABLE"], "{pair:?}: {seen:#?}");
+        }
         assert_eq!(seen.text, "", "{pair:?}: {seen:#?}");
     }
 
@@ -418,6 +425,10 @@ mod scenario {
         let mut client = pair.client(&proxy);
         let mut run = client.start(say("hi")).await;
         assert_eq!(within("the first words", run.until_text()).await, HELLO);
+        assert!(
+            agent.still_working().await,
+            "{pair:?}: the agent's work was cancelled while the client read"
+        );
         run.leave().await;
         assert!(
             agent.cancelled().await,

@@ -22,11 +22,14 @@ use super::peers::{
     WEATHER_TEXT,
 };
 use crate::support::a2a::{self as wire, Answer, ResultStream, StreamAnswer, Task};
-use crate::support::{Response, Upstream, WAIT};
+use crate::support::{Response, Upstream};
 
 pub const INBOUND_TRANSLATE: &[(&str, &str)] = &[];
 pub const OUTBOUND_TRANSLATE: &[(&str, &str)] = &[];
 pub const UPSTREAM_HEADERS: &[(&str, &str)] = &[];
+/// The code the proxy gives a `failed` task ([`Script::FailMidStream`]): A2A errors have none, the state
+/// stands for it.
+pub const FAILURE_CODE: &str = "failed";
 
 // --- The client ------------------------------------------------------------------------------------------------
 
@@ -79,6 +82,7 @@ impl Client {
             results,
             seen,
             settled: false,
+            results_seen: Vec::new(),
         }
     }
 
@@ -95,13 +99,20 @@ impl Client {
             None if answer["result"]["status"]["state"] != "canceled" => {
                 seen.errors.push(format!("tasks/cancel answered {answer}"))
             }
-            None => {}
+            None => {
+                let task = wire::get_task(&self.url, &task_id).await;
+                assert_eq!(
+                    task["status"]["state"], "canceled",
+                    "tasks/get after the cancel: {task}"
+                );
+            }
         }
         Run {
             client: self,
             results: None,
             seen,
             settled: true,
+            results_seen: Vec::new(),
         }
     }
 
@@ -194,6 +205,8 @@ pub struct Run<'a> {
     seen: Seen,
     /// Whether a final status arrived.
     settled: bool,
+    /// Every stream result read, in order.
+    results_seen: Vec<Value>,
 }
 
 impl Run<'_> {
@@ -209,15 +222,86 @@ impl Run<'_> {
     pub async fn finish(mut self) -> Seen {
         while self.read_one().await {}
         self.client.paused = self.seen.pause.is_some();
+        if !self.results_seen.is_empty() {
+            self.check_framing();
+        }
         self.seen
     }
 
-    /// Cancels the running task, as an A2A client stops work, and drops the stream.
-    pub async fn leave(self) {
-        if let Some(task_id) = &self.client.task_id {
-            wire::call(&self.client.url, "tasks/cancel", json!({"id": task_id})).await;
+    /// Fails unless the stream is framed as an A2A task's: a new task shows `submitted` then `working`, each
+    /// artifact's first chunk creates it and the others append to it, and it ends with a final status,
+    /// `completed` unless the task paused or failed.
+    fn check_framing(&self) {
+        let results = &self.results_seen;
+        if results[0]["kind"] == "task" && results[0]["status"]["state"] == "submitted" {
+            assert_eq!(
+                results.get(1).map(|r| &r["status"]["state"]),
+                Some(&json!("working")),
+                "A2A stream: {results:#?}"
+            );
         }
-        drop(self.results);
+        let chunks = results.iter().filter(|r| r["kind"] == "artifact-update");
+        let mut artifacts: Vec<&Value> = Vec::new();
+        for chunk in chunks {
+            let id = &chunk["artifact"]["artifactId"];
+            let new = !artifacts.contains(&id);
+            assert_eq!(chunk["append"] == true, !new, "A2A stream: {results:#?}");
+            if new {
+                artifacts.push(id);
+            }
+        }
+        assert!(
+            artifacts.len() <= 1,
+            "A2A stream: one text, one artifact: {results:#?}"
+        );
+        let last_chunk = results
+            .iter()
+            .rev()
+            .find(|r| r["kind"] == "artifact-update");
+        if let Some(last) = last_chunk {
+            assert_eq!(last["lastChunk"], true, "A2A stream: {results:#?}");
+        }
+        let Some(last) = results.last().filter(|r| r["final"] == true) else {
+            return; // a `message` answer, or no final status (an error the client reports)
+        };
+        if self.seen.errors.is_empty() && self.seen.pause.is_none() {
+            assert_eq!(
+                last["status"]["state"], "completed",
+                "A2A stream: {results:#?}"
+            );
+        }
+    }
+
+    /// Cancels the running task, as an A2A client stops work: the answer is the task, `canceled`, the stream
+    /// ends with that final status, and `tasks/get` says so.
+    pub async fn leave(mut self) {
+        let task_id = self
+            .client
+            .task_id
+            .clone()
+            .expect("a running task to cancel");
+        let url = self.client.url.clone();
+        let answer = wire::call(&url, "tasks/cancel", json!({ "id": task_id })).await;
+        assert_eq!(
+            answer["result"]["status"]["state"], "canceled",
+            "tasks/cancel answered {answer}"
+        );
+        crate::support::within("the canceled stream's end", async {
+            while self.read_one().await {}
+        })
+        .await;
+        let last = self.results_seen.last().expect("the stream's results");
+        assert_eq!(
+            (&last["kind"], &last["final"], &last["status"]["state"]),
+            (&json!("status-update"), &json!(true), &json!("canceled")),
+            "the canceled task's stream: {:#?}",
+            self.results_seen
+        );
+        let task = wire::get_task(&url, &task_id).await;
+        assert_eq!(
+            task["status"]["state"], "canceled",
+            "tasks/get after the cancel: {task}"
+        );
     }
 
     /// Reads one response into `seen`; false once the stream ended.
@@ -247,6 +331,7 @@ impl Run<'_> {
             return self.seen.errors.push(message.to_owned());
         }
         let result = &response["result"];
+        self.results_seen.push(result.clone());
         match result["kind"].as_str().unwrap_or_default() {
             "task" => {
                 self.client.note_ids(&result["id"], &result["contextId"]);
@@ -382,14 +467,14 @@ impl Agent {
         heard.collect()
     }
 
-    /// Whether a `tasks/cancel` for an unfinished (running or paused) task arrived within [`WAIT`].
-    pub async fn cancelled(&self) -> bool {
+    /// Whether a `tasks/cancel` for an unfinished (running or paused) task arrived within `wait`.
+    pub async fn cancelled(&self, wait: Duration) -> bool {
         let cancelled = async {
             while !self.state.lock().expect("lock").cancelled {
                 tokio::time::sleep(Duration::from_millis(10)).await;
             }
         };
-        tokio::time::timeout(WAIT, cancelled).await.is_ok()
+        tokio::time::timeout(wait, cancelled).await.is_ok()
     }
 }
 

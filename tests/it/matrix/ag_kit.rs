@@ -22,11 +22,13 @@ use super::peers::{
     QUESTION, REJECTED_TEXT, WEATHER_RESULT, WEATHER_TEXT, WEATHER_TOOL,
 };
 use crate::support::ag_kit::{call, interrupt, reply, result, text};
-use crate::support::{post_json, Reply, SseStream, Upstream, WAIT};
+use crate::support::{post_json, Reply, SseStream, Upstream};
 
 pub const INBOUND_TRANSLATE: &[(&str, &str)] = &[];
 pub const OUTBOUND_TRANSLATE: &[(&str, &str)] = &[];
 pub const UPSTREAM_HEADERS: &[(&str, &str)] = &[];
+/// The code of the agent's error frame in [`Script::FailMidStream`].
+pub const FAILURE_CODE: &str = "AGENT_FAILED";
 
 /// The end of every v0 stream.
 const DONE: &str = "[DONE]";
@@ -338,8 +340,8 @@ impl Agent {
     }
 
     /// v0 has no cancel: the agent's work ends when the proxy closes the request.
-    pub async fn cancelled(&self) -> bool {
-        self.upstream.client_left_within(WAIT).await
+    pub async fn cancelled(&self, wait: std::time::Duration) -> bool {
+        self.upstream.client_left_within(wait).await
     }
 }
 
@@ -360,7 +362,7 @@ fn play(script: Script, body: &Value, memory: &Memory) -> Result<Reply, String> 
         Script::Approval => approval(body)?,
         Script::Question => question(body)?,
         Script::ClientTool => client_tool(body)?,
-        Script::FailMidStream => reply([text(HELLO), error_frame("AGENT_FAILED", FAILURE)]),
+        Script::FailMidStream => reply([text(HELLO), error_frame(FAILURE_CODE, FAILURE)]),
         Script::Hang => Reply::sse().event(text(HELLO)).hang(),
     })
 }
@@ -501,6 +503,10 @@ impl Memory {
         let mut conversations = self.0.lock().expect("lock");
         let said = conversations.entry(conversation.to_owned()).or_default();
         let messages = body["messages"].as_array().cloned().unwrap_or_default();
+        // The agent keeps the conversation: it must be sent only the new user message, not its own replies.
+        if !matches!(&messages[..], [only] if only["role"] == "user") {
+            return Err(format!("not only the new user message: {messages:?}"));
+        }
         said.extend(
             messages
                 .iter()

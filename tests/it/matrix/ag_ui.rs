@@ -17,7 +17,7 @@ use serde_json::{json, Value};
 
 use super::peers::*;
 use crate::support::ag_ui::{self, call, finished, started, text, user, Profile};
-use crate::support::{post_json, Reply, SseStream, Upstream, WAIT};
+use crate::support::{post_json, Reply, SseStream, Upstream};
 
 /// The matrix's client answers pauses as calls of the route's pause tools without declaring them (as
 /// frontends before outcome interrupts did): its routes pin the tool mode. Outcome pauses are covered by
@@ -25,6 +25,8 @@ use crate::support::{post_json, Reply, SseStream, Upstream, WAIT};
 pub const INBOUND_TRANSLATE: &[(&str, &str)] = &[("agui_interrupts", "tool")];
 pub const OUTBOUND_TRANSLATE: &[(&str, &str)] = &[];
 pub const UPSTREAM_HEADERS: &[(&str, &str)] = &[];
+/// The code of the agent's `RUN_ERROR` in [`Script::FailMidStream`].
+pub const FAILURE_CODE: &str = "AGENT_ERROR";
 
 /// The route's pause tools: `approval_tool` and `question_tool` at their defaults (`INBOUND_TRANSLATE` sets
 /// neither).
@@ -188,6 +190,7 @@ impl Run<'_> {
 struct Reading {
     text: String,
     errors: Vec<String>,
+    codes: Vec<String>,
     /// Every call, in order, as `(id, name, arguments)`.
     calls: Vec<(String, String, String)>,
     /// Results by call id.
@@ -220,7 +223,10 @@ impl Reading {
                     .push(ag_ui::tool_result(&id, &call_id, &content));
                 self.results.push((call_id, content));
             }
-            "RUN_ERROR" => self.errors.push(field("message")),
+            "RUN_ERROR" => {
+                self.errors.push(field("message"));
+                self.codes.push(field("code"));
+            }
             _ => {}
         }
     }
@@ -274,6 +280,7 @@ impl Reading {
         let mut seen = Seen {
             text: self.text.clone(),
             errors: self.errors.clone(),
+            codes: self.codes.clone(),
             ..Seen::default()
         };
         let mut pauses = Vec::new();
@@ -337,8 +344,8 @@ impl Agent {
         self.upstream.release()
     }
 
-    pub async fn cancelled(&self) -> bool {
-        self.upstream.client_left_within(WAIT).await
+    pub async fn cancelled(&self, wait: std::time::Duration) -> bool {
+        self.upstream.client_left_within(wait).await
     }
 
     /// Per run: its answer to an interrupt (`resume`), else the newest message of the history it was sent.
@@ -437,7 +444,7 @@ fn answer(script: Script, request: &Value) -> Reply {
         },
         Script::FailMidStream => run
             .events(text(MESSAGE, &[HELLO])[..2].to_vec())
-            .event(json!({"type": "RUN_ERROR", "message": FAILURE, "code": "AGENT_ERROR"})),
+            .event(json!({"type": "RUN_ERROR", "message": FAILURE, "code": FAILURE_CODE})),
         Script::Hang => run.events(text(MESSAGE, &[HELLO])[..2].to_vec()).hang(),
     }
 }

@@ -15,11 +15,13 @@ use super::peers::{
     REJECTED_TEXT, WEATHER_RESULT, WEATHER_TEXT, WEATHER_TOOL,
 };
 use crate::support::agentscope::{self as scope, data, Run as Reply};
-use crate::support::{post_json, Received, SseStream, Upstream, WAIT};
+use crate::support::{post_json, Received, SseStream, Upstream};
 
 pub const INBOUND_TRANSLATE: &[(&str, &str)] = &[];
 pub const OUTBOUND_TRANSLATE: &[(&str, &str)] = &[];
 pub const UPSTREAM_HEADERS: &[(&str, &str)] = &[];
+/// The code of the runtime's failed response in [`Script::FailMidStream`].
+pub const FAILURE_CODE: &str = "AGENT_UNKNOWN_ERROR";
 
 // --- The client -----------------------------------------------------------------------------------------------
 
@@ -107,8 +109,23 @@ impl Client {
             let error = scope::error(events);
             seen.errors
                 .push(error["message"].as_str().unwrap_or_default().to_owned());
+            seen.codes
+                .push(error["code"].as_str().unwrap_or_default().to_owned());
         }
         let output = scope::output(events);
+        if scope::status(events) == "completed" {
+            // The terminal response repeats the text streamed, in the assistant's messages.
+            assert_eq!(
+                scope::text(events),
+                seen.text,
+                "the output's text: {events:#?}"
+            );
+            let mut messages = output.iter().filter(|m| m["type"] == "message");
+            assert!(
+                messages.all(|m| m["role"] == "assistant"),
+                "the output's messages: {output:#?}"
+            );
+        }
         seen.tools = tools_shown(&output);
         if let Some((pending, pause)) = pause_of(&output) {
             self.pending = Some(pending);
@@ -347,8 +364,8 @@ impl Agent {
     }
 
     /// Whether the runtime's `/process` request was closed before its answer ended.
-    pub async fn cancelled(&self) -> bool {
-        self.runtime.client_left_within(WAIT).await
+    pub async fn cancelled(&self, wait: std::time::Duration) -> bool {
+        self.runtime.client_left_within(wait).await
     }
 }
 
@@ -400,7 +417,7 @@ fn play(script: Script, request: &Received) -> Reply {
         },
         Script::FailMidStream => Reply::new()
             .open_text(&[HELLO])
-            .failed("AGENT_UNKNOWN_ERROR", FAILURE),
+            .failed(FAILURE_CODE, FAILURE),
         Script::Hang => Reply::new().open_text(&[HELLO]).hang(),
         Script::Question => unreachable!("refused by Agent::serve"),
     }

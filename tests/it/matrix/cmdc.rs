@@ -32,6 +32,8 @@ pub const INBOUND_TRANSLATE: &[(&str, &str)] = &[];
 pub const OUTBOUND_TRANSLATE: &[(&str, &str)] = &[("model", "deepseek:deepseek-chat")];
 /// The scripted gateway's key (`support::cmdc::KEY`).
 pub const UPSTREAM_HEADERS: &[(&str, &str)] = &[("X-API-Key", "sk-cmdc-test-key")];
+/// The code the proxy gives the gateway's `error` event ([`Script::FailMidStream`]): CMDC errors have none.
+pub const FAILURE_CODE: &str = "CMDC_ERROR";
 
 /// The client's API key (the matrix's CMDC routes are open: any key is let in).
 const CLIENT_KEY: &str = "sk-matrix-client";
@@ -49,6 +51,13 @@ pub struct Client {
     events: Option<Events>,
     /// What the paused run waits for.
     pending: Option<Pending>,
+    /// Every event of the current prompt's run so far, across its pauses.
+    run: Vec<(String, Value)>,
+    /// Each answer given to an approval of the current run: its `approvalId` and the decision the client
+    /// gave, where it knows it (`None`: words that say neither yes nor no).
+    decisions: Vec<(String, Option<bool>)>,
+    /// Whether the client aborted the current run.
+    aborted: bool,
 }
 
 struct Session {
@@ -70,6 +79,9 @@ impl Client {
             session: None,
             events: None,
             pending: None,
+            run: Vec::new(),
+            decisions: Vec::new(),
+            aborted: false,
         }
     }
 
@@ -91,6 +103,9 @@ impl Client {
         let session = self.session().await?;
         match (input, self.pending.take()) {
             (Input::Say(text), _) => {
+                self.run.clear();
+                self.decisions.clear();
+                self.aborted = false;
                 // Subscribed first, so that no event of the run can be published before we listen.
                 self.events = Some(Events::new(
                     self.call(Method::GET, &session, "events", None).await?,
@@ -105,6 +120,7 @@ impl Client {
                 .map(drop)
             }
             (Input::Approve(approved), Some(Pending::Approval { id })) => {
+                self.decisions.push((id.clone(), Some(approved)));
                 let action = if approved { "approve" } else { "reject" };
                 let body = json!({ "approvalId": id });
                 self.call(Method::POST, &session, action, Some(body))
@@ -116,6 +132,11 @@ impl Client {
                 Input::Answer(text),
                 Some(Pending::Question { reference } | Pending::Approval { id: reference }),
             ) => {
+                if self.run.iter().any(|(name, data)| {
+                    name == "approval_required" && data["approvalId"] == reference.as_str()
+                }) {
+                    self.decisions.push((reference.clone(), decides(&text)));
+                }
                 let body = json!({"ref": reference, "response": text});
                 self.call(Method::POST, &session, "respond", Some(body))
                     .await
@@ -125,10 +146,12 @@ impl Client {
                 .send(result)
                 .map_err(|_| "the held callback was gone before its result".to_owned()),
             // Gateway 0.2's abort ends the paused run; its `agent_abort` is read on the same stream.
-            (Input::Cancel, Some(_)) => self
-                .call(Method::POST, &session, "abort", None)
-                .await
-                .map(drop),
+            (Input::Cancel, Some(_)) => {
+                self.aborted = true;
+                self.call(Method::POST, &session, "abort", None)
+                    .await
+                    .map(drop)
+            }
             (input, _) => panic!("CMDC client: {input:?} answers no pending pause"),
         }
     }
@@ -186,6 +209,61 @@ impl Client {
             return Ok(response);
         }
         Err(http_error(response).await)
+    }
+}
+
+impl Client {
+    /// Fails unless the run that just ended has the shape of one CMDC run: one `prompt_received`, one
+    /// `agent_start`, every approval answered resolved as decided, and it ends with `agent_end` once, or,
+    /// after an `error` event, with `agent_abort {"reason": "error"}` (or the client's own abort).
+    fn check_run(&self) {
+        let run = &self.run;
+        let count = |name: &str| run.iter().filter(|(n, _)| n == name).count();
+        assert_eq!(count("prompt_received"), 1, "CMDC run: {run:#?}");
+        assert_eq!(count("agent_start"), 1, "CMDC run: {run:#?}");
+        let (last, data) = run.last().expect("the run's last event");
+        if self.aborted {
+            assert_eq!(last, "agent_abort", "CMDC run: {run:#?}");
+        } else if count("error") > 0 {
+            assert_eq!(
+                (last.as_str(), data),
+                ("agent_abort", &json!({"reason": "error"})),
+                "CMDC run: {run:#?}"
+            );
+        } else {
+            assert_eq!(last, "agent_end", "CMDC run: {run:#?}");
+            assert_eq!(count("agent_abort"), 0, "CMDC run: {run:#?}");
+        }
+        assert_eq!(
+            count("agent_end") + count("agent_abort"),
+            1,
+            "CMDC run: {run:#?}"
+        );
+        if self.aborted || count("error") > 0 {
+            return;
+        }
+        for (id, decision) in &self.decisions {
+            let resolved: Vec<Value> = run
+                .iter()
+                .filter(|(name, data)| {
+                    name == "approval_resolved" && data["approvalId"] == id.as_str()
+                })
+                .map(|(_, data)| data["status"].clone())
+                .collect();
+            let Some(decided) = decision else { continue };
+            let status = if *decided { "approved" } else { "rejected" };
+            // An answer that says neither yes nor no is resolved too before the approval is asked again (the
+            // proxy's CMDC inbound resolves an approval as soon as it is answered): only the final decision is
+            // asserted then.
+            let unclear = self.decisions.contains(&(id.clone(), None));
+            let expected: &[Value] = &[json!(status)];
+            let asserted = if unclear {
+                &resolved[resolved.len().saturating_sub(1)..]
+            } else {
+                &resolved[..]
+            };
+            assert_eq!(asserted, expected, "CMDC run: approval {id}: {run:#?}");
+        }
     }
 }
 
@@ -269,7 +347,14 @@ impl Run<'_> {
             }
         };
         let read = match next {
-            Some((name, data)) => self.seen_event(&name, &data),
+            Some((name, data)) => {
+                self.client.run.push((name.clone(), data.clone()));
+                let read = self.seen_event(&name, &data);
+                if matches!(read, Read::Ended) {
+                    self.client.check_run();
+                }
+                read
+            }
             None => Read::Ended,
         };
         if matches!(read, Read::Ended) {
@@ -525,26 +610,29 @@ impl Agent {
         heard.collect()
     }
 
-    /// Whether `POST …/abort` arrived within [`WAIT`]: the proxy's CMDC outbound aborts the gateway's run when
+    /// Whether `POST …/abort` arrived within `wait`: the proxy's CMDC outbound aborts the gateway's run when
     /// its client goes away (closing the events connection alone would leave the run going).
-    pub async fn cancelled(&self) -> bool {
+    pub async fn cancelled(&self, wait: std::time::Duration) -> bool {
         let aborted = async {
             while self.gateway.requests("POST abort").is_empty() {
                 tokio::time::sleep(std::time::Duration::from_millis(10)).await;
             }
         };
-        tokio::time::timeout(WAIT, aborted).await.is_ok()
+        tokio::time::timeout(wait, aborted).await.is_ok()
     }
 }
 
 /// The steps of one run of `script`, given the prompt and the session's history.
 fn steps(script: Script, text: &str, history: &History, gate: &Gate) -> Vec<Step> {
     match script {
+        // One LLM message, its rest held at the gate.
         Script::Text => [
             gateway::text(&[HELLO]),
-            vec![gateway::wait(gate)],
-            gateway::text(&[&GREETING[HELLO.len()..]]),
-            vec![gateway::end(GREETING)],
+            vec![
+                gateway::wait(gate),
+                gateway::event("message_delta", json!({"delta": &GREETING[HELLO.len()..]})),
+                gateway::end(GREETING),
+            ],
         ]
         .concat(),
         Script::ServerTool => [

@@ -18,6 +18,12 @@ pub trait Capabilities {
     fn has_approvals(self) -> bool;
     fn has_questions(self) -> bool;
     fn has_pause_cancel(self) -> bool;
+    /// Whether this protocol's errors carry a code its client is shown (AG-UI `RUN_ERROR.code`, AgentScope
+    /// `error.code`).
+    fn has_error_codes(self) -> bool;
+    /// The code a client is shown when this protocol's agent fails mid-stream ([`Script::FailMidStream`]):
+    /// the agent's own, or the proxy's where the agent's protocol has none.
+    fn failure_code(self) -> &'static str;
     fn inbound_translate(self) -> &'static [(&'static str, &'static str)];
     fn outbound_translate(self) -> &'static [(&'static str, &'static str)];
     fn upstream_headers(self) -> &'static [(&'static str, &'static str)];
@@ -43,6 +49,20 @@ impl Capabilities for Protocol {
 
     fn has_pause_cancel(self) -> bool {
         registry::row(self).pause_cancel
+    }
+
+    fn has_error_codes(self) -> bool {
+        matches!(self, Protocol::AgUi | Protocol::Agentscope)
+    }
+
+    fn failure_code(self) -> &'static str {
+        match self {
+            Protocol::AgUi => ag_ui::FAILURE_CODE,
+            Protocol::A2a => a2a::FAILURE_CODE,
+            Protocol::Agentscope => agentscope::FAILURE_CODE,
+            Protocol::AgKit => ag_kit::FAILURE_CODE,
+            Protocol::Cmdc => cmdc::FAILURE_CODE,
+        }
     }
 
     /// `[routes.translate]` options (key, text value) this protocol needs when it is the inbound face.
@@ -107,6 +127,9 @@ pub struct Seen {
     pub pause: Option<Pause>,
     /// Each error the client was told of, once per error event (or failed HTTP answer), as its message.
     pub errors: Vec<String>,
+    /// The code of each error event, where the client's protocol gives one
+    /// ([`Capabilities::has_error_codes`]).
+    pub codes: Vec<String>,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -382,6 +405,13 @@ impl Agent {
     /// Whether the agent's work was cancelled within [`crate::support::WAIT`]: its request closed, or where
     /// its protocol has a cancel (A2A `tasks/cancel`, CMDC `abort`), that cancel received.
     pub async fn cancelled(&self) -> bool {
-        dispatch!(Agent, self, agent => agent.cancelled().await)
+        let wait = crate::support::WAIT;
+        dispatch!(Agent, self, agent => agent.cancelled(wait).await)
+    }
+
+    /// Whether the agent's work still goes on a moment later (its request open, no cancel sent).
+    pub async fn still_working(&self) -> bool {
+        let moment = std::time::Duration::from_millis(200);
+        !dispatch!(Agent, self, agent => agent.cancelled(moment).await)
     }
 }
