@@ -355,28 +355,6 @@ async fn agkit_to_a2a_json_rpc_error_answer_is_an_http_502_with_its_code() {
 }
 
 #[tokio::test]
-async fn agkit_to_a2a_client_tools_are_not_offered_to_the_agent() {
-    let task = a2a::task("task-1", "ctx-up-1");
-    let agent = Agent::new()
-        .on("message/stream", task.streams(&["I cannot paint."]))
-        .serve()
-        .await;
-    let (_proxy, chat) = agkit_to_a2a(&agent).await;
-    let mut chat = chat.tool("change-background-color", |_| "done".to_owned());
-
-    let exchange = chat.say("Make it blue").await;
-
-    assert_eq!(exchange.text(), "I cannot paint.");
-    assert_eq!(exchange.streams.len(), 1, "no tool round to answer");
-    let call = agent.only_request();
-    assert!(
-        !call.body.to_string().contains("change-background-color"),
-        "an A2A agent cannot be offered client tools: {}",
-        call.body
-    );
-}
-
-#[tokio::test]
 async fn agkit_to_a2a_client_disconnect_cancels_the_agents_task() {
     let task = a2a::task("task-1", "ctx-up-1");
     let agent = Agent::new()
@@ -752,28 +730,4 @@ async fn a2a_to_agkit_server_tool_calls_are_dropped_and_the_text_arrives() {
         "tool calls and results have no A2A form: {results:#?}"
     );
     assert_eq!(a2a::final_status(&results)["state"], "completed");
-}
-
-#[tokio::test]
-async fn a2a_to_agkit_tasks_cancel_closes_the_v0_request() {
-    let agent = Reply::sse()
-        .event(kit::text("Thinking"))
-        .hang()
-        .serve()
-        .await;
-    let proxy = a2a_to_agkit(&agent).await;
-    let url = proxy.url(PATH);
-    let mut stream = a2a::stream_message(&url, a2a::message("Weather?")).await;
-    let mut results = stream.until("artifact-update").await;
-    let task_id = results[0]["id"].as_str().unwrap().to_owned();
-
-    let canceled = a2a::cancel_task(&url, &task_id).await;
-
-    assert_eq!(canceled["status"]["state"], "canceled");
-    assert!(
-        agent.client_left_within(Duration::from_secs(5)).await,
-        "the v0 request is closed: v0 has no cancel"
-    );
-    results.extend(stream.rest().await);
-    assert_eq!(a2a::final_status(&results)["state"], "canceled");
 }

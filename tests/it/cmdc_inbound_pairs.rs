@@ -148,42 +148,6 @@ async fn cmdc_to_a2a_artifact_chunks_stream_as_message_deltas_and_the_run_ends_w
 }
 
 #[tokio::test]
-async fn cmdc_to_a2a_second_prompt_reuses_the_agents_context_and_sends_only_the_new_text() {
-    let first = a2a::task("task-1", "ctx-up-1");
-    let second = a2a::task("task-2", "ctx-up-1");
-    let agent = Agent::new()
-        .on("message/stream", first.streams(&["Sunny."]))
-        .on("message/stream", second.streams(&["Rain."]))
-        .serve()
-        .await;
-    let proxy = proxy("a2a", &agent).await;
-    let session = session(&proxy).await;
-
-    let one = turn(&proxy, &session, "Weather in Beijing?").await;
-    assert_eq!(streamed_text(&one), "Sunny.");
-    let two = turn(&proxy, &session, "And tomorrow?").await;
-
-    assert_eq!(streamed_text(&two), "Rain.");
-    assert_one_completed_run(&two);
-    let calls = a2a::calls(&agent, "message/stream");
-    assert_eq!(calls.len(), 2);
-    let message = a2a::sent_message(&calls[1]);
-    assert_eq!(
-        message["contextId"], "ctx-up-1",
-        "the agent's context is kept"
-    );
-    assert!(
-        message.get("taskId").is_none(),
-        "a new task in it: {message}"
-    );
-    assert_eq!(
-        message["parts"],
-        json!([{"kind": "text", "text": "And tomorrow?"}]),
-        "only the new text: the agent keeps the history"
-    );
-}
-
-#[tokio::test]
 async fn cmdc_to_a2a_input_required_is_ask_user_with_the_question() {
     let agent = a2a::asking_agent().await;
     let proxy = proxy("a2a", &agent).await;
@@ -963,38 +927,6 @@ async fn cmdc_to_agkit_upstream_failure_is_an_error_event_then_agent_abort_and_t
     let next = turn(&proxy, &session, "again").await;
     assert_eq!(streamed_text(&next), "Fine now.");
     assert_one_completed_run(&next);
-}
-
-#[tokio::test]
-async fn cmdc_to_agentscope_reject_answers_the_request_with_approve_false() {
-    let runtime = scope::runtime([
-        Run::new()
-            .approval_request("apr_1", "Shell", &json!({"command": "rm -rf ./old-logs"}))
-            .completed(),
-        Run::new().text(&["Left alone."]).completed(),
-    ])
-    .await;
-    let proxy = proxy("agentscope", &runtime).await;
-    let session = session(&proxy).await;
-    prompt(&proxy, &session, "Clean the logs").await;
-    let mut events = client(&proxy).subscribe(&session).await;
-    let asked = until(&mut events, "approval_required").await;
-    let approval_id = data(&asked, "approval_required")["approvalId"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-
-    let rejected = client(&proxy).reject(&session, &approval_id).await;
-
-    assert_eq!(rejected.status, StatusCode::OK);
-    let seen = all(&mut events).await;
-    assert_one_completed_run(&seen);
-    assert_eq!(data(&seen, "approval_resolved")["status"], "rejected");
-    assert_eq!(streamed_text(&seen), "Left alone.");
-    let input = scope::input_of(&runtime, 1);
-    let response = scope::data(input.last().unwrap());
-    assert_eq!(response["approval_request_id"], "apr_1");
-    assert_eq!(response["approve"], false);
 }
 
 #[tokio::test]

@@ -535,21 +535,6 @@ async fn agui_to_cmdc_agent_abort_max_turns_exceeded_is_a_run_error() {
 }
 
 #[tokio::test]
-async fn agui_to_cmdc_unreachable_gateway_is_a_run_error_upstream_unreachable() {
-    let refused = support::Upstream::refused_url().await;
-    let base = refused.trim_end_matches("/agent");
-    let proxy = Proxy::start(route("ag-ui", base, KEY)).await;
-
-    let events = ag_ui::run(
-        &agui(&proxy),
-        &ag_ui::input("thread-1", "run-1", json!([ag_ui::user("u1", "Hello")])),
-    )
-    .await;
-
-    assert_eq!(ag_ui::run_error(&events)["code"], "UPSTREAM_UNREACHABLE");
-}
-
-#[tokio::test]
 async fn agui_to_cmdc_wrong_api_key_is_a_run_error_naming_401() {
     let gateway = Gateway::replying(&["Hi"]).await;
     let proxy = Proxy::start(route("ag-ui", &gateway.url(), "sk-wrong")).await;
