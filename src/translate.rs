@@ -93,6 +93,21 @@ impl Translator {
     }
 
     /// Reads free-text answers to approvals with `words` (the built-in lists and the route's own).
+    /// What `answer` to an approval decides, its words read by the route's lists; `None` when they say
+    /// neither yes nor no, and the approval is asked again.
+    pub fn approval_decision(&self, answer: &Resume) -> Option<bool> {
+        match (answer.status, &answer.payload) {
+            (ResumeStatus::Resolved, Some(Value::String(text))) => {
+                match self.answer_words.read(text) {
+                    Decision::Approve => Some(true),
+                    Decision::Reject => Some(false),
+                    Decision::Unclear => None,
+                }
+            }
+            _ => Some(answer.approval().0),
+        }
+    }
+
     pub fn with_answer_words(mut self, words: AnswerWords) -> Self {
         self.answer_words = words;
         self

@@ -306,11 +306,14 @@ impl Runner {
                 answer = answered.recv() => answer.ok_or(End::Closed)?,
                 why = stopped(session, run) => return Err(why),
             };
-            if asked
+            let approval = asked
                 .iter()
-                .any(|p| p.id == answer.interrupt_id && p.approval)
-            {
-                let (approved, _) = answer.approval();
+                .any(|p| p.id == answer.interrupt_id && p.approval);
+            // An answer that says neither yes nor no resolves nothing: the approval is asked again.
+            let decision = approval
+                .then(|| self.translator.approval_decision(&answer))
+                .flatten();
+            if let Some(approved) = decision {
                 run.push(Cmdc::ApprovalResolved {
                     approval_id: answer.interrupt_id.clone(),
                     status: if approved { "approved" } else { "rejected" }.into(),
