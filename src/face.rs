@@ -14,6 +14,7 @@
 //! - What an outbound remembers between turns is `store::UpstreamState`; what the hub runs a turn
 //!   against is `translate::Agent`.
 
+use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -31,10 +32,10 @@ use serde::de::DeserializeOwned;
 use crate::body::{self, Body};
 use crate::config::{OptionError, Protocol, RouteConfig, Translate};
 use crate::error::{Error, Result};
-use crate::model::{Event, History};
+use crate::model::{Event, History, Turn};
 use crate::mount::Mount;
 use crate::sse::SseEvent;
-use crate::translate::Agent;
+use crate::translate::{Agent, RunContext};
 use crate::upstream::Upstream;
 
 /// A protocol's row in the registry: what it can carry, and the `[routes.translate]` options each of its
@@ -59,9 +60,9 @@ pub struct Row {
     /// The `[routes.translate]` options its outbound face reads.
     pub outbound_options: Options,
     /// Builds its inbound face for a route; the address is the one the proxy listens on.
-    pub inbound: fn(&RouteConfig, SocketAddr) -> Result<Box<dyn InboundFace>>,
+    pub inbound: fn(&RouteConfig, SocketAddr) -> Result<Box<dyn DynInbound>>,
     /// Builds its outbound face for a route, toward the route's upstream.
-    pub outbound: fn(Upstream, &RouteConfig, SocketAddr) -> Result<Arc<dyn OutboundFace>>,
+    pub outbound: fn(Upstream, &RouteConfig, SocketAddr) -> Result<Arc<dyn DynOutbound>>,
 }
 
 /// An inbound's reading of a client's request body: what the client asks for, or the refusal its protocol
@@ -80,9 +81,18 @@ pub trait RequestDecoder {
     fn refuse(&self, refusal: Self::Refusal) -> Response<Body>;
 }
 
-/// An inbound face as its route serves it.
-pub trait InboundFace: Send + Sync {
-    /// Serves one request addressed to the route (its path or below it).
+/// An inbound face: serves every request addressed to its route (its path or below it). A route holds it as a
+/// [`DynInbound`].
+pub trait InboundFace: Send + Sync + 'static {
+    fn handle(
+        &self,
+        request: Request<Incoming>,
+        mount: &Mount,
+    ) -> impl Future<Output = Response<Body>> + Send;
+}
+
+/// An [`InboundFace`] as its route holds it, behind a pointer, its answer boxed.
+pub trait DynInbound: Send + Sync {
     fn handle<'a>(
         &'a self,
         request: Request<Incoming>,
@@ -90,16 +100,64 @@ pub trait InboundFace: Send + Sync {
     ) -> BoxFuture<'a, Response<Body>>;
 }
 
-/// An outbound face: the agent the hub runs a route's turns against, and where its upstream calls back.
-pub trait OutboundFace: Agent {
+impl<F: InboundFace> DynInbound for F {
+    fn handle<'a>(
+        &'a self,
+        request: Request<Incoming>,
+        mount: &'a Mount,
+    ) -> BoxFuture<'a, Response<Body>> {
+        Box::pin(InboundFace::handle(self, request, mount))
+    }
+}
+
+/// An outbound face: the agent behind a route, which the hub runs turns against (as an [`Agent`]), and where
+/// its upstream calls back into the proxy. A route holds it as a [`DynOutbound`].
+pub trait OutboundFace: Send + Sync + 'static {
+    /// The history its agents want: its registry row's.
+    fn history(&self) -> History;
+
+    /// Runs one turn, emitting its events into `context`; returns when the agent is done.
+    fn run(&self, turn: &Turn, context: &mut RunContext)
+        -> impl Future<Output = Result<()>> + Send;
+
     /// Whether `path` is where the upstream calls back into the proxy (CMDC callback tools).
     fn serves_callback(&self, _path: &str) -> bool {
         false
     }
 
     /// Answers a call of the upstream back into the proxy, at a path it [serves](Self::serves_callback).
-    fn serve_callback(&self, _request: Request<Incoming>) -> BoxFuture<'_, Response<Body>> {
-        Box::pin(async { body::error_response(&Error::not_found("no callback here"), "POST") })
+    fn serve_callback(
+        &self,
+        _request: Request<Incoming>,
+    ) -> impl Future<Output = Response<Body>> + Send {
+        async { body::error_response(&Error::not_found("no callback here"), "POST") }
+    }
+}
+
+impl<F: OutboundFace> Agent for F {
+    fn history(&self) -> History {
+        OutboundFace::history(self)
+    }
+
+    fn run<'a>(&'a self, turn: &'a Turn, context: &'a mut RunContext) -> BoxFuture<'a, Result<()>> {
+        Box::pin(OutboundFace::run(self, turn, context))
+    }
+}
+
+/// An [`OutboundFace`] as its route holds it, behind a pointer, its answers boxed.
+pub trait DynOutbound: Agent {
+    fn serves_callback(&self, path: &str) -> bool;
+
+    fn serve_callback(&self, request: Request<Incoming>) -> BoxFuture<'_, Response<Body>>;
+}
+
+impl<F: OutboundFace> DynOutbound for F {
+    fn serves_callback(&self, path: &str) -> bool {
+        OutboundFace::serves_callback(self, path)
+    }
+
+    fn serve_callback(&self, request: Request<Incoming>) -> BoxFuture<'_, Response<Body>> {
+        Box::pin(OutboundFace::serve_callback(self, request))
     }
 }
 

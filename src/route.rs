@@ -12,7 +12,7 @@ use crate::body::{Body, BodyLimit};
 use crate::config::RouteConfig;
 use crate::cors::Cors;
 use crate::error::Result;
-use crate::face::{read_options, InboundFace, OutboundFace};
+use crate::face::{read_options, DynInbound, DynOutbound};
 use crate::mount::Mount;
 use crate::protocol::registry;
 use crate::store::Store;
@@ -20,9 +20,9 @@ use crate::translate::{Agent, Runs, Translator};
 
 pub struct Route {
     pub name: String,
-    pub inbound: Box<dyn InboundFace>,
+    pub inbound: Box<dyn DynInbound>,
     /// How the route reaches its agent; the translator runs turns against it, and it may serve calls back.
-    outbound: Arc<dyn OutboundFace>,
+    outbound: Arc<dyn DynOutbound>,
     /// What the inbound gets of the route.
     pub mount: Mount,
 }

@@ -7,7 +7,6 @@
 //!   the next turn reports back.
 //! - `/ask QUESTION`: pauses on a question (human in the loop); the next turn reports the answer.
 
-use futures_util::future::BoxFuture;
 use serde_json::Value;
 
 use crate::error::Result;
@@ -15,24 +14,16 @@ use crate::face::OutboundFace;
 use crate::model::{
     new_id, Event, History, Interrupt, InterruptKind, Outcome, ResumeStatus, Role, Turn,
 };
-use crate::translate::{Agent, RunContext};
+use crate::translate::RunContext;
 
 pub struct Echo;
 
-impl Agent for Echo {
+impl OutboundFace for Echo {
     fn history(&self) -> History {
         History::Full
     }
 
-    fn run<'a>(&'a self, turn: &'a Turn, context: &'a mut RunContext) -> BoxFuture<'a, Result<()>> {
-        Box::pin(Echo::run(self, turn, context))
-    }
-}
-
-impl OutboundFace for Echo {}
-
-impl Echo {
-    pub async fn run(&self, turn: &Turn, context: &mut RunContext) -> Result<()> {
+    async fn run(&self, turn: &Turn, context: &mut RunContext) -> Result<()> {
         context.emit(Event::RunStarted).await?;
         match reply_for(turn) {
             Reply::Text(text) => stream_text(&text, context).await?,

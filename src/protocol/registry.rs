@@ -10,7 +10,7 @@ use super::{a2a, ag_kit, ag_ui, agentscope, cmdc, echo};
 use crate::answers;
 use crate::config::{Config, ConfigError, Outbound, Protocol, RouteConfig};
 use crate::error::{Error, Result};
-use crate::face::{FaceOptions, InboundFace, Options, OutboundFace, Row};
+use crate::face::{DynInbound, DynOutbound, FaceOptions, Options, Row};
 use crate::upstream::Upstream;
 
 /// The `[routes.translate]` options the hub reads on every route, whatever its pair.
@@ -31,12 +31,12 @@ pub fn row(protocol: Protocol) -> &'static Row {
 }
 
 /// Builds the face `route` shows its clients; `local` is the address the proxy listens on.
-pub fn inbound(route: &RouteConfig, local: SocketAddr) -> Result<Box<dyn InboundFace>> {
+pub fn inbound(route: &RouteConfig, local: SocketAddr) -> Result<Box<dyn DynInbound>> {
     (row(route.inbound).inbound)(route, local)
 }
 
 /// Builds how `route` reaches its agent: its upstream's protocol, or the built-in echo agent.
-pub fn outbound(route: &RouteConfig, local: SocketAddr) -> Result<Arc<dyn OutboundFace>> {
+pub fn outbound(route: &RouteConfig, local: SocketAddr) -> Result<Arc<dyn DynOutbound>> {
     let Outbound::Protocol(protocol) = route.outbound else {
         return Ok(Arc::new(echo::Echo));
     };

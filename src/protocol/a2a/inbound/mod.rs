@@ -40,7 +40,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use futures_util::future::BoxFuture;
 use futures_util::{Stream, StreamExt};
 use http::{Method, Request, Response, StatusCode};
 use hyper::body::Incoming;
@@ -102,23 +101,6 @@ impl Inbound {
                 per_tenant: route.quota.tasks.map_or(usize::MAX, |n| n.get()),
                 ..Bounds::default()
             })),
-        }
-    }
-
-    pub async fn handle(&self, request: Request<Incoming>, mount: &Mount) -> Response<Body> {
-        let endpoint = match mount.subpath(request.uri().path()) {
-            Some("" | "/" | "/stream") => Endpoint::Rpc,
-            Some("/.well-known/agent.json") => Endpoint::Card(CardVersion::V0_2),
-            Some("/.well-known/agent-card.json") => Endpoint::Card(CardVersion::V0_3),
-            _ => Endpoint::Unknown,
-        };
-        match endpoint {
-            Endpoint::Rpc => self.rpc_endpoint(request, mount).await,
-            Endpoint::Card(version) => self.card_endpoint(&request, mount, version).await,
-            Endpoint::Unknown => plain_error(
-                &Error::not_found(format!("no A2A endpoint at {}", request.uri().path())),
-                "GET",
-            ),
         }
     }
 
@@ -488,12 +470,21 @@ fn plain_error(error: &Error, allow: &'static str) -> Response<Body> {
 }
 
 impl InboundFace for Inbound {
-    fn handle<'a>(
-        &'a self,
-        request: Request<Incoming>,
-        mount: &'a Mount,
-    ) -> BoxFuture<'a, Response<Body>> {
-        Box::pin(Inbound::handle(self, request, mount))
+    async fn handle(&self, request: Request<Incoming>, mount: &Mount) -> Response<Body> {
+        let endpoint = match mount.subpath(request.uri().path()) {
+            Some("" | "/" | "/stream") => Endpoint::Rpc,
+            Some("/.well-known/agent.json") => Endpoint::Card(CardVersion::V0_2),
+            Some("/.well-known/agent-card.json") => Endpoint::Card(CardVersion::V0_3),
+            _ => Endpoint::Unknown,
+        };
+        match endpoint {
+            Endpoint::Rpc => self.rpc_endpoint(request, mount).await,
+            Endpoint::Card(version) => self.card_endpoint(&request, mount, version).await,
+            Endpoint::Unknown => plain_error(
+                &Error::not_found(format!("no A2A endpoint at {}", request.uri().path())),
+                "GET",
+            ),
+        }
     }
 }
 

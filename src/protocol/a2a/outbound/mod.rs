@@ -24,7 +24,6 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use bytes::Bytes;
-use futures_util::future::BoxFuture;
 use http::Uri;
 use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
@@ -40,7 +39,7 @@ use crate::model::{Event, History, Outcome, Turn};
 use crate::relay::{relay, UpstreamEvents};
 use crate::sse;
 use crate::store::{Record, UpstreamState};
-use crate::translate::{Agent, RunContext};
+use crate::translate::RunContext;
 use crate::upstream::{self, redacted, Upstream};
 
 /// What a conversation remembers of its A2A agent.
@@ -113,62 +112,6 @@ impl Outbound {
             card,
             dialect: OnceCell::new(),
         }
-    }
-
-    pub async fn run(&self, turn: &Turn, context: &mut RunContext) -> Result<()> {
-        let dialect = self.dialect().await?;
-        let outgoing = outgoing(turn, &context.record.upstream_state())?;
-        if !turn.tools.is_empty() {
-            debug!(
-                tools = turn.tools.len(),
-                "client tools cannot be offered to an A2A agent; not sent"
-            );
-        }
-        if let Some(task_id) = &outgoing.cancel {
-            // The client declined the paused task's question.
-            forget_paused_task(&mut context.record);
-            cancel_task(&self.upstream, task_id).await;
-        }
-        let Some(message) = outgoing.message else {
-            context
-                .emit(Event::RunFinished {
-                    outcome: Outcome::Cancelled,
-                    usage: None,
-                })
-                .await?;
-            return Ok(());
-        };
-        let mut decoder = Decoder::default();
-        if message.task_id.is_some() {
-            let conversation: Conversation = context.record.upstream_state();
-            decoder.seed_shown_artifacts(conversation.shown_artifacts);
-        }
-        let (method, accept) = if dialect.streaming {
-            ("message/stream", "text/event-stream")
-        } else {
-            ("message/send", "application/json")
-        };
-        let continues = message.task_id.is_some();
-        let params = wire::MessageSendParams {
-            message,
-            configuration: None,
-            metadata: None,
-        };
-        let response = self
-            .upstream
-            .post_json_any_status(rpc_request(method, &params)?, accept)
-            .await?;
-        if continues {
-            // The agent has the answer now; the task is remembered again only if it pauses again.
-            forget_paused_task(&mut context.record);
-        }
-        let mut guard = CancelGuard {
-            upstream: self.upstream.clone(),
-            task_id: None,
-        };
-        let result = self.read(response, &mut decoder, &mut guard, context).await;
-        remember(&decoder, &mut context.record);
-        result
     }
 
     /// How to talk to the agent: from its card, read once.
@@ -507,14 +450,64 @@ impl DiscoveredCard {
     }
 }
 
-impl Agent for Outbound {
+impl OutboundFace for Outbound {
     fn history(&self) -> History {
         super::ROW.history
     }
 
-    fn run<'a>(&'a self, turn: &'a Turn, context: &'a mut RunContext) -> BoxFuture<'a, Result<()>> {
-        Box::pin(Outbound::run(self, turn, context))
+    async fn run(&self, turn: &Turn, context: &mut RunContext) -> Result<()> {
+        let dialect = self.dialect().await?;
+        let outgoing = outgoing(turn, &context.record.upstream_state())?;
+        if !turn.tools.is_empty() {
+            debug!(
+                tools = turn.tools.len(),
+                "client tools cannot be offered to an A2A agent; not sent"
+            );
+        }
+        if let Some(task_id) = &outgoing.cancel {
+            // The client declined the paused task's question.
+            forget_paused_task(&mut context.record);
+            cancel_task(&self.upstream, task_id).await;
+        }
+        let Some(message) = outgoing.message else {
+            context
+                .emit(Event::RunFinished {
+                    outcome: Outcome::Cancelled,
+                    usage: None,
+                })
+                .await?;
+            return Ok(());
+        };
+        let mut decoder = Decoder::default();
+        if message.task_id.is_some() {
+            let conversation: Conversation = context.record.upstream_state();
+            decoder.seed_shown_artifacts(conversation.shown_artifacts);
+        }
+        let (method, accept) = if dialect.streaming {
+            ("message/stream", "text/event-stream")
+        } else {
+            ("message/send", "application/json")
+        };
+        let continues = message.task_id.is_some();
+        let params = wire::MessageSendParams {
+            message,
+            configuration: None,
+            metadata: None,
+        };
+        let response = self
+            .upstream
+            .post_json_any_status(rpc_request(method, &params)?, accept)
+            .await?;
+        if continues {
+            // The agent has the answer now; the task is remembered again only if it pauses again.
+            forget_paused_task(&mut context.record);
+        }
+        let mut guard = CancelGuard {
+            upstream: self.upstream.clone(),
+            task_id: None,
+        };
+        let result = self.read(response, &mut decoder, &mut guard, context).await;
+        remember(&decoder, &mut context.record);
+        result
     }
 }
-
-impl OutboundFace for Outbound {}

@@ -23,7 +23,6 @@ pub use encode::Encoder;
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
-use futures_util::future::BoxFuture;
 use futures_util::{stream, Stream, StreamExt};
 use http::header::HeaderValue;
 use http::{HeaderName, Method, Request, Response};
@@ -48,13 +47,6 @@ pub struct Inbound;
 impl Inbound {
     pub fn new() -> Self {
         Self
-    }
-
-    pub async fn handle(&self, request: Request<Incoming>, mount: &Mount) -> Response<Body> {
-        match self.start(request, mount).await {
-            Ok(response) => response,
-            Err(error) => body::error_response(&error, "POST"),
-        }
     }
 
     async fn start(&self, request: Request<Incoming>, mount: &Mount) -> Result<Response<Body>> {
@@ -136,11 +128,10 @@ where
 }
 
 impl InboundFace for Inbound {
-    fn handle<'a>(
-        &'a self,
-        request: Request<Incoming>,
-        mount: &'a Mount,
-    ) -> BoxFuture<'a, Response<Body>> {
-        Box::pin(Inbound::handle(self, request, mount))
+    async fn handle(&self, request: Request<Incoming>, mount: &Mount) -> Response<Body> {
+        match self.start(request, mount).await {
+            Ok(response) => response,
+            Err(error) => body::error_response(&error, "POST"),
+        }
     }
 }

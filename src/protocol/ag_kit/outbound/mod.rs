@@ -9,7 +9,6 @@ mod encode;
 pub use decode::Decoder;
 
 use bytes::Bytes;
-use futures_util::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 
 use crate::body;
@@ -19,7 +18,7 @@ use crate::model::{Event, History, Interrupt, InterruptKind, Turn};
 use crate::relay::{relay, UpstreamEvents};
 use crate::sse;
 use crate::store::{Record, UpstreamState};
-use crate::translate::{Agent, RunContext};
+use crate::translate::RunContext;
 use crate::upstream::Upstream;
 use encode::request;
 
@@ -55,8 +54,23 @@ impl Outbound {
     pub fn new(upstream: Upstream) -> Self {
         Self { upstream }
     }
+}
 
-    pub async fn run(&self, turn: &Turn, context: &mut RunContext) -> Result<()> {
+fn remember_interrupt(interrupt: &Interrupt, record: &mut Record) {
+    record.update_upstream(|conversation: &mut Conversation| {
+        conversation.waiting = Some(WaitingInterrupt {
+            id: interrupt.id.clone(),
+            approval: matches!(interrupt.kind, InterruptKind::Approval { .. }),
+        });
+    });
+}
+
+impl OutboundFace for Outbound {
+    fn history(&self) -> History {
+        super::ROW.history
+    }
+
+    async fn run(&self, turn: &Turn, context: &mut RunContext) -> Result<()> {
         let request = request(turn, &mut context.record)?;
         let body = serde_json::to_vec(&request).map_err(|e| {
             Error::internal(format!("encoding the send-message request failed: {e}"))
@@ -92,24 +106,3 @@ impl Outbound {
         .await
     }
 }
-
-fn remember_interrupt(interrupt: &Interrupt, record: &mut Record) {
-    record.update_upstream(|conversation: &mut Conversation| {
-        conversation.waiting = Some(WaitingInterrupt {
-            id: interrupt.id.clone(),
-            approval: matches!(interrupt.kind, InterruptKind::Approval { .. }),
-        });
-    });
-}
-
-impl Agent for Outbound {
-    fn history(&self) -> History {
-        super::ROW.history
-    }
-
-    fn run<'a>(&'a self, turn: &'a Turn, context: &'a mut RunContext) -> BoxFuture<'a, Result<()>> {
-        Box::pin(Outbound::run(self, turn, context))
-    }
-}
-
-impl OutboundFace for Outbound {}

@@ -8,7 +8,6 @@ mod encode;
 pub use decode::Reader;
 pub use encode::Encoder;
 
-use futures_util::future::BoxFuture;
 use http::{Method, Request, Response};
 use hyper::body::Incoming;
 
@@ -28,13 +27,6 @@ pub struct Inbound {
 impl Inbound {
     pub fn new(options: InboundOptions) -> Self {
         Self { options }
-    }
-
-    pub async fn handle(&self, request: Request<Incoming>, mount: &Mount) -> Response<Body> {
-        match self.start(request, mount).await {
-            Ok(response) => response,
-            Err(error) => body::error_response(&error, "POST"),
-        }
     }
 
     async fn start(&self, request: Request<Incoming>, mount: &Mount) -> Result<Response<Body>> {
@@ -59,11 +51,10 @@ impl Inbound {
 }
 
 impl InboundFace for Inbound {
-    fn handle<'a>(
-        &'a self,
-        request: Request<Incoming>,
-        mount: &'a Mount,
-    ) -> BoxFuture<'a, Response<Body>> {
-        Box::pin(Inbound::handle(self, request, mount))
+    async fn handle(&self, request: Request<Incoming>, mount: &Mount) -> Response<Body> {
+        match self.start(request, mount).await {
+            Ok(response) => response,
+            Err(error) => body::error_response(&error, "POST"),
+        }
     }
 }

@@ -7,7 +7,6 @@ mod pause_tools;
 
 pub use decode::Decoder;
 
-use futures_util::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -19,7 +18,7 @@ use crate::model::{Event, History, Interrupt, InterruptKind, Turn};
 use crate::relay::{relay, UpstreamEvents};
 use crate::sse;
 use crate::store::{Record, UpstreamState};
-use crate::translate::{Agent, RunContext};
+use crate::translate::RunContext;
 use crate::upstream::Upstream;
 use pause_tools::{PauseTools, Paused};
 
@@ -53,8 +52,37 @@ impl Outbound {
             protocol_version: options.agui_protocol_version,
         }
     }
+}
 
-    pub async fn run(&self, turn: &Turn, context: &mut RunContext) -> Result<()> {
+/// The id of the interrupt `event` asks an approval with, if it does.
+fn approval_asked(event: &Event) -> Option<String> {
+    match event {
+        Event::Interrupt(Interrupt {
+            id,
+            kind: InterruptKind::Approval { .. },
+        }) => Some(id.clone()),
+        _ => None,
+    }
+}
+
+fn take_conversation(record: &mut Record) -> Conversation {
+    record.update_upstream(std::mem::take)
+}
+
+fn remember(conversation: Conversation, record: &mut Record) {
+    record.update_upstream(|kept: &mut Conversation| *kept = conversation);
+}
+
+fn empty_object() -> Value {
+    Value::Object(Default::default())
+}
+
+impl OutboundFace for Outbound {
+    fn history(&self) -> History {
+        super::ROW.history
+    }
+
+    async fn run(&self, turn: &Turn, context: &mut RunContext) -> Result<()> {
         // The last run's approvals and pause calls are answered now or lapse.
         let Conversation { approvals, paused } = take_conversation(&mut context.record);
         let answers = self.pause_tools.answers(&paused.calls, &turn.resume);
@@ -94,41 +122,6 @@ impl Outbound {
         Ok(())
     }
 }
-
-/// The id of the interrupt `event` asks an approval with, if it does.
-fn approval_asked(event: &Event) -> Option<String> {
-    match event {
-        Event::Interrupt(Interrupt {
-            id,
-            kind: InterruptKind::Approval { .. },
-        }) => Some(id.clone()),
-        _ => None,
-    }
-}
-
-fn take_conversation(record: &mut Record) -> Conversation {
-    record.update_upstream(std::mem::take)
-}
-
-fn remember(conversation: Conversation, record: &mut Record) {
-    record.update_upstream(|kept: &mut Conversation| *kept = conversation);
-}
-
-fn empty_object() -> Value {
-    Value::Object(Default::default())
-}
-
-impl Agent for Outbound {
-    fn history(&self) -> History {
-        super::ROW.history
-    }
-
-    fn run<'a>(&'a self, turn: &'a Turn, context: &'a mut RunContext) -> BoxFuture<'a, Result<()>> {
-        Box::pin(Outbound::run(self, turn, context))
-    }
-}
-
-impl OutboundFace for Outbound {}
 
 #[cfg(test)]
 mod tests {

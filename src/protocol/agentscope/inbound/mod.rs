@@ -30,7 +30,6 @@ use std::collections::HashSet;
 use std::fmt::Write;
 use std::sync::{Arc, Mutex};
 
-use futures_util::future::BoxFuture;
 use futures_util::Stream;
 use http::header::{HeaderValue, CONTENT_TYPE};
 use http::{Method, Request, Response, StatusCode};
@@ -66,36 +65,6 @@ impl Inbound {
             },
             running: Arc::default(),
         }
-    }
-
-    pub async fn handle(&self, request: Request<Incoming>, mount: &Mount) -> Response<Body> {
-        if !matches!(mount.subpath(request.uri().path()), Some("" | "/process")) {
-            return detail(StatusCode::NOT_FOUND, "Not Found");
-        }
-        let caller = match mount.access.admit(&request, KeySources::Headers).await {
-            Ok(caller) => caller,
-            Err(error) => {
-                let refused = detail(error.http_status(), error.message());
-                return auth::with_refusal_headers(refused, &error);
-            }
-        };
-        if request.method() != Method::POST {
-            return body::with_allow(
-                detail(StatusCode::METHOD_NOT_ALLOWED, "Method Not Allowed"),
-                "POST",
-            );
-        }
-        let json = is_json(request.headers().get(CONTENT_TYPE));
-        let bytes = match body::read_request(request.into_body(), mount.body_limit).await {
-            Ok(bytes) => bytes,
-            Err(error) => return detail(error.http_status(), error.message()),
-        };
-        if !json && !bytes.is_empty() {
-            let text = String::from_utf8_lossy(&bytes).into_owned();
-            return refusal(decode::not_a_dict(Value::String(text)));
-        }
-        let translator = Arc::clone(&mount.translator);
-        self.serve(&bytes, &caller.tenant, move |turn| translator.start(turn))
     }
 
     /// Answers one request body of `tenant`'s client. `start` runs a turn and returns its canonical events (RunStarted first, one
@@ -231,12 +200,34 @@ fn python_json_string(text: &str, out: &mut String) {
 }
 
 impl InboundFace for Inbound {
-    fn handle<'a>(
-        &'a self,
-        request: Request<Incoming>,
-        mount: &'a Mount,
-    ) -> BoxFuture<'a, Response<Body>> {
-        Box::pin(Inbound::handle(self, request, mount))
+    async fn handle(&self, request: Request<Incoming>, mount: &Mount) -> Response<Body> {
+        if !matches!(mount.subpath(request.uri().path()), Some("" | "/process")) {
+            return detail(StatusCode::NOT_FOUND, "Not Found");
+        }
+        let caller = match mount.access.admit(&request, KeySources::Headers).await {
+            Ok(caller) => caller,
+            Err(error) => {
+                let refused = detail(error.http_status(), error.message());
+                return auth::with_refusal_headers(refused, &error);
+            }
+        };
+        if request.method() != Method::POST {
+            return body::with_allow(
+                detail(StatusCode::METHOD_NOT_ALLOWED, "Method Not Allowed"),
+                "POST",
+            );
+        }
+        let json = is_json(request.headers().get(CONTENT_TYPE));
+        let bytes = match body::read_request(request.into_body(), mount.body_limit).await {
+            Ok(bytes) => bytes,
+            Err(error) => return detail(error.http_status(), error.message()),
+        };
+        if !json && !bytes.is_empty() {
+            let text = String::from_utf8_lossy(&bytes).into_owned();
+            return refusal(decode::not_a_dict(Value::String(text)));
+        }
+        let translator = Arc::clone(&mount.translator);
+        self.serve(&bytes, &caller.tenant, move |turn| translator.start(turn))
     }
 }
 

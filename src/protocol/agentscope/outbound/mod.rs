@@ -43,7 +43,6 @@ pub use decode::Decoder;
 use encode::request;
 
 use bytes::Bytes;
-use futures_util::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 
 use super::{wire, OutboundOptions};
@@ -54,7 +53,7 @@ use crate::model::{new_id, Event, History, Turn};
 use crate::relay::{relay, UpstreamEvents};
 use crate::sse;
 use crate::store::{Record, UpstreamState};
-use crate::translate::{Agent, RunContext};
+use crate::translate::RunContext;
 use crate::upstream::Upstream;
 
 /// What a conversation remembers of its AgentScope runtime.
@@ -92,40 +91,6 @@ impl Outbound {
             upstream,
             model: options.model,
         }
-    }
-
-    pub async fn run(&self, turn: &Turn, context: &mut RunContext) -> Result<()> {
-        let identity = identity(turn, &mut context.record);
-        // Approvals of the last run are answered now or lapse: the client moved on.
-        let approvals = take_approvals(&mut context.record);
-        let request = request(turn, &identity, self.model.as_deref(), &approvals);
-        let body = serde_json::to_vec(&request)
-            .map_err(|e| Error::internal(format!("encoding the AgentRequest failed: {e}")))?;
-        let response = self
-            .upstream
-            .post_json(Bytes::from(body), "text/event-stream")
-            .await?;
-        let mut decoder = Decoder::with_client_tools(turn.tools.iter().map(|t| t.name.clone()));
-        let mut events = Vec::new();
-        if !sse::is_event_stream(response.headers()) {
-            // The runtime always streams; a JSON answer is most likely a bare error object.
-            let body = body::read_limited(response.into_body(), MAX_BODY_BYTES)
-                .await
-                .unwrap_or_default();
-            let text = String::from_utf8_lossy(&body);
-            if decoder.decode(&text, &mut events).is_err() {
-                return Err(Error::upstream_malformed(format!(
-                    "the AgentScope upstream answered without an event stream: {}",
-                    text.trim()
-                )));
-            }
-            return emit_all(&mut decoder, &mut events, context).await;
-        }
-        let mut events = UpstreamEvents::new(response.into_body(), "AgentScope", MAX_EVENT_BYTES);
-        relay(&mut events, &mut decoder, context, |decoder, _, record| {
-            remember_approvals(decoder.take_approvals(), record)
-        })
-        .await
     }
 }
 
@@ -189,14 +154,42 @@ fn remember_approvals(new: Vec<PendingApproval>, record: &mut Record) {
     }
 }
 
-impl Agent for Outbound {
+impl OutboundFace for Outbound {
     fn history(&self) -> History {
         super::ROW.history
     }
 
-    fn run<'a>(&'a self, turn: &'a Turn, context: &'a mut RunContext) -> BoxFuture<'a, Result<()>> {
-        Box::pin(Outbound::run(self, turn, context))
+    async fn run(&self, turn: &Turn, context: &mut RunContext) -> Result<()> {
+        let identity = identity(turn, &mut context.record);
+        // Approvals of the last run are answered now or lapse: the client moved on.
+        let approvals = take_approvals(&mut context.record);
+        let request = request(turn, &identity, self.model.as_deref(), &approvals);
+        let body = serde_json::to_vec(&request)
+            .map_err(|e| Error::internal(format!("encoding the AgentRequest failed: {e}")))?;
+        let response = self
+            .upstream
+            .post_json(Bytes::from(body), "text/event-stream")
+            .await?;
+        let mut decoder = Decoder::with_client_tools(turn.tools.iter().map(|t| t.name.clone()));
+        let mut events = Vec::new();
+        if !sse::is_event_stream(response.headers()) {
+            // The runtime always streams; a JSON answer is most likely a bare error object.
+            let body = body::read_limited(response.into_body(), MAX_BODY_BYTES)
+                .await
+                .unwrap_or_default();
+            let text = String::from_utf8_lossy(&body);
+            if decoder.decode(&text, &mut events).is_err() {
+                return Err(Error::upstream_malformed(format!(
+                    "the AgentScope upstream answered without an event stream: {}",
+                    text.trim()
+                )));
+            }
+            return emit_all(&mut decoder, &mut events, context).await;
+        }
+        let mut events = UpstreamEvents::new(response.into_body(), "AgentScope", MAX_EVENT_BYTES);
+        relay(&mut events, &mut decoder, context, |decoder, _, record| {
+            remember_approvals(decoder.take_approvals(), record)
+        })
+        .await
     }
 }
-
-impl OutboundFace for Outbound {}

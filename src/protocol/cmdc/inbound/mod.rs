@@ -26,7 +26,6 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 use bytes::{Bytes, BytesMut};
-use futures_util::future::BoxFuture;
 use futures_util::stream;
 use http::header::CONTENT_TYPE;
 use http::{Method, Request, Response, StatusCode};
@@ -181,13 +180,6 @@ impl Inbound {
                 callbacks: self.callbacks.clone(),
             })
         }))
-    }
-
-    pub async fn handle(&self, request: Request<Incoming>, mount: &Mount) -> Response<Body> {
-        match self.serve(request, mount).await {
-            Ok(response) => response,
-            Err(error) => error.into_response(),
-        }
     }
 
     async fn serve(&self, request: Request<Incoming>, mount: &Mount) -> Answer {
@@ -540,11 +532,10 @@ fn ok(body: Value) -> Response<Body> {
 }
 
 impl InboundFace for Inbound {
-    fn handle<'a>(
-        &'a self,
-        request: Request<Incoming>,
-        mount: &'a Mount,
-    ) -> BoxFuture<'a, Response<Body>> {
-        Box::pin(Inbound::handle(self, request, mount))
+    async fn handle(&self, request: Request<Incoming>, mount: &Mount) -> Response<Body> {
+        match self.serve(request, mount).await {
+            Ok(response) => response,
+            Err(error) => error.into_response(),
+        }
     }
 }

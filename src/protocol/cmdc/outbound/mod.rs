@@ -33,7 +33,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use futures_util::future::BoxFuture;
 use http::{Method, Request, Response, StatusCode, Uri};
 use hyper::body::Incoming;
 use serde::{Deserialize, Serialize};
@@ -50,7 +49,7 @@ use crate::model::{Event, History, Message, Outcome, Role, Turn, Usage};
 use crate::relay::{Next, UpstreamEvents};
 use crate::sse;
 use crate::store::{Record, UpstreamState};
-use crate::translate::{Agent, RunContext};
+use crate::translate::RunContext;
 use crate::upstream::{self, Upstream};
 
 /// What a conversation remembers of its gateway session.
@@ -232,35 +231,6 @@ impl Outbound {
         })
     }
 
-    pub fn serves_callback(&self, path: &str) -> bool {
-        path == self.callback_path
-    }
-
-    /// A call of a client tool by the gateway: handed to the step reading that session's run, and held
-    /// open until the client answers (within the route's timeout). Always `{"error"}` on failure, which the
-    /// agent sees as the tool's failure: 200 when the client did not answer, the error's status (403, 400)
-    /// for a call that is refused.
-    pub async fn serve_callback(&self, request: Request<Incoming>) -> Response<Body> {
-        let (status, answer) = match self.callback(request).await {
-            Ok(answer) => (StatusCode::OK, answer),
-            Err(error) if error.is_client() => {
-                info!("a CMDC tool callback was refused: {error}");
-                let status = error.http_status();
-                (
-                    status,
-                    wire::CallbackAnswer::Error(error.message().to_owned()),
-                )
-            }
-            Err(error) => {
-                info!("a CMDC tool callback was not answered by the client: {error}");
-                let answer = wire::CallbackAnswer::Error(error.message().to_owned());
-                (StatusCode::OK, answer)
-            }
-        };
-        let json = serde_json::to_vec(&answer).unwrap_or_default();
-        body::json_response(status, json)
-    }
-
     async fn callback(&self, request: Request<Incoming>) -> Result<wire::CallbackAnswer> {
         body::expect_method(&request, Method::POST)?;
         let token = query_token(request.uri().query().unwrap_or("")).to_owned();
@@ -292,69 +262,6 @@ impl Outbound {
                 "the client did not run the tool in time",
             )),
         }
-    }
-
-    pub async fn run(&self, turn: &Turn, context: &mut RunContext) -> Result<()> {
-        let actions = plan(turn, &mut context.record)?;
-        let mut session = match context.record.upstream_state::<Conversation>().session_id {
-            Some(session) => session,
-            None => self.create_session(turn, &mut context.record).await?,
-        };
-        self.register_tools(&session, turn, &mut context.record)
-            .await?;
-        let abandoned = context
-            .record
-            .update_upstream(|conversation: &mut Conversation| {
-                std::mem::take(&mut conversation.running)
-            });
-        if abandoned {
-            self.await_abandoned_run(&session).await?;
-        }
-        let mut usage = None;
-        for action in actions {
-            let end = match self.step(&session, &action, context).await {
-                Err(gone) if gone.is_session_gone() && matches!(action, Action::Prompt(_)) => {
-                    info!(session = %session, "the CMDC session is gone (its history with it); creating a new one");
-                    session = self.create_session(turn, &mut context.record).await?;
-                    self.register_tools(&session, turn, &mut context.record)
-                        .await?;
-                    self.step(&session, &action, context)
-                        .await
-                        .map_err(StepError::into_error)?
-                }
-                other => other.map_err(StepError::into_error)?,
-            };
-            match end {
-                StepEnd::Finished(step_usage) => usage = step_usage.or(usage),
-                StepEnd::Paused(waiting) => {
-                    context
-                        .record
-                        .update_upstream(|conversation: &mut Conversation| {
-                            conversation.waiting = Some(waiting.clone())
-                        });
-                    // A client tool's call ends the turn as any client tool call does; the others pause it.
-                    let outcome = match waiting {
-                        Waiting::Callback(_) => Outcome::Completed,
-                        Waiting::Approval(_) | Waiting::Question(_) => Outcome::Interrupted,
-                    };
-                    return context.emit(Event::RunFinished { outcome, usage }).await;
-                }
-                StepEnd::Cancelled => {
-                    return context
-                        .emit(Event::RunFinished {
-                            outcome: Outcome::Cancelled,
-                            usage,
-                        })
-                        .await;
-                }
-            }
-        }
-        context
-            .emit(Event::RunFinished {
-                outcome: Outcome::Completed,
-                usage,
-            })
-            .await
     }
 
     /// `POST /v1/sessions`; the session id is kept for the conversation.
@@ -774,22 +681,100 @@ impl Drop for AbortGuard {
     }
 }
 
-impl Agent for Outbound {
+impl OutboundFace for Outbound {
     fn history(&self) -> History {
         super::ROW.history
     }
 
-    fn run<'a>(&'a self, turn: &'a Turn, context: &'a mut RunContext) -> BoxFuture<'a, Result<()>> {
-        Box::pin(Outbound::run(self, turn, context))
+    async fn run(&self, turn: &Turn, context: &mut RunContext) -> Result<()> {
+        let actions = plan(turn, &mut context.record)?;
+        let mut session = match context.record.upstream_state::<Conversation>().session_id {
+            Some(session) => session,
+            None => self.create_session(turn, &mut context.record).await?,
+        };
+        self.register_tools(&session, turn, &mut context.record)
+            .await?;
+        let abandoned = context
+            .record
+            .update_upstream(|conversation: &mut Conversation| {
+                std::mem::take(&mut conversation.running)
+            });
+        if abandoned {
+            self.await_abandoned_run(&session).await?;
+        }
+        let mut usage = None;
+        for action in actions {
+            let end = match self.step(&session, &action, context).await {
+                Err(gone) if gone.is_session_gone() && matches!(action, Action::Prompt(_)) => {
+                    info!(session = %session, "the CMDC session is gone (its history with it); creating a new one");
+                    session = self.create_session(turn, &mut context.record).await?;
+                    self.register_tools(&session, turn, &mut context.record)
+                        .await?;
+                    self.step(&session, &action, context)
+                        .await
+                        .map_err(StepError::into_error)?
+                }
+                other => other.map_err(StepError::into_error)?,
+            };
+            match end {
+                StepEnd::Finished(step_usage) => usage = step_usage.or(usage),
+                StepEnd::Paused(waiting) => {
+                    context
+                        .record
+                        .update_upstream(|conversation: &mut Conversation| {
+                            conversation.waiting = Some(waiting.clone())
+                        });
+                    // A client tool's call ends the turn as any client tool call does; the others pause it.
+                    let outcome = match waiting {
+                        Waiting::Callback(_) => Outcome::Completed,
+                        Waiting::Approval(_) | Waiting::Question(_) => Outcome::Interrupted,
+                    };
+                    return context.emit(Event::RunFinished { outcome, usage }).await;
+                }
+                StepEnd::Cancelled => {
+                    return context
+                        .emit(Event::RunFinished {
+                            outcome: Outcome::Cancelled,
+                            usage,
+                        })
+                        .await;
+                }
+            }
+        }
+        context
+            .emit(Event::RunFinished {
+                outcome: Outcome::Completed,
+                usage,
+            })
+            .await
     }
-}
 
-impl OutboundFace for Outbound {
     fn serves_callback(&self, path: &str) -> bool {
-        Outbound::serves_callback(self, path)
+        path == self.callback_path
     }
 
-    fn serve_callback(&self, request: Request<Incoming>) -> BoxFuture<'_, Response<Body>> {
-        Box::pin(Outbound::serve_callback(self, request))
+    /// A call of a client tool by the gateway: handed to the step reading that session's run, and held
+    /// open until the client answers (within the route's timeout). Always `{"error"}` on failure, which the
+    /// agent sees as the tool's failure: 200 when the client did not answer, the error's status (403, 400)
+    /// for a call that is refused.
+    async fn serve_callback(&self, request: Request<Incoming>) -> Response<Body> {
+        let (status, answer) = match self.callback(request).await {
+            Ok(answer) => (StatusCode::OK, answer),
+            Err(error) if error.is_client() => {
+                info!("a CMDC tool callback was refused: {error}");
+                let status = error.http_status();
+                (
+                    status,
+                    wire::CallbackAnswer::Error(error.message().to_owned()),
+                )
+            }
+            Err(error) => {
+                info!("a CMDC tool callback was not answered by the client: {error}");
+                let answer = wire::CallbackAnswer::Error(error.message().to_owned());
+                (StatusCode::OK, answer)
+            }
+        };
+        let json = serde_json::to_vec(&answer).unwrap_or_default();
+        body::json_response(status, json)
     }
 }
