@@ -19,7 +19,7 @@ use crate::support::agentscope::{self as scope, Run};
 use crate::support::cmdc::{
     self, all, names, recv_ws, streamed_text, until, Gateway, History, Step, Ws, KEY as GATEWAY_KEY,
 };
-use crate::support::{CmdcClient, Proxy, Route, Upstream};
+use crate::support::{CmdcClient, Proxy, Route, SseStream, Upstream};
 
 const PATH: &str = "/gw";
 /// The API key of the CMDC client (tenant `acme`).
@@ -71,6 +71,51 @@ async fn prompt(proxy: &Proxy, session: &str, text: &str) {
     assert_eq!(accepted["queued"], false, "{accepted}");
 }
 
+/// A new session, its first prompt `text` sent and the run's stream open, as cmdc-sdk does for a run it
+/// means to follow (create, POST, then `GET …/events`).
+async fn start_run(proxy: &Proxy, text: &str) -> (String, SseStream) {
+    let session = session(proxy).await;
+    prompt(proxy, &session, text).await;
+    let events = client(proxy).subscribe(&session).await;
+    (session, events)
+}
+
+/// Reads the run until it pauses on `ask_user`: the question's `ref`.
+async fn until_question(events: &mut SseStream) -> String {
+    until_pause(events, "ask_user", "ref").await
+}
+
+/// Reads the run until it pauses on `approval_required`: its `approvalId`.
+async fn until_approval(events: &mut SseStream) -> String {
+    until_pause(events, "approval_required", "approvalId").await
+}
+
+/// Reads the run until the pause event `name`: the id in its `id_field`, to answer the pause with.
+async fn until_pause(events: &mut SseStream, name: &str, id_field: &str) -> String {
+    let asked = until(events, name).await;
+    data(&asked, name)[id_field]
+        .as_str()
+        .unwrap_or_else(|| panic!("no {id_field} in {name}: {asked:?}"))
+        .to_owned()
+}
+
+/// `DELETE /v1/sessions/{session}`.
+async fn delete_session(proxy: &Proxy, session: &str) -> support::Response {
+    client(proxy)
+        .call(Method::DELETE, &format!("/v1/sessions/{session}"), None)
+        .await
+}
+
+/// Waits (as `what`) until the proxy asks the gateway to abort its session's run.
+async fn wait_for_gateway_abort(gateway: &Gateway, what: &str) {
+    let upstream = gateway.session();
+    gateway
+        .wait_for(what, |r| {
+            r.method == Method::POST && r.path == format!("/v1/sessions/{upstream}/abort")
+        })
+        .await;
+}
+
 /// A prompt and its whole run, as cmdc-sdk's `prompt()` reads it (POST, then the stream to its end).
 async fn turn(proxy: &Proxy, session: &str, text: &str) -> Vec<(String, Value)> {
     prompt(proxy, session, text).await;
@@ -98,6 +143,29 @@ fn assert_one_completed_run(seen: &[(String, Value)]) {
     assert_eq!(names(seen).last(), Some(&"agent_end"), "{seen:?}");
     assert_eq!(count(seen, "agent_end"), 1, "{seen:?}");
     assert_eq!(count(seen, "agent_abort"), 0, "{seen:?}");
+}
+
+/// An A2A agent over three calls: task `task-1` (context `ctx-up-1`) asks "Which city?", the answer
+/// completes it with "Paris is sunny.", and the next prompt is a new task `task-2` in the same context that
+/// answers "Rain tomorrow.".
+async fn asking_agent_with_a_next_task() -> Upstream {
+    let task = a2a::task("task-1", "ctx-up-1");
+    let next = a2a::task("task-2", "ctx-up-1");
+    Agent::new()
+        .on(
+            "message/stream",
+            a2a::stream([task.submitted(), task.working()])
+                .then(task.input_required("Which city?")),
+        )
+        .on(
+            "message/stream",
+            a2a::stream([task.in_state("input-required"), task.working()])
+                .chunks(&task, "a2", &["Paris is sunny."])
+                .then(task.completed()),
+        )
+        .on("message/stream", next.streams(&["Rain tomorrow."]))
+        .serve()
+        .await
 }
 
 // --- CMDC -> A2A -------------------------------------------------------------------------------------------
@@ -151,9 +219,7 @@ async fn cmdc_to_a2a_artifact_chunks_stream_as_message_deltas_and_the_run_ends_w
 async fn cmdc_to_a2a_input_required_is_ask_user_with_the_question() {
     let agent = a2a::asking_agent().await;
     let proxy = proxy("a2a", &agent).await;
-    let session = session(&proxy).await;
-    prompt(&proxy, &session, "Weather?").await;
-    let mut events = client(&proxy).subscribe(&session).await;
+    let (_session, mut events) = start_run(&proxy, "Weather?").await;
 
     let asked = until(&mut events, "ask_user").await;
 
@@ -173,14 +239,8 @@ async fn cmdc_to_a2a_input_required_is_ask_user_with_the_question() {
 async fn cmdc_to_a2a_answer_continues_the_paused_task() {
     let agent = a2a::asking_agent().await;
     let proxy = proxy("a2a", &agent).await;
-    let session = session(&proxy).await;
-    prompt(&proxy, &session, "Weather?").await;
-    let mut events = client(&proxy).subscribe(&session).await;
-    let asked = until(&mut events, "ask_user").await;
-    let reference = data(&asked, "ask_user")["ref"]
-        .as_str()
-        .expect("a ref")
-        .to_owned();
+    let (session, mut events) = start_run(&proxy, "Weather?").await;
+    let reference = until_question(&mut events).await;
 
     let answered = client(&proxy).respond(&session, &reference, "Paris").await;
 
@@ -295,9 +355,7 @@ fn cleaner(text: &str, _: &History) -> Vec<Step> {
 async fn cmdc_to_cmdc_approval_passes_through_and_approve_reaches_the_gateways_approval() {
     let gateway = Gateway::start(cleaner).await;
     let proxy = cmdc_proxy(&gateway).await;
-    let session = session(&proxy).await;
-    prompt(&proxy, &session, "Clean the logs").await;
-    let mut events = client(&proxy).subscribe(&session).await;
+    let (session, mut events) = start_run(&proxy, "Clean the logs").await;
 
     let asked = until(&mut events, "approval_required").await;
     let required = data(&asked, "approval_required").clone();
@@ -355,9 +413,7 @@ fn asker(text: &str, _: &History) -> Vec<Step> {
 async fn cmdc_to_cmdc_ask_user_is_answered_by_respond() {
     let gateway = Gateway::start(asker).await;
     let proxy = cmdc_proxy(&gateway).await;
-    let session = session(&proxy).await;
-    prompt(&proxy, &session, "Weather?").await;
-    let mut events = client(&proxy).subscribe(&session).await;
+    let (session, mut events) = start_run(&proxy, "Weather?").await;
 
     let asked = until(&mut events, "ask_user").await;
     let ask = data(&asked, "ask_user").clone();
@@ -489,9 +545,7 @@ async fn cmdc_to_agkit_approval_interrupt_is_approval_required_and_approve_resum
     ])
     .await;
     let proxy = proxy("ag-kit", &agent).await;
-    let session = session(&proxy).await;
-    prompt(&proxy, &session, "Clean up the logs").await;
-    let mut events = client(&proxy).subscribe(&session).await;
+    let (session, mut events) = start_run(&proxy, "Clean up the logs").await;
 
     let asked = until(&mut events, "approval_required").await;
     let required = data(&asked, "approval_required").clone();
@@ -574,9 +628,7 @@ async fn cmdc_to_agentscope_approval_request_is_approval_required_and_approve_an
     ])
     .await;
     let proxy = proxy("agentscope", &runtime).await;
-    let session = session(&proxy).await;
-    prompt(&proxy, &session, "Clean the logs").await;
-    let mut events = client(&proxy).subscribe(&session).await;
+    let (session, mut events) = start_run(&proxy, "Clean the logs").await;
 
     let asked = until(&mut events, "approval_required").await;
     let required = data(&asked, "approval_required").clone();
@@ -632,14 +684,8 @@ async fn cmdc_approve_of_an_unknown_approval_is_404_and_the_session_keeps_workin
 async fn cmdc_approve_of_an_unknown_approval_while_paused_is_404_and_the_pause_still_waits() {
     let gateway = Gateway::start(cleaner).await;
     let proxy = cmdc_proxy(&gateway).await;
-    let session = session(&proxy).await;
-    prompt(&proxy, &session, "Clean the logs").await;
-    let mut events = client(&proxy).subscribe(&session).await;
-    let asked = until(&mut events, "approval_required").await;
-    let approval_id = data(&asked, "approval_required")["approvalId"]
-        .as_str()
-        .expect("an approvalId")
-        .to_owned();
+    let (session, mut events) = start_run(&proxy, "Clean the logs").await;
+    let approval_id = until_approval(&mut events).await;
 
     let refused = client(&proxy).approve(&session, "apr_nope").await;
 
@@ -667,29 +713,10 @@ async fn cmdc_approve_of_an_unknown_approval_while_paused_is_404_and_the_pause_s
 
 #[tokio::test]
 async fn cmdc_to_a2a_prompt_after_an_answered_question_is_a_new_task_in_the_same_context() {
-    let task = a2a::task("task-1", "ctx-up-1");
-    let next = a2a::task("task-2", "ctx-up-1");
-    let agent = Agent::new()
-        .on(
-            "message/stream",
-            a2a::stream([task.submitted(), task.working()])
-                .then(task.input_required("Which city?")),
-        )
-        .on(
-            "message/stream",
-            a2a::stream([task.in_state("input-required"), task.working()])
-                .chunks(&task, "a2", &["Paris is sunny."])
-                .then(task.completed()),
-        )
-        .on("message/stream", next.streams(&["Rain tomorrow."]))
-        .serve()
-        .await;
+    let agent = asking_agent_with_a_next_task().await;
     let proxy = proxy("a2a", &agent).await;
-    let session = session(&proxy).await;
-    prompt(&proxy, &session, "Weather?").await;
-    let mut events = client(&proxy).subscribe(&session).await;
-    let asked = until(&mut events, "ask_user").await;
-    let reference = data(&asked, "ask_user")["ref"].as_str().unwrap().to_owned();
+    let (session, mut events) = start_run(&proxy, "Weather?").await;
+    let reference = until_question(&mut events).await;
     client(&proxy).respond(&session, &reference, "Paris").await;
     all(&mut events).await;
 
@@ -712,11 +739,8 @@ async fn cmdc_to_a2a_prompt_after_an_answered_question_is_a_new_task_in_the_same
 async fn cmdc_to_a2a_session_state_follows_the_pause_and_the_message_log_keeps_the_turn() {
     let agent = a2a::asking_agent().await;
     let proxy = proxy("a2a", &agent).await;
-    let session = session(&proxy).await;
-    prompt(&proxy, &session, "Weather?").await;
-    let mut events = client(&proxy).subscribe(&session).await;
-    let asked = until(&mut events, "ask_user").await;
-    let reference = data(&asked, "ask_user")["ref"].as_str().unwrap().to_owned();
+    let (session, mut events) = start_run(&proxy, "Weather?").await;
+    let reference = until_question(&mut events).await;
 
     let info = client(&proxy)
         .call(Method::GET, &format!("/v1/sessions/{session}"), None)
@@ -741,11 +765,8 @@ async fn cmdc_to_a2a_session_state_follows_the_pause_and_the_message_log_keeps_t
 async fn cmdc_respond_with_an_unknown_ref_is_404_and_the_paused_task_still_waits() {
     let agent = a2a::asking_agent().await;
     let proxy = proxy("a2a", &agent).await;
-    let session = session(&proxy).await;
-    prompt(&proxy, &session, "Weather?").await;
-    let mut events = client(&proxy).subscribe(&session).await;
-    let asked = until(&mut events, "ask_user").await;
-    let reference = data(&asked, "ask_user")["ref"].as_str().unwrap().to_owned();
+    let (session, mut events) = start_run(&proxy, "Weather?").await;
+    let reference = until_question(&mut events).await;
 
     let refused = client(&proxy).respond(&session, "ask_nope", "Paris").await;
     assert_eq!(refused.status, StatusCode::NOT_FOUND);
@@ -777,14 +798,8 @@ async fn cmdc_respond_with_an_unknown_ref_is_404_and_the_paused_task_still_waits
 async fn cmdc_to_cmdc_reject_reaches_the_gateway_and_the_run_takes_the_rejected_branch() {
     let gateway = Gateway::start(cleaner).await;
     let proxy = cmdc_proxy(&gateway).await;
-    let session = session(&proxy).await;
-    prompt(&proxy, &session, "Clean the logs").await;
-    let mut events = client(&proxy).subscribe(&session).await;
-    let asked = until(&mut events, "approval_required").await;
-    let approval_id = data(&asked, "approval_required")["approvalId"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let (session, mut events) = start_run(&proxy, "Clean the logs").await;
+    let approval_id = until_approval(&mut events).await;
 
     let rejected = client(&proxy).reject(&session, &approval_id).await;
 
@@ -835,9 +850,7 @@ async fn cmdc_to_agkit_question_interrupt_is_ask_user_and_respond_resumes_it() {
     ])
     .await;
     let proxy = proxy("ag-kit", &agent).await;
-    let session = session(&proxy).await;
-    prompt(&proxy, &session, "Weather?").await;
-    let mut events = client(&proxy).subscribe(&session).await;
+    let (session, mut events) = start_run(&proxy, "Weather?").await;
 
     let asked = until(&mut events, "ask_user").await;
     let ask = data(&asked, "ask_user").clone();
@@ -873,9 +886,7 @@ async fn cmdc_to_agkit_custom_interrupt_is_ask_user_and_the_answer_is_the_resume
     ])
     .await;
     let proxy = proxy("ag-kit", &agent).await;
-    let session = session(&proxy).await;
-    prompt(&proxy, &session, "Plan my garden").await;
-    let mut events = client(&proxy).subscribe(&session).await;
+    let (session, mut events) = start_run(&proxy, "Plan my garden").await;
 
     let asked = until(&mut events, "ask_user").await;
     let ask = data(&asked, "ask_user").clone();
@@ -965,14 +976,8 @@ async fn cmdc_to_agentscope_prompt_after_an_answered_approval_does_not_answer_it
     ])
     .await;
     let proxy = proxy("agentscope", &runtime).await;
-    let session = session(&proxy).await;
-    prompt(&proxy, &session, "Clean the logs").await;
-    let mut events = client(&proxy).subscribe(&session).await;
-    let asked = until(&mut events, "approval_required").await;
-    let approval_id = data(&asked, "approval_required")["approvalId"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let (session, mut events) = start_run(&proxy, "Clean the logs").await;
+    let approval_id = until_approval(&mut events).await;
     client(&proxy).approve(&session, &approval_id).await;
     all(&mut events).await;
 
@@ -1352,14 +1357,10 @@ async fn cmdc_to_cmdc_gateway_error_is_an_error_event_then_agent_abort() {
 async fn cmdc_deleting_a_paused_session_aborts_the_run_and_stops_the_gateways_run() {
     let gateway = Gateway::start(cleaner).await;
     let proxy = cmdc_proxy(&gateway).await;
-    let session = session(&proxy).await;
-    prompt(&proxy, &session, "Clean the logs").await;
-    let mut events = client(&proxy).subscribe(&session).await;
+    let (session, mut events) = start_run(&proxy, "Clean the logs").await;
     until(&mut events, "approval_required").await;
 
-    let deleted = client(&proxy)
-        .call(Method::DELETE, &format!("/v1/sessions/{session}"), None)
-        .await;
+    let deleted = delete_session(&proxy, &session).await;
 
     assert_eq!(deleted.status, StatusCode::OK);
     let seen = all(&mut events).await;
@@ -1367,12 +1368,7 @@ async fn cmdc_deleting_a_paused_session_aborts_the_run_and_stops_the_gateways_ru
         seen.last().unwrap(),
         &("agent_abort".to_owned(), json!({"reason": "aborted"}))
     );
-    let upstream = gateway.session();
-    gateway
-        .wait_for("the paused run's abort", |r| {
-            r.method == Method::POST && r.path == format!("/v1/sessions/{upstream}/abort")
-        })
-        .await;
+    wait_for_gateway_abort(&gateway, "the paused run's abort").await;
     assert!(
         gateway.requests("POST approve").is_empty(),
         "nobody approved: {:?}",
@@ -1401,29 +1397,10 @@ async fn cmdc_to_agentscope_system_prompt_leads_the_runtimes_input() {
 
 #[tokio::test]
 async fn cmdc_to_a2a_prompt_while_paused_is_queued_and_runs_after_the_answer() {
-    let task = a2a::task("task-1", "ctx-up-1");
-    let next = a2a::task("task-2", "ctx-up-1");
-    let agent = Agent::new()
-        .on(
-            "message/stream",
-            a2a::stream([task.submitted(), task.working()])
-                .then(task.input_required("Which city?")),
-        )
-        .on(
-            "message/stream",
-            a2a::stream([task.in_state("input-required"), task.working()])
-                .chunks(&task, "a2", &["Paris is sunny."])
-                .then(task.completed()),
-        )
-        .on("message/stream", next.streams(&["Rain tomorrow."]))
-        .serve()
-        .await;
+    let agent = asking_agent_with_a_next_task().await;
     let proxy = proxy("a2a", &agent).await;
-    let session = session(&proxy).await;
-    prompt(&proxy, &session, "Weather?").await;
-    let mut events = client(&proxy).subscribe(&session).await;
-    let asked = until(&mut events, "ask_user").await;
-    let reference = data(&asked, "ask_user")["ref"].as_str().unwrap().to_owned();
+    let (session, mut events) = start_run(&proxy, "Weather?").await;
+    let reference = until_question(&mut events).await;
 
     let queued = client(&proxy)
         .call(
@@ -1461,14 +1438,10 @@ async fn cmdc_deleting_a_running_session_aborts_the_gateways_run() {
     let gateway =
         Gateway::start(|_, _| [cmdc::text(&["Working"]), vec![cmdc::hang()]].concat()).await;
     let proxy = cmdc_proxy(&gateway).await;
-    let session = session(&proxy).await;
-    prompt(&proxy, &session, "Work").await;
-    let mut events = client(&proxy).subscribe(&session).await;
+    let (session, mut events) = start_run(&proxy, "Work").await;
     until(&mut events, "message_delta").await;
 
-    let deleted = client(&proxy)
-        .call(Method::DELETE, &format!("/v1/sessions/{session}"), None)
-        .await;
+    let deleted = delete_session(&proxy, &session).await;
 
     assert_eq!(deleted.status, StatusCode::OK);
     let seen = all(&mut events).await;
@@ -1476,12 +1449,7 @@ async fn cmdc_deleting_a_running_session_aborts_the_gateways_run() {
         seen.last().unwrap(),
         &("agent_abort".to_owned(), json!({"reason": "aborted"}))
     );
-    let upstream = gateway.session();
-    gateway
-        .wait_for("the run's abort", |r| {
-            r.method == Method::POST && r.path == format!("/v1/sessions/{upstream}/abort")
-        })
-        .await;
+    wait_for_gateway_abort(&gateway, "the run's abort").await;
 }
 
 #[tokio::test]
@@ -1492,9 +1460,7 @@ async fn cmdc_to_cmdc_a_session_created_again_with_a_deleted_id_gets_a_fresh_ups
         .create(json!({"model": MODEL, "sessionId": "my-session"}))
         .await;
     turn(&proxy, &session, "my name is Ada").await;
-    let deleted = client(&proxy)
-        .call(Method::DELETE, &format!("/v1/sessions/{session}"), None)
-        .await;
+    let deleted = delete_session(&proxy, &session).await;
     assert_eq!(deleted.status, StatusCode::OK);
 
     let again = client(&proxy)
@@ -1518,9 +1484,7 @@ async fn cmdc_to_agentscope_a_session_created_again_with_a_deleted_id_starts_wit
         .create(json!({"model": MODEL, "sessionId": "my-session"}))
         .await;
     turn(&proxy, &session, "my name is Ada").await;
-    client(&proxy)
-        .call(Method::DELETE, &format!("/v1/sessions/{session}"), None)
-        .await;
+    delete_session(&proxy, &session).await;
 
     let again = client(&proxy)
         .create(json!({"model": MODEL, "sessionId": "my-session"}))
@@ -1596,9 +1560,7 @@ async fn cmdc_to_agui_confirm_action_is_approval_required_and_approve_is_the_too
     ])
     .await;
     let proxy = proxy("ag-ui", &upstream).await;
-    let session = session(&proxy).await;
-    prompt(&proxy, &session, "Clean up").await;
-    let mut events = client(&proxy).subscribe(&session).await;
+    let (session, mut events) = start_run(&proxy, "Clean up").await;
 
     let asked = until(&mut events, "approval_required").await;
     let required = data(&asked, "approval_required").clone();
@@ -1647,9 +1609,7 @@ async fn cmdc_to_agui_ask_user_call_is_ask_user_and_respond_is_the_tools_result(
     ])
     .await;
     let proxy = proxy("ag-ui", &upstream).await;
-    let session = session(&proxy).await;
-    prompt(&proxy, &session, "Paint it").await;
-    let mut events = client(&proxy).subscribe(&session).await;
+    let (session, mut events) = start_run(&proxy, "Paint it").await;
 
     let asked = until(&mut events, "ask_user").await;
     let question = data(&asked, "ask_user").clone();
