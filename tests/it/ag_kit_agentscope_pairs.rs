@@ -657,8 +657,7 @@ async fn agentscope_to_agkit_client_tool_is_a_function_call_and_its_output_a_v0_
     ])
     .await;
     let (_proxy, process) = agentscope_to_agkit(&agent).await;
-    let mut first = scope::request("s-11", json!([scope::user("msg_u1", "Make it blue")]));
-    first["tools"] = json!([scope::tool("change_background")]);
+    let first = scope::make_it_blue("s-11");
 
     let events = scope::run(&process, &first).await;
     assert_eq!(scope::kinds(&events), ["function_call"]);
@@ -668,15 +667,7 @@ async fn agentscope_to_agkit_client_tool_is_a_function_call_and_its_output_a_v0_
         &json!({"call_id": "call_bg", "name": "change_background", "arguments": "{\"color\":\"blue\"}"})
     );
 
-    let second = scope::next_request(
-        &first,
-        &events,
-        [scope::function_output(
-            "call_bg",
-            "change_background",
-            "done",
-        )],
-    );
+    let second = scope::background_changed(&first, &events);
     let events = scope::run(&process, &second).await;
 
     assert_eq!(scope::text(&events), "Done, it is blue.");

@@ -94,6 +94,14 @@ fn streamed_data(events: &[Value], id: &Value) -> Vec<Value> {
         .collect()
 }
 
+/// The `arguments` of every streamed content of the tool call `call`, in order.
+fn streamed_arguments(events: &[Value], call: &Value) -> Vec<Value> {
+    streamed_data(events, &call["id"])
+        .into_iter()
+        .map(|d| d["arguments"].clone())
+        .collect()
+}
+
 // --- AgentScope -> AG-UI -------------------------------------------------------------------------------------
 
 #[tokio::test]
@@ -142,10 +150,7 @@ async fn agentscope_to_agui_server_tool_call_is_a_plugin_call_with_its_output_th
         scope::data(&call),
         &json!({"call_id": "call_1", "name": "get_weather", "arguments": "{\"city\":\"Paris\"}"})
     );
-    let arguments: Vec<Value> = streamed_data(&events, &call["id"])
-        .into_iter()
-        .map(|d| d["arguments"].clone())
-        .collect();
+    let arguments = streamed_arguments(&events, &call);
     assert_eq!(
         arguments.first(),
         Some(&json!("")),
@@ -318,8 +323,7 @@ async fn agentscope_to_agui_client_tool_is_a_function_call_and_its_output_return
     .await;
     let proxy = proxy("agentscope", "ag-ui", Some(&upstream.url())).await;
     let url = process(&proxy);
-    let mut first = scope::request("s-5", json!([scope::user("msg_u1", "Make it blue")]));
-    first["tools"] = json!([scope::tool("change_background")]);
+    let first = scope::make_it_blue("s-5");
 
     let events = scope::run(&url, &first).await;
     assert_eq!(scope::status(&events), "completed");
@@ -329,15 +333,7 @@ async fn agentscope_to_agui_client_tool_is_a_function_call_and_its_output_return
     assert_eq!(scope::data(&call)["name"], "change_background");
     assert_eq!(scope::data(&call)["arguments"], "{\"color\":\"blue\"}");
 
-    let second = scope::next_request(
-        &first,
-        &events,
-        [scope::function_output(
-            "call_bg",
-            "change_background",
-            "done",
-        )],
-    );
+    let second = scope::background_changed(&first, &events);
     let events = scope::run(&url, &second).await;
 
     assert_eq!(scope::text(&events), "Done, it is blue.");
@@ -698,8 +694,7 @@ async fn agentscope_to_a2a_client_tools_are_not_offered_to_the_agent() {
         .serve()
         .await;
     let proxy = proxy("agentscope", "a2a", Some(&agent.url())).await;
-    let mut body = scope::request("s-a4", json!([scope::user("msg_u1", "Make it blue")]));
-    body["tools"] = json!([scope::tool("change_background")]);
+    let body = scope::make_it_blue("s-a4");
 
     let events = scope::run(&process(&proxy), &body).await;
 
@@ -896,10 +891,7 @@ async fn agentscope_to_agentscope_plugin_call_and_output_pass_through_then_text(
         scope::data(&call),
         &json!({"call_id": "call_1", "name": "get_weather", "arguments": "{\"city\": \"Paris\"}"})
     );
-    let arguments: Vec<Value> = streamed_data(&events, &call["id"])
-        .into_iter()
-        .map(|d| d["arguments"].clone())
-        .collect();
+    let arguments = streamed_arguments(&events, &call);
     assert_eq!(arguments.first(), Some(&json!("")));
     assert_eq!(arguments.last(), Some(&json!("{\"city\": \"Paris\"}")));
     assert_eq!(
@@ -1044,8 +1036,7 @@ async fn agentscope_to_agentscope_client_tool_call_and_its_output_round_trip() {
     .await;
     let proxy = proxy("agentscope", "agentscope", Some(&runtime.url())).await;
     let url = process(&proxy);
-    let mut first = scope::request("s-s6", json!([scope::user("msg_u1", "Make it blue")]));
-    first["tools"] = json!([scope::tool("change_background")]);
+    let first = scope::make_it_blue("s-s6");
 
     let events = scope::run(&url, &first).await;
     let call = scope::only(&events, "function_call");
@@ -1054,15 +1045,7 @@ async fn agentscope_to_agentscope_client_tool_call_and_its_output_round_trip() {
         &json!({"call_id": "call_bg", "name": "change_background", "arguments": "{\"color\": \"blue\"}"})
     );
 
-    let second = scope::next_request(
-        &first,
-        &events,
-        [scope::function_output(
-            "call_bg",
-            "change_background",
-            "done",
-        )],
-    );
+    let second = scope::background_changed(&first, &events);
     let events = scope::run(&url, &second).await;
 
     assert_eq!(scope::text(&events), "Done, it is blue.");

@@ -494,6 +494,24 @@ pub fn next_request(
     next
 }
 
+/// The client-tool scenario's first request in `session_id`: "Make it blue", with the client tool
+/// `change_background` declared.
+pub fn make_it_blue(session_id: &str) -> Value {
+    let mut first = request(session_id, json!([user("msg_u1", "Make it blue")]));
+    first["tools"] = json!([tool("change_background")]);
+    first
+}
+
+/// The client-tool scenario's second request: after `first` and its run's `events`, the client's answer
+/// "done" to its `change_background` call `call_bg`.
+pub fn background_changed(first: &Value, events: &[Value]) -> Value {
+    next_request(
+        first,
+        events,
+        [function_output("call_bg", "change_background", "done")],
+    )
+}
+
 /// `POST url` (the route's `/process`): the stream once the head arrived, checked: 200, the runtime's SSE
 /// headers.
 pub async fn start(url: &str, body: &Value) -> SseStream {
