@@ -10,7 +10,7 @@ use http_body_util::Full;
 use serde_json::{json, Value};
 
 use crate::support;
-use crate::support::ag_ui::{finished, started, text};
+use crate::support::ag_ui::{finished, started, text, text_run};
 use crate::support::{post_json, send, within, Proxy, Reply, Route, Routes, Upstream};
 
 const PATH: &str = "/agents/a2a";
@@ -620,12 +620,7 @@ async fn a2a_blocking_send_client_disconnect_cancels_the_upstream_run() {
 
 #[tokio::test]
 async fn a2a_to_agui_second_turn_in_a_context_carries_the_first_in_its_history() {
-    let upstream = Reply::sse()
-        .event(started())
-        .events(text("a1", &["Sunny."]))
-        .event(finished())
-        .serve()
-        .await;
+    let upstream = text_run("a1", &["Sunny."]).serve().await;
     let proxy = agui_proxy(&upstream).await;
     for words in ["Weather in Beijing?", "And tomorrow?"] {
         let mut turn = message(words);

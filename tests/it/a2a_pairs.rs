@@ -398,10 +398,7 @@ async fn agui_to_a2a_agent_card_without_streaming_switches_to_message_send() {
 
 #[tokio::test]
 async fn a2a_to_agui_message_send_returns_the_text_merged_into_one_artifact() {
-    let upstream = Reply::sse()
-        .event(started())
-        .events(text("m1", &["Sunny ", "and warm."]))
-        .event(finished())
+    let upstream = ag_ui::text_run("m1", &["Sunny ", "and warm."])
         .serve()
         .await;
     let proxy = a2a_to_agui(&upstream).await;
@@ -424,14 +421,8 @@ async fn a2a_to_agui_message_send_returns_the_text_merged_into_one_artifact() {
 #[tokio::test]
 async fn a2a_to_agui_second_turn_sends_the_full_history_with_a_stable_thread_id() {
     let upstream = Upstream::serve([
-        Reply::sse()
-            .event(started())
-            .events(text("m1", &["Sunny."]))
-            .event(finished()),
-        Reply::sse()
-            .event(started())
-            .events(text("m2", &["Rain."]))
-            .event(finished()),
+        ag_ui::text_run("m1", &["Sunny."]),
+        ag_ui::text_run("m2", &["Rain."]),
     ])
     .await;
     let proxy = a2a_to_agui(&upstream).await;
@@ -492,10 +483,7 @@ async fn asking_agui_upstream() -> Upstream {
         Reply::sse()
             .event(started())
             .event(agui_interrupt("int-1", "Which city?")),
-        Reply::sse()
-            .event(started())
-            .events(text("m2", &["Paris is sunny."]))
-            .event(finished()),
+        ag_ui::text_run("m2", &["Paris is sunny."]),
     ])
     .await
 }
@@ -744,10 +732,7 @@ async fn agent_asking_confirm_action(then: &[&str]) -> Upstream {
                 &[r#"{"action":"delete the temp files"}"#],
             ))
             .event(finished()),
-        Reply::sse()
-            .event(started())
-            .events(text("m2", then))
-            .event(finished()),
+        ag_ui::text_run("m2", then),
     ])
     .await
 }

@@ -79,10 +79,7 @@ fn conversation_of(upstream: &Upstream, nth: usize) -> String {
 
 /// An AG-UI agent's answer to "what is my name?".
 fn your_name_is_ada() -> Reply {
-    Reply::sse()
-        .event(started())
-        .events(ag_ui::text("m2", &["Your name is Ada."]))
-        .event(finished())
+    ag_ui::text_run("m2", &["Your name is Ada."])
 }
 
 /// The role and text of each message of an AG-UI request.
@@ -130,13 +127,7 @@ fn kept_text(events: &[Value]) -> Value {
 
 #[tokio::test]
 async fn agkit_to_agui_streams_text_in_order() {
-    let upstream = Reply::sse()
-        .event(started())
-        .events(ag_ui::text(
-            "m1",
-            &["The weather ", "in Paris ", "is sunny."],
-        ))
-        .event(finished())
+    let upstream = ag_ui::text_run("m1", &["The weather ", "in Paris ", "is sunny."])
         .serve()
         .await;
     let proxy = proxy("ag-kit", "ag-ui", &upstream).await;
@@ -226,10 +217,7 @@ async fn agkit_to_agui_client_tool_result_reaches_the_agent_after_its_call() {
                 &["{\"color\":", "\"blue\"}"],
             ))
             .event(finished()),
-        Reply::sse()
-            .event(started())
-            .events(ag_ui::text("m2", &["The background is blue now."]))
-            .event(finished()),
+        ag_ui::text_run("m2", &["The background is blue now."]),
     ])
     .await;
     let proxy = proxy("ag-kit", "ag-ui", &upstream).await;
@@ -296,10 +284,7 @@ async fn agkit_to_agui_client_tool_called_after_text_is_logged_in_that_text_mess
                 &["{\"color\":\"red\"}"],
             ))
             .event(finished()),
-        Reply::sse()
-            .event(started())
-            .events(ag_ui::text("m2", &["Red it is."]))
-            .event(finished()),
+        ag_ui::text_run("m2", &["Red it is."]),
     ])
     .await;
     let proxy = proxy("ag-kit", "ag-ui", &upstream).await;
@@ -327,10 +312,7 @@ async fn agkit_to_agui_client_tool_called_after_text_is_logged_in_that_text_mess
 #[tokio::test]
 async fn agkit_to_agui_second_turn_sends_the_agent_the_full_history_in_the_same_thread() {
     let upstream = Upstream::serve([
-        Reply::sse()
-            .event(started())
-            .events(ag_ui::text("m1", &["Nice to meet you, ", "Ada."]))
-            .event(finished()),
+        ag_ui::text_run("m1", &["Nice to meet you, ", "Ada."]),
         your_name_is_ada(),
     ])
     .await;
@@ -374,10 +356,7 @@ async fn agkit_to_agui_interrupt_is_resumed_with_the_clients_answer() {
         Reply::sse()
             .event(started())
             .event(agui_interrupt("int-7", "input", "Which city?")),
-        Reply::sse()
-            .event(started())
-            .events(ag_ui::text("m2", &["Paris it is."]))
-            .event(finished()),
+        ag_ui::text_run("m2", &["Paris it is."]),
     ])
     .await;
     let proxy = proxy("ag-kit", "ag-ui", &upstream).await;
@@ -1073,10 +1052,7 @@ async fn agui_to_agkit_done_without_its_blank_line_still_finishes_the_run() {
 
 #[tokio::test]
 async fn agui_to_agkit_upstream_answering_with_agui_events_is_read_as_agui() {
-    let upstream = Reply::sse()
-        .event(started())
-        .events(ag_ui::text("m1", &["Hello ", "from a current server"]))
-        .event(finished())
+    let upstream = ag_ui::text_run("m1", &["Hello ", "from a current server"])
         .serve()
         .await;
     let proxy = proxy("ag-ui", "ag-kit", &upstream).await;
@@ -1097,13 +1073,7 @@ async fn agui_to_agkit_upstream_answering_with_agui_events_is_read_as_agui() {
 #[tokio::test]
 async fn agui_to_agkit_upstream_answering_with_agui_events_finishes_without_waiting_for_it_to_close(
 ) {
-    let upstream = Reply::sse()
-        .event(started())
-        .events(ag_ui::text("m1", &["Done."]))
-        .event(finished())
-        .hang()
-        .serve()
-        .await;
+    let upstream = ag_ui::text_run("m1", &["Done."]).hang().serve().await;
     // The route timeout is far longer than any wait here: finishing must not wait for it.
     let route = Route::new("pair", PATH, "ag-ui", "ag-kit")
         .upstream(&upstream.url())

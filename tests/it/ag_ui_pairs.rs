@@ -28,10 +28,7 @@ fn hello(run_id: &str) -> Value {
 
 #[tokio::test]
 async fn agui_to_agui_streams_text_in_order() {
-    let upstream = Reply::sse()
-        .event(started())
-        .events(text("m1", &["The weather ", "in Beijing ", "is sunny."]))
-        .event(finished())
+    let upstream = ag_ui::text_run("m1", &["The weather ", "in Beijing ", "is sunny."])
         .serve()
         .await;
     let proxy = pair(&upstream).await;
@@ -193,10 +190,7 @@ async fn agui_to_agui_client_tool_call_round_trip_sends_the_result_upstream_in_f
                 &["{\"keyword\":\"report\"}"],
             ))
             .event(finished()),
-        Reply::sse()
-            .event(started())
-            .events(text("m3", &["You have 2 reports."]))
-            .event(finished()),
+        ag_ui::text_run("m3", &["You have 2 reports."]),
     ])
     .await;
     let proxy = pair(&upstream).await;
@@ -458,10 +452,7 @@ async fn agui_to_agui_double_run_error_reaches_the_client_once() {
 #[tokio::test]
 async fn agui_to_agui_merges_several_upstream_runs_into_one() {
     // @ag-ui/a2a-middleware: RUN_FINISHED, then another run in the same response.
-    let upstream = Reply::sse()
-        .event(started())
-        .events(text("m1", &["Part one. "]))
-        .event(finished())
+    let upstream = ag_ui::text_run("m1", &["Part one. "])
         .event(started())
         .events(text("m2", &["Part two."]))
         .event(finished())
@@ -478,13 +469,7 @@ async fn agui_to_agui_merges_several_upstream_runs_into_one() {
 
 #[tokio::test]
 async fn agui_upstream_that_stays_open_after_run_finished_still_finishes_the_run() {
-    let upstream = Reply::sse()
-        .event(started())
-        .events(text("m1", &["Done."]))
-        .event(finished())
-        .hang()
-        .serve()
-        .await;
+    let upstream = ag_ui::text_run("m1", &["Done."]).hang().serve().await;
     // The route timeout is far longer than the wait for a second run: finishing must not wait for it.
     let proxy = Proxy::start(pair_route(&upstream.url()).timeout("60s")).await;
 
@@ -545,10 +530,7 @@ async fn agui_to_agui_question_interrupt_calls_the_question_tool_and_the_answer_
             .events(text("m1", &["I need one detail."]))
             .event(json!({"type": "RUN_FINISHED", "threadId": "t", "runId": "r", "outcome": {"type": "interrupt",
                 "interrupts": [{"id": "int-1", "reason": "input", "message": "Which city?"}]}})),
-        Reply::sse()
-            .event(started())
-            .events(text("m2", &["Paris is sunny."]))
-            .event(finished()),
+        ag_ui::text_run("m2", &["Paris is sunny."]),
     ])
     .await;
     let proxy = pair_with_hitl_tools(&upstream).await;
@@ -597,10 +579,7 @@ async fn agui_to_agui_answered_question_stays_out_of_the_upstream_history_in_lat
             .event(started())
             .event(json!({"type": "RUN_FINISHED", "threadId": "t", "runId": "r", "outcome": {"type": "interrupt",
                 "interrupts": [{"id": "int-1", "reason": "input", "message": "Which city?"}]}})),
-        Reply::sse()
-            .event(started())
-            .events(text("m2", &["Paris is sunny."]))
-            .event(finished()),
+        ag_ui::text_run("m2", &["Paris is sunny."]),
     ])
     .await;
     let proxy = pair_with_hitl_tools(&upstream).await;
@@ -649,10 +628,7 @@ async fn agui_to_agui_approval_interrupt_calls_the_approval_tool_and_the_decisio
             .event(json!({"type": "RUN_FINISHED", "threadId": "t", "runId": "r", "outcome": {"type": "interrupt",
                 "interrupts": [{"id": "int-2", "reason": "approval", "message": "Delete 15 temp files?",
                                 "toolCallId": "c9"}]}})),
-        Reply::sse()
-            .event(started())
-            .events(text("m2", &["Deleted."]))
-            .event(finished()),
+        ag_ui::text_run("m2", &["Deleted."]),
     ])
     .await;
     let proxy = pair_with_hitl_tools(&upstream).await;
@@ -707,10 +683,7 @@ async fn agui_to_agui_interrupt_route_passes_the_interrupt_outcome_and_resume_th
             .event(started())
             .event(json!({"type": "RUN_FINISHED", "threadId": "t", "runId": "r", "outcome": {"type": "interrupt",
                 "interrupts": [{"id": "int-1", "reason": "input", "message": "Which city?"}]}})),
-        Reply::sse()
-            .event(started())
-            .events(text("m2", &["Paris is sunny."]))
-            .event(finished()),
+        ag_ui::text_run("m2", &["Paris is sunny."]),
     ])
     .await;
     let route = pair_route(&upstream.url()).translate("agui_interrupts", "outcome");

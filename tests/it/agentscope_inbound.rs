@@ -8,7 +8,7 @@ use http::{Method, Request};
 use http_body_util::Full;
 use serde_json::{json, Value};
 
-use crate::support::ag_ui::{finished, started, text};
+use crate::support::ag_ui::{finished, started, text, text_run};
 use crate::support::{post_json, send, Proxy, Reply, Route, SseStream, Upstream};
 
 const PATH: &str = "/agents/as";
@@ -230,10 +230,7 @@ async fn a_question_pauses_as_an_mcp_approval_request_and_the_approval_response_
 #[tokio::test]
 async fn a_second_request_while_the_session_runs_gets_the_runtimes_lock_error() {
     // The first run is held until `release`; the others run through.
-    let plain = Reply::sse()
-        .event(started())
-        .events(text("m1", &["Hi"]))
-        .event(finished());
+    let plain = text_run("m1", &["Hi"]);
     let held = Reply::sse()
         .event(started())
         .events(text("m1", &["Hel"]))
@@ -278,10 +275,7 @@ async fn a_second_request_while_the_session_runs_gets_the_runtimes_lock_error() 
 
 #[tokio::test]
 async fn a_client_that_leaves_cancels_the_upstream_run_and_frees_its_session() {
-    let plain = Reply::sse()
-        .event(started())
-        .events(text("m1", &["Hi"]))
-        .event(finished());
+    let plain = text_run("m1", &["Hi"]);
     let held = Reply::sse()
         .event(started())
         .events(text("m1", &["Hel"]))

@@ -106,13 +106,7 @@ fn streamed_arguments(events: &[Value], call: &Value) -> Vec<Value> {
 
 #[tokio::test]
 async fn agentscope_to_agui_streams_the_text_in_order() {
-    let upstream = Reply::sse()
-        .event(started())
-        .events(ag_ui::text(
-            "m1",
-            &["The weather ", "in Paris ", "is sunny."],
-        ))
-        .event(finished())
+    let upstream = ag_ui::text_run("m1", &["The weather ", "in Paris ", "is sunny."])
         .serve()
         .await;
     let proxy = proxy("agentscope", "ag-ui", Some(&upstream.url())).await;
@@ -170,14 +164,8 @@ async fn agentscope_to_agui_server_tool_call_is_a_plugin_call_with_its_output_th
 #[tokio::test]
 async fn agentscope_to_agui_second_turn_sends_the_agent_the_full_history() {
     let upstream = Upstream::serve([
-        Reply::sse()
-            .event(started())
-            .events(ag_ui::text("m1", &["Sunny."]))
-            .event(finished()),
-        Reply::sse()
-            .event(started())
-            .events(ag_ui::text("m2", &["Rain."]))
-            .event(finished()),
+        ag_ui::text_run("m1", &["Sunny."]),
+        ag_ui::text_run("m2", &["Rain."]),
     ])
     .await;
     let proxy = proxy("agentscope", "ag-ui", Some(&upstream.url())).await;
@@ -215,10 +203,7 @@ async fn agentscope_to_agui_second_turn_after_a_tool_call_carries_the_call_and_i
             .events(agui_weather_call())
             .events(ag_ui::text("m1", &["It is sunny."]))
             .event(finished()),
-        Reply::sse()
-            .event(started())
-            .events(ag_ui::text("m2", &["Rain tomorrow."]))
-            .event(finished()),
+        ag_ui::text_run("m2", &["Rain tomorrow."]),
     ])
     .await;
     let proxy = proxy("agentscope", "ag-ui", Some(&upstream.url())).await;
@@ -259,10 +244,7 @@ async fn agentscope_to_agui_interrupt_is_an_approval_request_answered_by_mcp_app
         Reply::sse()
             .event(started())
             .event(agui_interrupt("int-1", "Which city?")),
-        Reply::sse()
-            .event(started())
-            .events(ag_ui::text("m2", &["Paris is sunny."]))
-            .event(finished()),
+        ag_ui::text_run("m2", &["Paris is sunny."]),
     ])
     .await;
     let proxy = proxy("agentscope", "ag-ui", Some(&upstream.url())).await;
@@ -315,10 +297,7 @@ async fn agentscope_to_agui_client_tool_is_a_function_call_and_its_output_return
                 &["{\"color\":", "\"blue\"}"],
             ))
             .event(finished()),
-        Reply::sse()
-            .event(started())
-            .events(ag_ui::text("m2", &["Done, it is blue."]))
-            .event(finished()),
+        ag_ui::text_run("m2", &["Done, it is blue."]),
     ])
     .await;
     let proxy = proxy("agentscope", "ag-ui", Some(&upstream.url())).await;

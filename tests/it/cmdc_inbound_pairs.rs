@@ -1542,7 +1542,7 @@ async fn cmdc_to_cmdc_two_tenants_with_the_same_session_id_have_distinct_upstrea
 
 #[tokio::test]
 async fn cmdc_to_agui_confirm_action_is_approval_required_and_approve_is_the_tools_result() {
-    use crate::support::ag_ui::{call as agui_call, finished, started, text};
+    use crate::support::ag_ui::{call as agui_call, finished, started, text_run};
     use crate::support::Reply;
     let upstream = Upstream::serve([
         Reply::sse()
@@ -1553,10 +1553,7 @@ async fn cmdc_to_agui_confirm_action_is_approval_required_and_approve_is_the_too
                 &[r#"{"action":"delete the temp files"}"#],
             ))
             .event(finished()),
-        Reply::sse()
-            .event(started())
-            .events(text("m2", &["Deleted them."]))
-            .event(finished()),
+        text_run("m2", &["Deleted them."]),
     ])
     .await;
     let proxy = proxy("ag-ui", &upstream).await;
@@ -1591,7 +1588,7 @@ async fn cmdc_to_agui_confirm_action_is_approval_required_and_approve_is_the_too
 
 #[tokio::test]
 async fn cmdc_to_agui_ask_user_call_is_ask_user_and_respond_is_the_tools_result() {
-    use crate::support::ag_ui::{call as agui_call, finished, started, text};
+    use crate::support::ag_ui::{call as agui_call, finished, started, text_run};
     use crate::support::Reply;
     let upstream = Upstream::serve([
         Reply::sse()
@@ -1602,10 +1599,7 @@ async fn cmdc_to_agui_ask_user_call_is_ask_user_and_respond_is_the_tools_result(
                 &[r#"{"question":"Which colour?","options":["blue","red"]}"#],
             ))
             .event(finished()),
-        Reply::sse()
-            .event(started())
-            .events(text("m2", &["Blue it is."]))
-            .event(finished()),
+        text_run("m2", &["Blue it is."]),
     ])
     .await;
     let proxy = proxy("ag-ui", &upstream).await;

@@ -29,12 +29,7 @@ async fn proxy_and_upstream() -> (Proxy, Upstream) {
 
 /// [`proxy_and_upstream`] with the route as `configure` makes it.
 async fn proxy_and_upstream_with(configure: impl FnOnce(Route) -> Route) -> (Proxy, Upstream) {
-    let upstream = Reply::sse()
-        .event(started())
-        .events(text("m1", &["ok"]))
-        .event(finished())
-        .serve()
-        .await;
+    let upstream = ag_ui::text_run("m1", &["ok"]).serve().await;
     let proxy = Proxy::start(configure(pair_route(&upstream))).await;
     (proxy, upstream)
 }
@@ -411,10 +406,7 @@ async fn a_hanging_stream_is_closed_after_the_grace_period(threads: Option<usize
 
 #[tokio::test]
 async fn on_serving_threads_concurrent_streams_each_get_their_whole_reply() {
-    let upstream = Reply::sse()
-        .event(started())
-        .events(text("m1", &["one ", "two ", "three"]))
-        .event(finished())
+    let upstream = ag_ui::text_run("m1", &["one ", "two ", "three"])
         .serve()
         .await;
     let proxy = Proxy::start_on_threads(pair_route(&upstream), Duration::from_secs(5), 2).await;

@@ -6,7 +6,7 @@ use std::collections::HashSet;
 
 use serde_json::{json, Value};
 
-use super::{post_json, SseStream};
+use super::{post_json, Reply, SseStream};
 
 /// A `RunAgentInput` with no tools and no context.
 pub fn input(thread_id: &str, run_id: &str, messages: Value) -> Value {
@@ -54,6 +54,14 @@ pub fn text(message_id: &str, deltas: &[&str]) -> Vec<Value> {
     ));
     events.push(json!({"type": "TEXT_MESSAGE_END", "messageId": message_id}));
     events
+}
+
+/// A whole scripted run that only answers in text: `RUN_STARTED`, the message [`text`], `RUN_FINISHED`.
+pub fn text_run(message_id: &str, deltas: &[&str]) -> Reply {
+    Reply::sse()
+        .event(started())
+        .events(text(message_id, deltas))
+        .event(finished())
 }
 
 /// One tool call: start, an args event per fragment, end.
