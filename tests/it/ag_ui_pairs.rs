@@ -24,16 +24,21 @@ fn hello(run_id: &str) -> Value {
     input("thread-1", run_id, json!([user("u1", "Hello")]))
 }
 
+/// Runs [`hello`] through an AG-UI -> AG-UI proxy in front of the scripted `upstream`: the events the client
+/// received.
+async fn run_hello(upstream: Reply) -> Vec<Value> {
+    let upstream = upstream.serve().await;
+    let proxy = pair(&upstream).await;
+    ag_ui::run(&proxy.url(PATH), &hello("run-1")).await
+}
+
 // --- Streams ------------------------------------------------------------------------------------------------
 
 #[tokio::test]
 async fn agui_to_agui_streams_text_in_order() {
-    let upstream = ag_ui::text_run("m1", &["The weather ", "in Beijing ", "is sunny."])
-        .serve()
-        .await;
-    let proxy = pair(&upstream).await;
+    let upstream = ag_ui::text_run("m1", &["The weather ", "in Beijing ", "is sunny."]);
 
-    let events = ag_ui::run(&proxy.url(PATH), &hello("run-1")).await;
+    let events = run_hello(upstream).await;
 
     assert_eq!(
         ag_ui::types(&events),
@@ -70,12 +75,9 @@ async fn agui_to_agui_server_side_tool_call_reports_its_result_then_text() {
                       "content": "sunny, 25C"}),
         )
         .events(text("m2", &["Beijing is sunny, 25C."]))
-        .event(finished())
-        .serve()
-        .await;
-    let proxy = pair(&upstream).await;
+        .event(finished());
 
-    let events = ag_ui::run(&proxy.url(PATH), &hello("run-1")).await;
+    let events = run_hello(upstream).await;
 
     let calls = ag_ui::calls(&events);
     assert_eq!(calls.len(), 1);
@@ -116,12 +118,9 @@ async fn agui_to_agui_interleaved_upstream_tool_calls_reach_the_client_one_at_a_
         .event(json!({"type": "TOOL_CALL_ARGS", "toolCallId": "a", "delta": "{\"city\":\"Oslo\"}"}))
         .event(json!({"type": "TOOL_CALL_END", "toolCallId": "b"}))
         .event(json!({"type": "TOOL_CALL_END", "toolCallId": "a"}))
-        .event(finished())
-        .serve()
-        .await;
-    let proxy = pair(&upstream).await;
+        .event(finished());
 
-    let events = ag_ui::run(&proxy.url(PATH), &hello("run-1")).await;
+    let events = run_hello(upstream).await;
 
     let calls = ag_ui::calls(&events);
     assert_eq!(
@@ -145,12 +144,9 @@ async fn agui_to_agui_text_left_open_is_closed_before_a_tool_call_and_the_call_p
         .event(json!({"type": "TEXT_MESSAGE_CONTENT", "messageId": "m1", "delta": "Checking"}))
         .events(call("c1", "get_weather", &[]))
         .event(json!({"type": "STEP_STARTED", "stepName": "lookup"}))
-        .event(finished())
-        .serve()
-        .await;
-    let proxy = pair(&upstream).await;
+        .event(finished());
 
-    let events = ag_ui::run(&proxy.url(PATH), &hello("run-1")).await;
+    let events = run_hello(upstream).await;
 
     assert_eq!(
         ag_ui::types(&events),
@@ -319,12 +315,9 @@ async fn agui_to_agui_state_snapshot_and_delta_pass_through() {
         .event(started())
         .event(json!({"type": "STATE_SNAPSHOT", "snapshot": {"count": 0, "city": "Beijing"}}))
         .event(json!({"type": "STATE_DELTA", "delta": [{"op": "replace", "path": "/count", "value": 1}]}))
-        .event(finished())
-        .serve()
-        .await;
-    let proxy = pair(&upstream).await;
+        .event(finished());
 
-    let events = ag_ui::run(&proxy.url(PATH), &hello("run-1")).await;
+    let events = run_hello(upstream).await;
 
     assert_eq!(
         ag_ui::only(&events, "STATE_SNAPSHOT")["snapshot"],
@@ -345,12 +338,9 @@ async fn agui_to_agui_chunk_events_are_expanded_to_start_content_end() {
         .event(json!({"type": "TOOL_CALL_CHUNK", "toolCallId": "c1", "toolCallName": "get_weather",
                       "delta": "{\"city\":"}))
         .event(json!({"type": "TOOL_CALL_CHUNK", "delta": "\"Paris\"}"}))
-        .event(finished())
-        .serve()
-        .await;
-    let proxy = pair(&upstream).await;
+        .event(finished());
 
-    let events = ag_ui::run(&proxy.url(PATH), &hello("run-1")).await;
+    let events = run_hello(upstream).await;
 
     assert_eq!(
         ag_ui::types(&events),
@@ -387,12 +377,9 @@ async fn agui_to_agui_tolerates_crlf_comments_and_data_without_space() {
         .frame("\"delta\":\" there\"}\r\n\r\n")
         // CR-only line ends.
         .frame("data: {\"type\":\"TEXT_MESSAGE_END\",\"messageId\":\"m1\"}\r\r")
-        .frame(": done\n\ndata:{\"type\":\"RUN_FINISHED\",\"threadId\":\"x\",\"runId\":\"y\"}\r\n\r\n")
-        .serve()
-        .await;
-    let proxy = pair(&upstream).await;
+        .frame(": done\n\ndata:{\"type\":\"RUN_FINISHED\",\"threadId\":\"x\",\"runId\":\"y\"}\r\n\r\n");
 
-    let events = ag_ui::run(&proxy.url(PATH), &hello("run-1")).await;
+    let events = run_hello(upstream).await;
 
     assert_eq!(ag_ui::text_of(&events), "Hello there");
     assert_eq!(events.last().unwrap()["type"], "RUN_FINISHED");
@@ -413,12 +400,9 @@ async fn agui_to_agui_tolerates_nulls_and_snake_case_extras_from_pre_1_0_servers
         .event(json!({"type": "TOOL_CALL_RESULT", "messageId": "t1", "toolCallId": "c1", "role": "tool",
                       "content": [{"type": "text", "text": "found "}, {"type": "text", "text": "it"}]}))
         .event(json!({"type": "RUN_FINISHED", "threadId": "t", "runId": "r", "outcome": null, "result": null,
-                      "thread_id": "t", "run_id": "r"}))
-        .serve()
-        .await;
-    let proxy = pair(&upstream).await;
+                      "thread_id": "t", "run_id": "r"}));
 
-    let events = ag_ui::run(&proxy.url(PATH), &hello("run-1")).await;
+    let events = run_hello(upstream).await;
 
     assert_eq!(ag_ui::text_of(&events), "Hi");
     assert_eq!(
@@ -437,12 +421,9 @@ async fn agui_to_agui_double_run_error_reaches_the_client_once() {
         .events(text("m1", &["Working on it"]))
         .event(json!({"type": "RUN_ERROR", "message": "boom requested", "run_id": "r", "thread_id": "t"}))
         .event(json!({"type": "RUN_ERROR", "message": "Failed to process agent request: boom requested",
-                      "code": "INTERNAL_ERROR", "run_id": "r", "thread_id": "t"}))
-        .serve()
-        .await;
-    let proxy = pair(&upstream).await;
+                      "code": "INTERNAL_ERROR", "run_id": "r", "thread_id": "t"}));
 
-    let events = ag_ui::run(&proxy.url(PATH), &hello("run-1")).await;
+    let events = run_hello(upstream).await;
 
     let error = ag_ui::run_error(&events);
     assert_eq!(error["message"], "boom requested");
@@ -455,12 +436,9 @@ async fn agui_to_agui_merges_several_upstream_runs_into_one() {
     let upstream = ag_ui::text_run("m1", &["Part one. "])
         .event(started())
         .events(text("m2", &["Part two."]))
-        .event(finished())
-        .serve()
-        .await;
-    let proxy = pair(&upstream).await;
+        .event(finished());
 
-    let events = ag_ui::run(&proxy.url(PATH), &hello("run-1")).await;
+    let events = run_hello(upstream).await;
 
     assert_eq!(ag_ui::text_of(&events), "Part one. Part two.");
     assert_eq!(ag_ui::all(&events, "RUN_STARTED").len(), 1);
@@ -493,12 +471,9 @@ async fn agui_to_agui_drops_event_types_outside_the_profile() {
         )
         .event(json!({"type": "VENDOR_THING", "x": 1}))
         .events(text("m1", &["Done."]))
-        .event(finished())
-        .serve()
-        .await;
-    let proxy = pair(&upstream).await;
+        .event(finished());
 
-    let events = ag_ui::run(&proxy.url(PATH), &hello("run-1")).await;
+    let events = run_hello(upstream).await;
 
     assert_eq!(
         ag_ui::types(&events),
