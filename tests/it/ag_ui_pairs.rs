@@ -32,6 +32,23 @@ async fn run_hello(upstream: Reply) -> Vec<Value> {
     ag_ui::run(&proxy.url(PATH), &hello("run-1")).await
 }
 
+/// An AG-UI agent that starts and finishes its run without a word: for tests of what it receives.
+async fn wordless_agent() -> Upstream {
+    Reply::sse()
+        .event(started())
+        .event(finished())
+        .serve()
+        .await
+}
+
+/// An AG-UI agent's run that pauses on an interrupt outcome asking "Which city?" (interrupt `int-1`).
+fn asks_which_city() -> Reply {
+    Reply::sse()
+        .event(started())
+        .event(json!({"type": "RUN_FINISHED", "threadId": "t", "runId": "r", "outcome": {"type": "interrupt",
+            "interrupts": [{"id": "int-1", "reason": "input", "message": "Which city?"}]}}))
+}
+
 // --- Streams ------------------------------------------------------------------------------------------------
 
 #[tokio::test]
@@ -550,10 +567,7 @@ async fn agui_to_agui_question_interrupt_calls_the_question_tool_and_the_answer_
 #[tokio::test]
 async fn agui_to_agui_answered_question_stays_out_of_the_upstream_history_in_later_runs() {
     let upstream = Upstream::serve([
-        Reply::sse()
-            .event(started())
-            .event(json!({"type": "RUN_FINISHED", "threadId": "t", "runId": "r", "outcome": {"type": "interrupt",
-                "interrupts": [{"id": "int-1", "reason": "input", "message": "Which city?"}]}})),
+        asks_which_city(),
         ag_ui::text_run("m2", &["Paris is sunny."]),
     ])
     .await;
@@ -654,10 +668,7 @@ async fn agui_to_agui_approval_interrupt_calls_the_approval_tool_and_the_decisio
 #[tokio::test]
 async fn agui_to_agui_interrupt_route_passes_the_interrupt_outcome_and_resume_through() {
     let upstream = Upstream::serve([
-        Reply::sse()
-            .event(started())
-            .event(json!({"type": "RUN_FINISHED", "threadId": "t", "runId": "r", "outcome": {"type": "interrupt",
-                "interrupts": [{"id": "int-1", "reason": "input", "message": "Which city?"}]}})),
+        asks_which_city(),
         ag_ui::text_run("m2", &["Paris is sunny."]),
     ])
     .await;
@@ -700,11 +711,7 @@ async fn agui_to_agui_interrupt_route_passes_the_interrupt_outcome_and_resume_th
 #[tokio::test]
 async fn agui_to_agui_upstream_receives_the_whole_run_input_and_the_route_headers() {
     std::env::set_var("AGENT_BRIDGE_PAIRS_TEST_KEY", "s3cret");
-    let upstream = Reply::sse()
-        .event(started())
-        .event(finished())
-        .serve()
-        .await;
+    let upstream = wordless_agent().await;
     let headers = pair_route(&upstream.url()).upstream_headers(&[
         ("Authorization", "Bearer ${AGENT_BRIDGE_PAIRS_TEST_KEY}"),
         ("X-Team", "pairs"),
@@ -749,11 +756,7 @@ async fn agui_to_agui_upstream_receives_the_whole_run_input_and_the_route_header
 
 #[tokio::test]
 async fn agui_to_agui_client_state_and_forwarded_props_reach_the_upstream() {
-    let upstream = Reply::sse()
-        .event(started())
-        .event(finished())
-        .serve()
-        .await;
+    let upstream = wordless_agent().await;
     let proxy = pair(&upstream).await;
     let mut run = hello("run-1");
     run["state"] = json!({"count": 3, "tags": ["a"]});
@@ -768,11 +771,7 @@ async fn agui_to_agui_client_state_and_forwarded_props_reach_the_upstream() {
 
 #[tokio::test]
 async fn agui_to_agui_activity_and_reasoning_messages_stay_out_of_the_upstream_history() {
-    let upstream = Reply::sse()
-        .event(started())
-        .event(finished())
-        .serve()
-        .await;
+    let upstream = wordless_agent().await;
     let proxy = pair(&upstream).await;
     let run = input(
         "thread-1",
@@ -797,6 +796,13 @@ async fn agui_to_agui_activity_and_reasoning_messages_stay_out_of_the_upstream_h
 }
 
 // --- Upstream failures -----------------------------------------------------------------------------------
+
+/// [`failed_run`] through an AG-UI pair in front of the scripted `upstream`.
+async fn failed_run_in_front_of(upstream: Reply) -> (Vec<Value>, Value) {
+    let upstream = upstream.serve().await;
+    let proxy = pair(&upstream).await;
+    failed_run(&proxy).await
+}
 
 /// Runs against a failing upstream: 200, `RUN_STARTED`, then exactly one `RUN_ERROR` (returned), nothing
 /// after it.
@@ -824,12 +830,9 @@ async fn agui_upstream_refusing_connections_is_reported_as_upstream_unreachable(
 async fn agui_upstream_run_error_keeps_its_code_and_message() {
     let upstream = Reply::sse()
         .event(started())
-        .event(json!({"type": "RUN_ERROR", "message": "quota exhausted", "code": "RATE_LIMITED"}))
-        .serve()
-        .await;
-    let proxy = pair(&upstream).await;
+        .event(json!({"type": "RUN_ERROR", "message": "quota exhausted", "code": "RATE_LIMITED"}));
 
-    let (_, error) = failed_run(&proxy).await;
+    let (_, error) = failed_run_in_front_of(upstream).await;
 
     assert_eq!(error["code"], "RATE_LIMITED");
     assert_eq!(error["message"], "quota exhausted");
@@ -862,13 +865,9 @@ async fn agui_upstream_slower_than_the_route_timeout_is_reported_as_upstream_tim
 
 #[tokio::test]
 async fn agui_upstream_http_500_is_reported_with_its_status_and_body() {
-    let upstream = Reply::status(500)
-        .body("model overloaded, try later")
-        .serve()
-        .await;
-    let proxy = pair(&upstream).await;
+    let upstream = Reply::status(500).body("model overloaded, try later");
 
-    let (events, error) = failed_run(&proxy).await;
+    let (events, error) = failed_run_in_front_of(upstream).await;
 
     assert_eq!(events.len(), 2);
     assert_eq!(error["code"], "UPSTREAM_HTTP_ERROR");
@@ -882,12 +881,9 @@ async fn agui_upstream_sending_non_json_data_is_reported_as_malformed() {
     let upstream = Reply::sse()
         .event(started())
         .frame("data: this is not JSON\n\n")
-        .event(finished())
-        .serve()
-        .await;
-    let proxy = pair(&upstream).await;
+        .event(finished());
 
-    let (_, error) = failed_run(&proxy).await;
+    let (_, error) = failed_run_in_front_of(upstream).await;
 
     assert_eq!(error["code"], "UPSTREAM_MALFORMED");
 }
@@ -896,12 +892,9 @@ async fn agui_upstream_sending_non_json_data_is_reported_as_malformed() {
 async fn agui_upstream_ending_without_run_finished_is_reported_as_upstream_eof() {
     let upstream = Reply::sse()
         .event(started())
-        .events(text("m1", &["Half an ans"]).into_iter().take(2))
-        .serve()
-        .await;
-    let proxy = pair(&upstream).await;
+        .events(text("m1", &["Half an ans"]).into_iter().take(2));
 
-    let (events, error) = failed_run(&proxy).await;
+    let (events, error) = failed_run_in_front_of(upstream).await;
 
     assert_eq!(error["code"], "UPSTREAM_EOF");
     assert_eq!(ag_ui::text_of(&events), "Half an ans");
@@ -912,12 +905,9 @@ async fn agui_upstream_connection_cut_mid_stream_is_reported_as_upstream_eof() {
     let upstream = Reply::sse()
         .event(started())
         .events(text("m1", &["Half an ans"]).into_iter().take(2))
-        .close_mid_stream()
-        .serve()
-        .await;
-    let proxy = pair(&upstream).await;
+        .close_mid_stream();
 
-    let (events, error) = failed_run(&proxy).await;
+    let (events, error) = failed_run_in_front_of(upstream).await;
 
     assert_eq!(error["code"], "UPSTREAM_EOF");
     assert_eq!(ag_ui::text_of(&events), "Half an ans");
