@@ -534,13 +534,7 @@ async fn a2a_to_agui_answer_on_the_paused_task_resumes_the_upstream() {
 
 #[tokio::test]
 async fn a2a_to_a2a_contexts_are_kept_on_each_side_across_turns() {
-    let first = a2a::task("task-up-1", "ctx-up-1");
-    let second = a2a::task("task-up-2", "ctx-up-1");
-    let agent = Agent::new()
-        .on("message/stream", first.streams(&["Sunny."]))
-        .on("message/stream", second.streams(&["Rain."]))
-        .serve()
-        .await;
+    let agent = a2a::sunny_then_rain("task-up-1", "task-up-2").await;
     let proxy = a2a_to_a2a(&agent).await;
     let url = proxy.url(PATH);
 

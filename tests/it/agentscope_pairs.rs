@@ -575,13 +575,7 @@ async fn agentscope_to_a2a_artifact_chunks_stream_as_text_in_order() {
 
 #[tokio::test]
 async fn agentscope_to_a2a_second_turn_sends_only_the_new_message_in_the_agents_context() {
-    let first = a2a::task("task-1", "ctx-up-1");
-    let second = a2a::task("task-2", "ctx-up-1");
-    let agent = Agent::new()
-        .on("message/stream", first.streams(&["Sunny."]))
-        .on("message/stream", second.streams(&["Rain."]))
-        .serve()
-        .await;
+    let agent = a2a::sunny_then_rain("task-1", "task-2").await;
     let proxy = proxy("agentscope", "a2a", Some(&agent.url())).await;
     let url = process(&proxy);
     let one = weather("s-a2");
@@ -610,13 +604,7 @@ async fn agentscope_to_a2a_second_turn_sends_only_the_new_message_in_the_agents_
 #[tokio::test]
 async fn agentscope_session_memory_keeps_the_agents_context_when_clients_send_only_new_messages() {
     // The shipped client's `create_simple_text_request`: each request holds only the new message.
-    let first = a2a::task("task-1", "ctx-up-1");
-    let second = a2a::task("task-2", "ctx-up-1");
-    let agent = Agent::new()
-        .on("message/stream", first.streams(&["Sunny."]))
-        .on("message/stream", second.streams(&["Rain."]))
-        .serve()
-        .await;
+    let agent = a2a::sunny_then_rain("task-1", "task-2").await;
     let route = route("agentscope", "a2a", Some(&agent.url()));
     let proxy = Proxy::start(route.translate("agentscope_session_memory", true)).await;
     let url = process(&proxy);

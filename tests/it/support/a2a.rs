@@ -293,6 +293,18 @@ pub async fn asking_agent() -> Upstream {
         .await
 }
 
+/// An agent over two turns of one context `ctx-up-1`: task `first_id` answers "Sunny.", then task
+/// `second_id` answers "Rain.".
+pub async fn sunny_then_rain(first_id: &str, second_id: &str) -> Upstream {
+    let first = task(first_id, "ctx-up-1");
+    let second = task(second_id, "ctx-up-1");
+    Agent::new()
+        .on("message/stream", first.streams(&["Sunny."]))
+        .on("message/stream", second.streams(&["Rain."]))
+        .serve()
+        .await
+}
+
 /// The JSON-RPC method of a request the agent received.
 pub fn rpc_method(request: &Received) -> &str {
     request.body["method"].as_str().unwrap_or("")
