@@ -100,29 +100,6 @@ fn agui_interrupt(id: &str, reason: &str, message: &str) -> Value {
            "outcome": {"type": "interrupt", "interrupts": [{"id": id, "reason": reason, "message": message}]}})
 }
 
-/// The assistant message an AG-UI client keeps for a call it received: under the call's parent message, or
-/// under the call's own id when it has none (what `@ag-ui/client` does).
-fn kept_call(events: &[Value], call_id: &str) -> Value {
-    let start = events
-        .iter()
-        .find(|e| e["type"] == "TOOL_CALL_START" && e["toolCallId"] == call_id)
-        .unwrap_or_else(|| panic!("a TOOL_CALL_START of {call_id}: {events:#?}"));
-    let message_id = start["parentMessageId"].as_str().unwrap_or(call_id);
-    let name = start["toolCallName"].as_str().expect("toolCallName");
-    let arguments: String = events
-        .iter()
-        .filter(|e| e["type"] == "TOOL_CALL_ARGS" && e["toolCallId"] == call_id)
-        .map(|e| e["delta"].as_str().unwrap_or(""))
-        .collect();
-    ag_ui::assistant_call(message_id, call_id, name, &arguments)
-}
-
-/// The assistant text message an AG-UI client keeps from a run's first text message.
-fn kept_text(events: &[Value]) -> Value {
-    let start = ag_ui::all(events, "TEXT_MESSAGE_START")[0];
-    json!({"id": start["messageId"], "role": "assistant", "content": ag_ui::text_of(events)})
-}
-
 // --- AG-Kit -> AG-UI ---------------------------------------------------------------------------------------
 
 #[tokio::test]
@@ -629,7 +606,7 @@ async fn agui_to_agkit_client_tool_result_is_sent_alone_in_the_same_conversation
         "run-2",
         json!([
             ag_ui::user("u1", "Make the background blue"),
-            kept_call(&events, "c1"),
+            ag_ui::kept_call(&events, "c1"),
             ag_ui::tool_result("t1", "c1", "Background color changed to: blue"),
         ]),
     );
@@ -669,10 +646,10 @@ async fn agui_to_agkit_turn_after_a_client_tool_round_sends_only_the_new_message
     };
 
     let called = ag_ui::run(&agui(&proxy), &run("run-1", &history)).await;
-    history.push(kept_call(&called, "c1"));
+    history.push(ag_ui::kept_call(&called, "c1"));
     history.push(ag_ui::tool_result("t1", "c1", "done"));
     let answered = ag_ui::run(&agui(&proxy), &run("run-2", &history)).await;
-    history.push(kept_text(&answered));
+    history.push(ag_ui::kept_text(&answered));
     history.push(ag_ui::user("u3", "Thanks!"));
     let thanked = ag_ui::run(&agui(&proxy), &run("run-3", &history)).await;
 
@@ -700,7 +677,7 @@ async fn agui_to_agkit_second_turn_sends_only_the_new_message_to_an_agent_that_r
 
     let history = json!([
         ag_ui::user("u1", "my name is Ada"),
-        kept_text(&first),
+        ag_ui::kept_text(&first),
         ag_ui::user("u2", "what is my name?"),
     ]);
     let second = ag_ui::run(&agui(&proxy), &ag_ui::input("thread-ada", "run-2", history)).await;
@@ -756,7 +733,7 @@ async fn agui_to_agkit_agent_interrupt_is_an_ask_user_call_answered_by_a_resume(
 
     let answer = json!([
         ag_ui::user("u1", "Plan my garden"),
-        kept_call(&events, "int_1"),
+        ag_ui::kept_call(&events, "int_1"),
         ag_ui::tool_result("t1", "int_1", "{\"selected\":[0]}"),
     ]);
     let events = ag_ui::run(&agui(&proxy), &pausable_input("thread-1", "run-2", answer)).await;
@@ -794,12 +771,12 @@ async fn agui_to_agkit_turn_after_an_answered_interrupt_sends_only_the_new_messa
     let asked = ag_ui::run(&agui(&proxy), &input("run-1", &history)).await;
     assert_eq!(ag_ui::text_of(&asked), "Pick the steps.");
     // The client keeps the text and the pause's call in one assistant message (the call's parent).
-    let mut kept = kept_text(&asked);
-    kept["toolCalls"] = kept_call(&asked, "int_1")["toolCalls"].clone();
+    let mut kept = ag_ui::kept_text(&asked);
+    kept["toolCalls"] = ag_ui::kept_call(&asked, "int_1")["toolCalls"].clone();
     history.push(kept);
     history.push(ag_ui::tool_result("t1", "int_1", "{\"selected\":[]}"));
     let answered = ag_ui::run(&agui(&proxy), &input("run-2", &history)).await;
-    history.push(kept_text(&answered));
+    history.push(ag_ui::kept_text(&answered));
     history.push(ag_ui::user("u3", "Thanks"));
     let after = ag_ui::run(&agui(&proxy), &input("run-3", &history)).await;
 
@@ -840,7 +817,7 @@ async fn agui_to_agkit_approval_interrupt_is_a_confirm_action_call_answered_by_a
 
     let answer = json!([
         ag_ui::user("u1", "Clean up the logs"),
-        kept_call(&events, "int_9"),
+        ag_ui::kept_call(&events, "int_9"),
         ag_ui::tool_result("t1", "int_9", "{\"approved\":true}"),
     ]);
     let events = ag_ui::run(&agui(&proxy), &pausable_input("thread-1", "run-2", answer)).await;
@@ -882,7 +859,7 @@ async fn agui_to_agkit_edited_history_starts_a_fresh_agent_conversation() {
             "run-3",
             json!([
                 ag_ui::user("u1-edited", "Hello instead"),
-                kept_text(&edited),
+                ag_ui::kept_text(&edited),
                 ag_ui::user("u3", "And then?"),
             ]),
         ),

@@ -60,29 +60,6 @@ fn is(request: &Received, method: &str, session: &str, suffix: &str) -> bool {
     request.method == method && request.path == format!("/v1/sessions/{session}{suffix}")
 }
 
-/// The assistant message an AG-UI client keeps for a call it received: under the call's parent message, or
-/// under the call's own id when it has none (what `@ag-ui/client` does).
-fn kept_call(events: &[Value], call_id: &str) -> Value {
-    let start = events
-        .iter()
-        .find(|e| e["type"] == "TOOL_CALL_START" && e["toolCallId"] == call_id)
-        .unwrap_or_else(|| panic!("a TOOL_CALL_START of {call_id}: {events:#?}"));
-    let message_id = start["parentMessageId"].as_str().unwrap_or(call_id);
-    let name = start["toolCallName"].as_str().expect("toolCallName");
-    let arguments: String = events
-        .iter()
-        .filter(|e| e["type"] == "TOOL_CALL_ARGS" && e["toolCallId"] == call_id)
-        .map(|e| e["delta"].as_str().unwrap_or(""))
-        .collect();
-    ag_ui::assistant_call(message_id, call_id, name, &arguments)
-}
-
-/// The assistant text message an AG-UI client keeps from a run's text.
-fn kept_text(events: &[Value]) -> Value {
-    let start = ag_ui::all(events, "TEXT_MESSAGE_START")[0];
-    json!({"id": start["messageId"], "role": "assistant", "content": ag_ui::text_of(events)})
-}
-
 /// The next AG-UI run of a conversation: `history` as it stands.
 fn run_input(run_id: &str, history: &[Value]) -> Value {
     ag_ui::input("thread-1", run_id, Value::Array(history.to_vec()))
@@ -168,7 +145,7 @@ async fn agui_to_cmdc_creates_the_session_once_with_the_routes_model_and_the_sys
     let mut history = vec![system, ag_ui::user("u1", "Weather in Paris?")];
 
     let first = ag_ui::run(&agui(&proxy), &run_input("run-1", &history)).await;
-    history.push(kept_text(&first));
+    history.push(ag_ui::kept_text(&first));
     history.push(ag_ui::user("u2", "And in Rome?"));
     ag_ui::run(&agui(&proxy), &run_input("run-2", &history)).await;
 
@@ -220,7 +197,7 @@ async fn agui_to_cmdc_second_turn_prompts_only_the_new_text_and_the_session_reme
 
     let first = ag_ui::run(&agui(&proxy), &run_input("run-1", &history)).await;
     assert_eq!(ag_ui::text_of(&first), "Nice to meet you.");
-    history.push(kept_text(&first));
+    history.push(ag_ui::kept_text(&first));
     history.push(ag_ui::user("u2", "What is my name?"));
     let second = ag_ui::run(&agui(&proxy), &run_input("run-2", &history)).await;
 
@@ -390,7 +367,7 @@ async fn agui_to_cmdc_yes_to_confirm_action_approves_and_the_run_goes_on() {
     let gateway = Gateway::start(cleaner).await;
     let proxy = proxy("ag-ui", &gateway).await;
     let (mut history, asked) = agui_approval_asked(&proxy).await;
-    history.push(kept_call(&asked, "apr_1"));
+    history.push(ag_ui::kept_call(&asked, "apr_1"));
     history.push(ag_ui::tool_result("t1", "apr_1", "yes"));
 
     let events = ag_ui::run(&agui(&proxy), &run_input("run-2", &history)).await;
@@ -422,7 +399,7 @@ async fn agui_to_cmdc_no_to_confirm_action_rejects_and_the_run_goes_on() {
     let gateway = Gateway::start(cleaner).await;
     let proxy = proxy("ag-ui", &gateway).await;
     let (mut history, asked) = agui_approval_asked(&proxy).await;
-    history.push(kept_call(&asked, "apr_1"));
+    history.push(ag_ui::kept_call(&asked, "apr_1"));
     history.push(ag_ui::tool_result("t1", "apr_1", "no"));
 
     let events = ag_ui::run(&agui(&proxy), &run_input("run-2", &history)).await;
@@ -459,7 +436,7 @@ async fn agui_to_cmdc_ask_user_is_a_question_tool_call_and_the_answer_is_respond
     assert_eq!(args["question"], "Which city?");
     assert_eq!(args["options"], json!(["Paris", "Rome"]));
 
-    history.push(kept_call(&asked, "ask_001"));
+    history.push(ag_ui::kept_call(&asked, "ask_001"));
     history.push(ag_ui::tool_result("t1", "ask_001", "Paris"));
     let answered = ag_ui::run(&agui(&proxy), &run_input("run-2", &history)).await;
 
@@ -484,7 +461,7 @@ async fn agui_to_cmdc_new_message_instead_of_an_answer_rejects_the_approval_then
     let proxy = proxy("ag-ui", &gateway).await;
     let (mut history, asked) = agui_approval_asked(&proxy).await;
     // The user ignores the confirmation and asks something else.
-    history.push(kept_call(&asked, "apr_1"));
+    history.push(ag_ui::kept_call(&asked, "apr_1"));
     history.push(ag_ui::user("u2", "What time is it?"));
 
     let events = ag_ui::run(&agui(&proxy), &run_input("run-2", &history)).await;
@@ -615,7 +592,7 @@ async fn agui_to_cmdc_killed_session_is_created_again_and_the_turn_succeeds() {
     let old = gateway.session();
     gateway.kill(&old);
 
-    history.push(kept_text(&first));
+    history.push(ag_ui::kept_text(&first));
     history.push(ag_ui::user("u2", "And tomorrow?"));
     let second = ag_ui::run(&agui(&proxy), &run_input("run-2", &history)).await;
 
@@ -635,9 +612,9 @@ async fn agui_to_cmdc_killed_session_is_created_again_and_the_turn_succeeds() {
     let mut third = run_input("run-3", &[]);
     third["messages"] = json!([
         ag_ui::user("u1", "Weather in Paris?"),
-        kept_text(&first),
+        ag_ui::kept_text(&first),
         ag_ui::user("u2", "And tomorrow?"),
-        kept_text(&second),
+        ag_ui::kept_text(&second),
         ag_ui::user("u3", "Thanks")
     ]);
     ag_ui::run(&agui(&proxy), &third).await;
@@ -659,7 +636,7 @@ async fn agui_to_cmdc_recreated_session_keeps_the_conversations_system_prompt() 
     let first = ag_ui::run(&agui(&proxy), &run_input("run-1", &history)).await;
     gateway.kill(&gateway.session());
 
-    history.push(kept_text(&first));
+    history.push(ag_ui::kept_text(&first));
     history.push(ag_ui::user("u2", "And tomorrow?"));
     ag_ui::run(&agui(&proxy), &run_input("run-2", &history)).await;
 
@@ -697,13 +674,13 @@ async fn agui_to_cmdc_turn_after_an_answered_approval_prompts_only_the_new_messa
     let asked = ag_ui::run(&agui(&proxy), &run_input("run-1", &history)).await;
     assert_eq!(ag_ui::text_of(&asked), "I will delete them.");
     // The client keeps the text and the confirmation call in one assistant message (the call's parent).
-    let mut kept = kept_text(&asked);
-    kept["toolCalls"] = kept_call(&asked, "apr_1")["toolCalls"].clone();
+    let mut kept = ag_ui::kept_text(&asked);
+    kept["toolCalls"] = ag_ui::kept_call(&asked, "apr_1")["toolCalls"].clone();
     history.push(kept);
     history.push(ag_ui::tool_result("t1", "apr_1", "yes"));
     let answered = ag_ui::run(&agui(&proxy), &run_input("run-2", &history)).await;
     assert_eq!(ag_ui::text_of(&answered), "Deleted.");
-    history.push(kept_text(&answered));
+    history.push(ag_ui::kept_text(&answered));
     history.push(ag_ui::user("u3", "Thanks"));
     let after = ag_ui::run(&agui(&proxy), &run_input("run-3", &history)).await;
 
@@ -720,7 +697,7 @@ async fn agui_to_cmdc_new_message_instead_of_an_answer_responds_empty_then_promp
     let proxy = proxy("ag-ui", &gateway).await;
     let mut history = vec![ag_ui::user("u1", "Weather?")];
     let asked = ag_ui::run(&agui(&proxy), &run_input("run-1", &history)).await;
-    history.push(kept_call(&asked, "ask_001"));
+    history.push(ag_ui::kept_call(&asked, "ask_001"));
     history.push(ag_ui::user("u2", "What time is it?"));
 
     let events = ag_ui::run(&agui(&proxy), &run_input("run-2", &history)).await;
@@ -873,7 +850,7 @@ async fn agui_to_cmdc_second_approval_in_the_same_run_pauses_again() {
     let proxy = proxy("ag-ui", &gateway).await;
     let mut history = vec![ag_ui::user("u1", "Clean everything")];
     let first = ag_ui::run(&agui(&proxy), &run_input("run-1", &history)).await;
-    history.push(kept_call(&first, "apr_1"));
+    history.push(ag_ui::kept_call(&first, "apr_1"));
     history.push(ag_ui::tool_result("t1", "apr_1", "yes"));
 
     let second = ag_ui::run(&agui(&proxy), &run_input("run-2", &history)).await;
@@ -883,7 +860,7 @@ async fn agui_to_cmdc_second_approval_in_the_same_run_pauses_again() {
     assert_eq!(calls[0].0, "apr_2");
     assert_eq!(calls[0].1, "confirmAction");
     assert_eq!(calls[0].2["arguments"], json!({"command": "rm -rf ./tmp"}));
-    history.push(kept_call(&second, "apr_2"));
+    history.push(ag_ui::kept_call(&second, "apr_2"));
     history.push(ag_ui::tool_result("t2", "apr_2", "no"));
 
     let third = ag_ui::run(&agui(&proxy), &run_input("run-3", &history)).await;
@@ -904,7 +881,7 @@ async fn agui_to_cmdc_answer_and_new_message_in_one_turn_approve_then_prompt() {
     let gateway = Gateway::start(cleaner).await;
     let proxy = proxy("ag-ui", &gateway).await;
     let (mut history, asked) = agui_approval_asked(&proxy).await;
-    history.push(kept_call(&asked, "apr_1"));
+    history.push(ag_ui::kept_call(&asked, "apr_1"));
     history.push(ag_ui::tool_result("t1", "apr_1", "yes"));
     history.push(ag_ui::user("u2", "And what time is it?"));
 
@@ -977,7 +954,7 @@ async fn agui_to_cmdc_frontend_tool_is_a_callback_tool_answered_by_the_clients_r
         "{registered:?}"
     );
 
-    history.push(kept_call(&called, "tc_bg"));
+    history.push(ag_ui::kept_call(&called, "tc_bg"));
     history.push(ag_ui::tool_result("t1", "tc_bg", "Background is blue"));
     let mut second = run_input("run-2", &history);
     second["tools"] = first["tools"].clone();

@@ -8,6 +8,29 @@ use serde_json::{json, Value};
 
 use super::{post_json, Reply, SseStream};
 
+/// The assistant message an AG-UI client keeps for a call it received: under the call's parent message, or
+/// under the call's own id when it has none (what `@ag-ui/client` does).
+pub fn kept_call(events: &[Value], call_id: &str) -> Value {
+    let start = events
+        .iter()
+        .find(|e| e["type"] == "TOOL_CALL_START" && e["toolCallId"] == call_id)
+        .unwrap_or_else(|| panic!("a TOOL_CALL_START of {call_id}: {events:#?}"));
+    let message_id = start["parentMessageId"].as_str().unwrap_or(call_id);
+    let name = start["toolCallName"].as_str().expect("toolCallName");
+    let arguments: String = events
+        .iter()
+        .filter(|e| e["type"] == "TOOL_CALL_ARGS" && e["toolCallId"] == call_id)
+        .map(|e| e["delta"].as_str().unwrap_or(""))
+        .collect();
+    assistant_call(message_id, call_id, name, &arguments)
+}
+
+/// The assistant text message an AG-UI client keeps from a run's text (under its first message's id).
+pub fn kept_text(events: &[Value]) -> Value {
+    let start = all(events, "TEXT_MESSAGE_START")[0];
+    json!({"id": start["messageId"], "role": "assistant", "content": text_of(events)})
+}
+
 /// A `RunAgentInput` with no tools and no context.
 pub fn input(thread_id: &str, run_id: &str, messages: Value) -> Value {
     json!({"threadId": thread_id, "runId": run_id, "messages": messages, "tools": [], "context": []})
