@@ -60,6 +60,15 @@ fn is(request: &Received, method: &str, session: &str, suffix: &str) -> bool {
     request.method == method && request.path == format!("/v1/sessions/{session}{suffix}")
 }
 
+/// A conversation's first AG-UI run (`thread-1`, `run-1`): the user's `text` alone.
+async fn first_agui_run(proxy: &Proxy, text: &str) -> Vec<Value> {
+    ag_ui::run(
+        &agui(proxy),
+        &ag_ui::input("thread-1", "run-1", json!([ag_ui::user("u1", text)])),
+    )
+    .await
+}
+
 /// The next AG-UI run of a conversation: `history` as it stands.
 fn run_input(run_id: &str, history: &[Value]) -> Value {
     ag_ui::input("thread-1", run_id, Value::Array(history.to_vec()))
@@ -107,15 +116,7 @@ async fn agui_to_cmdc_streams_text_in_order() {
     let gateway = Gateway::replying(&["The weather ", "in Paris ", "is sunny."]).await;
     let proxy = proxy("ag-ui", &gateway).await;
 
-    let events = ag_ui::run(
-        &agui(&proxy),
-        &ag_ui::input(
-            "thread-1",
-            "run-1",
-            json!([ag_ui::user("u1", "Weather in Paris?")]),
-        ),
-    )
-    .await;
+    let events = first_agui_run(&proxy, "Weather in Paris?").await;
 
     assert_eq!(
         ag_ui::types(&events),
@@ -238,11 +239,7 @@ async fn agui_to_cmdc_subscribes_before_prompting_so_a_fast_run_loses_nothing() 
     .await;
     let proxy = proxy("ag-ui", &gateway).await;
 
-    let events = ag_ui::run(
-        &agui(&proxy),
-        &ag_ui::input("thread-1", "run-1", json!([ag_ui::user("u1", "Go")])),
-    )
-    .await;
+    let events = first_agui_run(&proxy, "Go").await;
 
     assert_eq!(ag_ui::text_of(&events), "first and last");
     assert_eq!(events.last().unwrap()["type"], "RUN_FINISHED");
@@ -291,15 +288,7 @@ async fn agui_to_cmdc_server_tool_execution_is_a_tool_call_with_its_result_then_
     .await;
     let proxy = proxy("ag-ui", &gateway).await;
 
-    let events = ag_ui::run(
-        &agui(&proxy),
-        &ag_ui::input(
-            "thread-1",
-            "run-1",
-            json!([ag_ui::user("u1", "What day is it?")]),
-        ),
-    )
-    .await;
+    let events = first_agui_run(&proxy, "What day is it?").await;
 
     assert_eq!(
         ag_ui::calls(&events),
@@ -338,6 +327,14 @@ async fn agui_approval_asked(proxy: &Proxy) -> (Vec<Value>, Vec<Value>) {
     (history, events)
 }
 
+/// The client's history after [`agui_approval_asked`]: the prompt and the `confirmAction` call `apr_1` it
+/// kept, for the next run to answer (or ignore).
+async fn agui_approval_call_kept(proxy: &Proxy) -> Vec<Value> {
+    let (mut history, asked) = agui_approval_asked(proxy).await;
+    history.push(ag_ui::kept_call(&asked, "apr_1"));
+    history
+}
+
 #[tokio::test]
 async fn agui_to_cmdc_approval_is_a_confirm_action_call_whose_id_is_the_approval_id() {
     let gateway = Gateway::start(cleaner).await;
@@ -366,8 +363,7 @@ async fn agui_to_cmdc_approval_is_a_confirm_action_call_whose_id_is_the_approval
 async fn agui_to_cmdc_yes_to_confirm_action_approves_and_the_run_goes_on() {
     let gateway = Gateway::start(cleaner).await;
     let proxy = proxy("ag-ui", &gateway).await;
-    let (mut history, asked) = agui_approval_asked(&proxy).await;
-    history.push(ag_ui::kept_call(&asked, "apr_1"));
+    let mut history = agui_approval_call_kept(&proxy).await;
     history.push(ag_ui::tool_result("t1", "apr_1", "yes"));
 
     let events = ag_ui::run(&agui(&proxy), &run_input("run-2", &history)).await;
@@ -398,8 +394,7 @@ async fn agui_to_cmdc_yes_to_confirm_action_approves_and_the_run_goes_on() {
 async fn agui_to_cmdc_no_to_confirm_action_rejects_and_the_run_goes_on() {
     let gateway = Gateway::start(cleaner).await;
     let proxy = proxy("ag-ui", &gateway).await;
-    let (mut history, asked) = agui_approval_asked(&proxy).await;
-    history.push(ag_ui::kept_call(&asked, "apr_1"));
+    let mut history = agui_approval_call_kept(&proxy).await;
     history.push(ag_ui::tool_result("t1", "apr_1", "no"));
 
     let events = ag_ui::run(&agui(&proxy), &run_input("run-2", &history)).await;
@@ -459,9 +454,8 @@ async fn agui_to_cmdc_ask_user_is_a_question_tool_call_and_the_answer_is_respond
 async fn agui_to_cmdc_new_message_instead_of_an_answer_rejects_the_approval_then_prompts() {
     let gateway = Gateway::start(cleaner).await;
     let proxy = proxy("ag-ui", &gateway).await;
-    let (mut history, asked) = agui_approval_asked(&proxy).await;
+    let mut history = agui_approval_call_kept(&proxy).await;
     // The user ignores the confirmation and asks something else.
-    history.push(ag_ui::kept_call(&asked, "apr_1"));
     history.push(ag_ui::user("u2", "What time is it?"));
 
     let events = ag_ui::run(&agui(&proxy), &run_input("run-2", &history)).await;
@@ -495,11 +489,7 @@ async fn agui_to_cmdc_agent_abort_max_turns_exceeded_is_a_run_error() {
     .await;
     let proxy = proxy("ag-ui", &gateway).await;
 
-    let events = ag_ui::run(
-        &agui(&proxy),
-        &ag_ui::input("thread-1", "run-1", json!([ag_ui::user("u1", "Go")])),
-    )
-    .await;
+    let events = first_agui_run(&proxy, "Go").await;
 
     let error = ag_ui::run_error(&events);
     assert!(
@@ -516,11 +506,7 @@ async fn agui_to_cmdc_wrong_api_key_is_a_run_error_naming_401() {
     let gateway = Gateway::replying(&["Hi"]).await;
     let proxy = Proxy::start(route("ag-ui", &gateway.url(), "sk-wrong")).await;
 
-    let events = ag_ui::run(
-        &agui(&proxy),
-        &ag_ui::input("thread-1", "run-1", json!([ag_ui::user("u1", "Hello")])),
-    )
-    .await;
+    let events = first_agui_run(&proxy, "Hello").await;
 
     let error = ag_ui::run_error(&events);
     assert!(
@@ -738,11 +724,7 @@ async fn agui_to_cmdc_heartbeats_and_unknown_events_do_not_disturb_the_text() {
     .await;
     let proxy = proxy("ag-ui", &gateway).await;
 
-    let events = ag_ui::run(
-        &agui(&proxy),
-        &ag_ui::input("thread-1", "run-1", json!([ag_ui::user("u1", "Hi")])),
-    )
-    .await;
+    let events = first_agui_run(&proxy, "Hi").await;
 
     assert_eq!(ag_ui::deltas(&events), ["Hel", "lo"]);
     assert_eq!(ag_ui::all(&events, "TEXT_MESSAGE_START").len(), 1);
@@ -880,8 +862,7 @@ async fn agui_to_cmdc_second_approval_in_the_same_run_pauses_again() {
 async fn agui_to_cmdc_answer_and_new_message_in_one_turn_approve_then_prompt() {
     let gateway = Gateway::start(cleaner).await;
     let proxy = proxy("ag-ui", &gateway).await;
-    let (mut history, asked) = agui_approval_asked(&proxy).await;
-    history.push(ag_ui::kept_call(&asked, "apr_1"));
+    let mut history = agui_approval_call_kept(&proxy).await;
     history.push(ag_ui::tool_result("t1", "apr_1", "yes"));
     history.push(ag_ui::user("u2", "And what time is it?"));
 
@@ -904,11 +885,7 @@ async fn agui_to_cmdc_route_timeout_is_a_run_error_and_aborts_the_gateway_run() 
         Gateway::start(|_, _| [cmdc::text(&["Thinking"]), vec![cmdc::hang()]].concat()).await;
     let proxy = Proxy::start(route("ag-ui", &gateway.url(), KEY).timeout("1s")).await;
 
-    let events = ag_ui::run(
-        &agui(&proxy),
-        &ag_ui::input("thread-1", "run-1", json!([ag_ui::user("u1", "Long job")])),
-    )
-    .await;
+    let events = first_agui_run(&proxy, "Long job").await;
 
     assert_eq!(ag_ui::run_error(&events)["code"], "UPSTREAM_TIMEOUT");
     let session = gateway.session();
