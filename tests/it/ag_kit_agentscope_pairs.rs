@@ -91,11 +91,7 @@ async fn agkit_to_agentscope_text_deltas_arrive_in_order_as_text_events() {
 
 #[tokio::test]
 async fn agkit_to_agentscope_second_turn_sends_the_whole_conversation_in_one_session() {
-    let runtime = scope::runtime([
-        Run::new().text(&["Sunny."]).completed(),
-        Run::new().text(&["Rain."]).completed(),
-    ])
-    .await;
+    let runtime = scope::sunny_then_rain().await;
     let (_proxy, mut chat) = agkit_to_agentscope(&runtime).await;
 
     assert_eq!(chat.say("Weather in Paris?").await.text(), "Sunny.");
@@ -109,11 +105,7 @@ async fn agkit_to_agentscope_second_turn_sends_the_whole_conversation_in_one_ses
     assert_eq!(second.text(), "Rain.");
     assert_eq!(
         scope::summary(&scope::input_of(&runtime, 1)),
-        [
-            ("message".into(), "user".into(), json!("Weather in Paris?")),
-            ("message".into(), "assistant".into(), json!("Sunny.")),
-            ("message".into(), "user".into(), json!("And tomorrow?")),
-        ],
+        scope::sunny_then_tomorrow(),
         "the runtime gets the conversation so far from the proxy's log"
     );
     let received = runtime.received();

@@ -420,11 +420,7 @@ async fn agui_to_agentscope_plugin_call_and_output_are_a_tool_call_and_result_th
 
 #[tokio::test]
 async fn agui_to_agentscope_second_turn_sends_the_full_history_in_one_session() {
-    let runtime = scope::runtime([
-        Run::new().text(&["Sunny."]).completed(),
-        Run::new().text(&["Rain."]).completed(),
-    ])
-    .await;
+    let runtime = scope::sunny_then_rain().await;
     let proxy = proxy("ag-ui", "agentscope", Some(&runtime.url())).await;
     let url = proxy.url(PATH);
     let first = ag_ui::input(
@@ -446,11 +442,7 @@ async fn agui_to_agentscope_second_turn_sends_the_full_history_in_one_session() 
 
     assert_eq!(
         scope::summary(&scope::input_of(&runtime, 1)),
-        [
-            ("message".into(), "user".into(), json!("Weather in Paris?")),
-            ("message".into(), "assistant".into(), json!("Sunny.")),
-            ("message".into(), "user".into(), json!("And tomorrow?")),
-        ]
+        scope::sunny_then_tomorrow()
     );
     let received = runtime.received();
     assert_eq!(
@@ -729,11 +721,7 @@ async fn agentscope_to_a2a_client_disconnect_cancels_the_agents_task() {
 
 #[tokio::test]
 async fn a2a_to_agentscope_second_turn_sends_the_conversation_log_in_one_session() {
-    let runtime = scope::runtime([
-        Run::new().text(&["Sunny."]).completed(),
-        Run::new().text(&["Rain."]).completed(),
-    ])
-    .await;
+    let runtime = scope::sunny_then_rain().await;
     let proxy = proxy("a2a", "agentscope", Some(&runtime.url())).await;
     let url = proxy.url(PATH);
 
@@ -743,11 +731,7 @@ async fn a2a_to_agentscope_second_turn_sends_the_conversation_log_in_one_session
     assert_eq!(a2a::streamed_text(&two), "Rain.");
     assert_eq!(
         scope::summary(&scope::input_of(&runtime, 1)),
-        [
-            ("message".into(), "user".into(), json!("Weather in Paris?")),
-            ("message".into(), "assistant".into(), json!("Sunny.")),
-            ("message".into(), "user".into(), json!("And tomorrow?")),
-        ],
+        scope::sunny_then_tomorrow(),
         "a full-history upstream gets the conversation so far"
     );
     let received = runtime.received();
@@ -871,11 +855,7 @@ async fn agentscope_to_agentscope_plugin_call_and_output_pass_through_then_text(
 #[tokio::test]
 async fn agentscope_to_agentscope_second_turn_sends_the_full_history_in_the_upstreams_own_session()
 {
-    let runtime = scope::runtime([
-        Run::new().text(&["Sunny."]).completed(),
-        Run::new().text(&["Rain."]).completed(),
-    ])
-    .await;
+    let runtime = scope::sunny_then_rain().await;
     let proxy = proxy("agentscope", "agentscope", Some(&runtime.url())).await;
     let url = process(&proxy);
     let first = weather("s-s3");
@@ -887,11 +867,7 @@ async fn agentscope_to_agentscope_second_turn_sends_the_full_history_in_the_upst
     assert_eq!(scope::text(&events), "Rain.");
     assert_eq!(
         scope::summary(&scope::input_of(&runtime, 1)),
-        [
-            ("message".into(), "user".into(), json!("Weather in Paris?")),
-            ("message".into(), "assistant".into(), json!("Sunny.")),
-            ("message".into(), "user".into(), json!("And tomorrow?")),
-        ]
+        scope::sunny_then_tomorrow()
     );
     let received = runtime.received();
     let session = &received[0].body["session_id"];

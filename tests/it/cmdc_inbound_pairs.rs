@@ -590,11 +590,7 @@ async fn cmdc_to_agentscope_streams_the_runtimes_text() {
 
 #[tokio::test]
 async fn cmdc_to_agentscope_second_prompt_sends_the_full_history() {
-    let runtime = scope::runtime([
-        Run::new().text(&["Sunny."]).completed(),
-        Run::new().text(&["Rain."]).completed(),
-    ])
-    .await;
+    let runtime = scope::sunny_then_rain().await;
     let proxy = proxy("agentscope", &runtime).await;
     let session = session(&proxy).await;
 
@@ -604,11 +600,7 @@ async fn cmdc_to_agentscope_second_prompt_sends_the_full_history() {
     assert_eq!(streamed_text(&seen), "Rain.");
     assert_eq!(
         scope::summary(&scope::input_of(&runtime, 1)),
-        [
-            ("message".into(), "user".into(), json!("Weather in Paris?")),
-            ("message".into(), "assistant".into(), json!("Sunny.")),
-            ("message".into(), "user".into(), json!("And tomorrow?")),
-        ],
+        scope::sunny_then_tomorrow(),
         "a full-history upstream gets the conversation so far"
     );
     let received = runtime.received();

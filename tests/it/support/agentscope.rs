@@ -406,6 +406,15 @@ pub async fn runtime(runs: impl IntoIterator<Item = Run>) -> Upstream {
     .await
 }
 
+/// A runtime over two turns: it answers "Sunny.", then "Rain.".
+pub async fn sunny_then_rain() -> Upstream {
+    runtime([
+        Run::new().text(&["Sunny."]).completed(),
+        Run::new().text(&["Rain."]).completed(),
+    ])
+    .await
+}
+
 /// A scripted runtime answering each request with the run `pick` chooses for it (an answer that depends on
 /// the request's `input` or `tools`).
 pub async fn runtime_with(pick: impl Fn(&Received) -> Run + Send + Sync + 'static) -> Upstream {
@@ -447,6 +456,16 @@ pub fn summary(input: &[Value]) -> Vec<(String, String, Value)> {
             (field("type"), field("role"), body)
         })
         .collect()
+}
+
+/// The [`summary`] of the weather conversation's second input: "Weather in Paris?", the answer "Sunny.",
+/// then "And tomorrow?".
+pub fn sunny_then_tomorrow() -> Vec<(String, String, Value)> {
+    vec![
+        ("message".into(), "user".into(), json!("Weather in Paris?")),
+        ("message".into(), "assistant".into(), json!("Sunny.")),
+        ("message".into(), "user".into(), json!("And tomorrow?")),
+    ]
 }
 
 // --- The client -------------------------------------------------------------------------------------------------
