@@ -241,15 +241,7 @@ async fn agui_to_a2a_answering_the_question_resumes_the_paused_task() {
 
 #[tokio::test]
 async fn agui_to_a2a_failed_task_is_one_run_error_with_the_status_text() {
-    let task = a2a::task("task-1", "ctx-up-1");
-    let agent = Agent::new()
-        .on(
-            "message/stream",
-            a2a::stream([task.submitted(), task.working()])
-                .then(task.failed("The weather service is down.")),
-        )
-        .serve()
-        .await;
+    let agent = a2a::failing_agent("task-1").await;
     let proxy = agui_to_a2a(&agent).await;
 
     let events = ag_ui::run(&proxy.url(PATH), &weather("thread-7", "run-1")).await;
@@ -600,15 +592,7 @@ async fn a2a_to_a2a_input_required_round_trip_continues_the_agents_task() {
 
 #[tokio::test]
 async fn a2a_to_a2a_failed_agent_task_fails_the_task_with_its_reason() {
-    let task = a2a::task("task-up-1", "ctx-up-1");
-    let agent = Agent::new()
-        .on(
-            "message/stream",
-            a2a::stream([task.submitted(), task.working()])
-                .then(task.failed("The weather service is down.")),
-        )
-        .serve()
-        .await;
+    let agent = a2a::failing_agent("task-up-1").await;
     let proxy = a2a_to_a2a(&agent).await;
 
     let task = a2a::send_message(&proxy.url(PATH), a2a::message("Weather?")).await;

@@ -284,15 +284,7 @@ async fn agkit_to_a2a_a_new_message_instead_of_the_answer_goes_to_the_paused_tas
 
 #[tokio::test]
 async fn agkit_to_a2a_task_failed_before_any_text_is_an_http_502_with_the_reason() {
-    let task = a2a::task("task-1", "ctx-up-1");
-    let agent = Agent::new()
-        .on(
-            "message/stream",
-            a2a::stream([task.submitted(), task.working()])
-                .then(task.failed("The weather service is down.")),
-        )
-        .serve()
-        .await;
+    let agent = a2a::failing_agent("task-1").await;
     let (proxy, chat) = agkit_to_a2a(&agent).await;
 
     let (status, body) = kit::refused(
@@ -308,16 +300,7 @@ async fn agkit_to_a2a_task_failed_before_any_text_is_an_http_502_with_the_reason
 
 #[tokio::test]
 async fn agkit_to_a2a_task_failed_after_text_is_an_error_frame_then_done() {
-    let task = a2a::task("task-1", "ctx-up-1");
-    let agent = Agent::new()
-        .on(
-            "message/stream",
-            a2a::stream([task.submitted(), task.working()])
-                .then(task.chunk("a1", "Half an ", false, false))
-                .then(task.failed("The weather service is down.")),
-        )
-        .serve()
-        .await;
+    let agent = a2a::failing_after_half_an_answer().await;
     let (_proxy, mut chat) = agkit_to_a2a(&agent).await;
 
     let exchange = chat.say("Weather?").await;

@@ -148,7 +148,7 @@ async fn agkit_to_agentscope_approved_resume_is_an_mcp_approval_response_approvi
 
     assert_eq!(answered.text(), "Cleaned up.");
     let input = scope::input_of(&runtime, 1);
-    let kinds: Vec<&str> = input.iter().map(|m| m["type"].as_str().unwrap()).collect();
+    let kinds = scope::input_types(&input);
     assert_eq!(
         kinds,
         ["message", "mcp_approval_request", "mcp_approval_response"]
@@ -285,7 +285,7 @@ async fn agkit_to_agentscope_second_turn_after_a_tool_call_carries_the_call_and_
     assert_eq!(chat.say("And tomorrow?").await.text(), "Rain tomorrow.");
 
     let input = scope::input_of(&runtime, 1);
-    let kinds: Vec<&str> = input.iter().map(|m| m["type"].as_str().unwrap()).collect();
+    let kinds = scope::input_types(&input);
     assert_eq!(
         kinds,
         [
@@ -349,7 +349,7 @@ async fn agkit_to_agentscope_client_tool_call_runs_in_use_chat_and_its_result_re
         "the stringified schema is offered as JSON: {offered}"
     );
     let input = scope::input_of(&runtime, 1);
-    let kinds: Vec<&str> = input.iter().map(|m| m["type"].as_str().unwrap()).collect();
+    let kinds = scope::input_types(&input);
     assert_eq!(kinds, ["message", "function_call", "function_call_output"]);
     assert_eq!(scope::data(&input[1])["call_id"], "call_bg");
     assert_eq!(scope::data(&input[2])["call_id"], "call_bg");

@@ -487,7 +487,7 @@ async fn agui_to_agentscope_approval_approved_by_the_confirm_action_answer() {
 
     assert_eq!(ag_ui::text_of(&events), "Cleaned up.");
     let input = scope::input_of(&runtime, 1);
-    let kinds: Vec<&str> = input.iter().map(|m| m["type"].as_str().unwrap()).collect();
+    let kinds = scope::input_types(&input);
     assert_eq!(
         kinds,
         ["message", "mcp_approval_request", "mcp_approval_response"]
@@ -669,16 +669,7 @@ async fn agentscope_to_a2a_client_tools_are_not_offered_to_the_agent() {
 
 #[tokio::test]
 async fn agentscope_to_a2a_failed_task_mid_stream_is_one_failed_response() {
-    let task = a2a::task("task-1", "ctx-up-1");
-    let agent = Agent::new()
-        .on(
-            "message/stream",
-            a2a::stream([task.submitted(), task.working()])
-                .then(task.chunk("a1", "Half an ", false, false))
-                .then(task.failed("The weather service is down.")),
-        )
-        .serve()
-        .await;
+    let agent = a2a::failing_after_half_an_answer().await;
     let proxy = proxy("agentscope", "a2a", Some(&agent.url())).await;
 
     let events = scope::run(&process(&proxy), &weather("s-a5")).await;
@@ -762,7 +753,7 @@ async fn a2a_approval_answered(answer: &str) -> Vec<Value> {
 async fn a2a_to_agentscope_approval_approved_by_a_message_on_the_paused_task() {
     let input = a2a_approval_answered("yes").await;
 
-    let kinds: Vec<&str> = input.iter().map(|m| m["type"].as_str().unwrap()).collect();
+    let kinds = scope::input_types(&input);
     assert_eq!(
         kinds,
         ["message", "mcp_approval_request", "mcp_approval_response"]
@@ -896,7 +887,7 @@ async fn agentscope_to_agentscope_second_turn_after_a_tool_call_carries_the_call
 
     assert_eq!(scope::text(&events), "Rain tomorrow.");
     let input = scope::input_of(&runtime, 1);
-    let kinds: Vec<&str> = input.iter().map(|m| m["type"].as_str().unwrap()).collect();
+    let kinds = scope::input_types(&input);
     assert_eq!(
         kinds,
         [
@@ -949,7 +940,7 @@ async fn agentscope_approval_answered(session: &str, approve: bool) -> Vec<Value
 async fn agentscope_to_agentscope_approval_approved_reaches_the_runtime_as_mcp_approval_response() {
     let input = agentscope_approval_answered("s-s4", true).await;
 
-    let kinds: Vec<&str> = input.iter().map(|m| m["type"].as_str().unwrap()).collect();
+    let kinds = scope::input_types(&input);
     assert_eq!(
         kinds,
         ["message", "mcp_approval_request", "mcp_approval_response"]
@@ -998,7 +989,7 @@ async fn agentscope_to_agentscope_client_tool_call_and_its_output_round_trip() {
         "change_background"
     );
     let input = scope::input_of(&runtime, 1);
-    let kinds: Vec<&str> = input.iter().map(|m| m["type"].as_str().unwrap()).collect();
+    let kinds = scope::input_types(&input);
     assert_eq!(kinds, ["message", "function_call", "function_call_output"]);
     assert_eq!(scope::data(&input[1])["call_id"], "call_bg");
     assert_eq!(

@@ -262,15 +262,7 @@ async fn cmdc_to_a2a_answer_continues_the_paused_task() {
 
 #[tokio::test]
 async fn cmdc_to_a2a_failed_task_is_an_error_event_then_agent_abort() {
-    let task = a2a::task("task-1", "ctx-up-1");
-    let agent = Agent::new()
-        .on(
-            "message/stream",
-            a2a::stream([task.submitted(), task.working()])
-                .then(task.failed("The weather service is down.")),
-        )
-        .serve()
-        .await;
+    let agent = a2a::failing_agent("task-1").await;
     let proxy = proxy("a2a", &agent).await;
     let session = session(&proxy).await;
 
@@ -636,7 +628,7 @@ async fn cmdc_to_agentscope_approval_request_is_approval_required_and_approve_an
     assert_eq!(data(&seen, "approval_resolved")["status"], "approved");
     assert_eq!(streamed_text(&seen), "Cleaned up.");
     let input = scope::input_of(&runtime, 1);
-    let kinds: Vec<&str> = input.iter().map(|m| m["type"].as_str().unwrap()).collect();
+    let kinds = scope::input_types(&input);
     assert_eq!(
         kinds,
         ["message", "mcp_approval_request", "mcp_approval_response"]
@@ -1140,7 +1132,7 @@ async fn cmdc_to_agentscope_function_call_is_called_back_and_its_output_sent() {
         "change_background"
     );
     let input = scope::input_of(&runtime, 1);
-    let kinds: Vec<&str> = input.iter().map(|m| m["type"].as_str().unwrap()).collect();
+    let kinds = scope::input_types(&input);
     assert_eq!(kinds, ["message", "function_call", "function_call_output"]);
     assert_eq!(
         scope::data(&input[2]),

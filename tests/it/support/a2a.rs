@@ -305,6 +305,33 @@ pub async fn sunny_then_rain(first_id: &str, second_id: &str) -> Upstream {
         .await
 }
 
+/// An agent whose task `task_id` (context `ctx-up-1`) fails: "The weather service is down.".
+pub async fn failing_agent(task_id: &str) -> Upstream {
+    let task = task(task_id, "ctx-up-1");
+    Agent::new()
+        .on(
+            "message/stream",
+            stream([task.submitted(), task.working()])
+                .then(task.failed("The weather service is down.")),
+        )
+        .serve()
+        .await
+}
+
+/// [`failing_agent`] (task `task-1`), after streaming "Half an " of an answer.
+pub async fn failing_after_half_an_answer() -> Upstream {
+    let task = task("task-1", "ctx-up-1");
+    Agent::new()
+        .on(
+            "message/stream",
+            stream([task.submitted(), task.working()])
+                .then(task.chunk("a1", "Half an ", false, false))
+                .then(task.failed("The weather service is down.")),
+        )
+        .serve()
+        .await
+}
+
 /// The JSON-RPC method of a request the agent received.
 pub fn rpc_method(request: &Received) -> &str {
     request.body["method"].as_str().unwrap_or("")

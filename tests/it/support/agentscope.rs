@@ -458,6 +458,11 @@ pub fn summary(input: &[Value]) -> Vec<(String, String, Value)> {
         .collect()
 }
 
+/// The `type` of each message of a runtime's input, in order.
+pub fn input_types(input: &[Value]) -> Vec<&str> {
+    input.iter().map(|m| m["type"].as_str().unwrap()).collect()
+}
+
 /// The [`summary`] of the weather conversation's second input: "Weather in Paris?", the answer "Sunny.",
 /// then "And tomorrow?".
 pub fn sunny_then_tomorrow() -> Vec<(String, String, Value)> {
