@@ -298,16 +298,7 @@ async fn agui_to_a2a_json_rpc_error_event_mid_stream_ends_the_run_with_a_run_err
 
 #[tokio::test]
 async fn agui_to_a2a_client_disconnect_cancels_the_running_task_upstream() {
-    let task = a2a::task("task-1", "ctx-up-1");
-    let agent = Agent::new()
-        .on(
-            "message/stream",
-            a2a::stream([task.submitted(), task.working()])
-                .then(task.chunk("a1", "Thinking", false, false))
-                .hang(),
-        )
-        .serve()
-        .await;
+    let agent = a2a::thinking_forever("task-1").await;
     let proxy = agui_to_a2a(&agent).await;
     let mut stream = ag_ui::start(&proxy.url(PATH), &weather("thread-11", "run-1")).await;
     stream.until("TEXT_MESSAGE_CONTENT").await;
@@ -604,16 +595,7 @@ async fn a2a_to_a2a_failed_agent_task_fails_the_task_with_its_reason() {
 
 #[tokio::test]
 async fn a2a_to_a2a_tasks_cancel_cancels_the_agents_task() {
-    let task = a2a::task("task-up-1", "ctx-up-1");
-    let agent = Agent::new()
-        .on(
-            "message/stream",
-            a2a::stream([task.submitted(), task.working()])
-                .then(task.chunk("a1", "Thinking", false, false))
-                .hang(),
-        )
-        .serve()
-        .await;
+    let agent = a2a::thinking_forever("task-up-1").await;
     let proxy = a2a_to_a2a(&agent).await;
     let url = proxy.url(PATH);
     let mut stream = a2a::stream_message(&url, a2a::message("Weather?")).await;

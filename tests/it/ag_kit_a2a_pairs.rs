@@ -339,16 +339,7 @@ async fn agkit_to_a2a_json_rpc_error_answer_is_an_http_502_with_its_code() {
 
 #[tokio::test]
 async fn agkit_to_a2a_client_disconnect_cancels_the_agents_task() {
-    let task = a2a::task("task-1", "ctx-up-1");
-    let agent = Agent::new()
-        .on(
-            "message/stream",
-            a2a::stream([task.submitted(), task.working()])
-                .then(task.chunk("a1", "Thinking", false, false))
-                .hang(),
-        )
-        .serve()
-        .await;
+    let agent = a2a::thinking_forever("task-1").await;
     let (proxy, chat) = agkit_to_a2a(&agent).await;
     let response = post_json(
         &proxy.url(&format!("{PATH}/send-message")),

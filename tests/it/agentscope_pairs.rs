@@ -683,16 +683,7 @@ async fn agentscope_to_a2a_failed_task_mid_stream_is_one_failed_response() {
 
 #[tokio::test]
 async fn agentscope_to_a2a_client_disconnect_cancels_the_agents_task() {
-    let task = a2a::task("task-1", "ctx-up-1");
-    let agent = Agent::new()
-        .on(
-            "message/stream",
-            a2a::stream([task.submitted(), task.working()])
-                .then(task.chunk("a1", "Thinking", false, false))
-                .hang(),
-        )
-        .serve()
-        .await;
+    let agent = a2a::thinking_forever("task-1").await;
     let proxy = proxy("agentscope", "a2a", Some(&agent.url())).await;
     let mut stream = scope::start(&process(&proxy), &weather("s-a7")).await;
     while stream.next().await.expect("the run goes on")["object"] != "content" {}

@@ -332,6 +332,21 @@ pub async fn failing_after_half_an_answer() -> Upstream {
         .await
 }
 
+/// An agent whose task `task_id` (context `ctx-up-1`) streams "Thinking" and then never ends: for tests of
+/// what a client leaving does upstream.
+pub async fn thinking_forever(task_id: &str) -> Upstream {
+    let task = task(task_id, "ctx-up-1");
+    Agent::new()
+        .on(
+            "message/stream",
+            stream([task.submitted(), task.working()])
+                .then(task.chunk("a1", "Thinking", false, false))
+                .hang(),
+        )
+        .serve()
+        .await
+}
+
 /// The JSON-RPC method of a request the agent received.
 pub fn rpc_method(request: &Received) -> &str {
     request.body["method"].as_str().unwrap_or("")
