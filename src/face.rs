@@ -9,8 +9,11 @@
 //!   refusal.
 //! - An outbound's [`UpstreamDecoder`]: one upstream frame into canonical events, and what the end of the
 //!   body means in its protocol. `relay::relay` drives it.
-//! - A protocol's [`Row`]: what it can carry and the [`FaceOptions`] each of its faces reads, for the
-//!   registry (`protocol::registry`).
+//! - The faces themselves, [`InboundFace`] and [`OutboundFace`], written with plain `async fn`s and boxed once
+//!   here ([`DynInbound`], [`DynOutbound`]) for the route that holds them; every outbound face is an `Agent`
+//!   to the hub.
+//! - A protocol's [`Row`]: what it can carry, the [`FaceOptions`] each of its faces reads, and how to build
+//!   each face, for the registry (`protocol::registry`).
 //! - What an outbound remembers between turns is `store::UpstreamState`; what the hub runs a turn
 //!   against is `translate::Agent`.
 
@@ -26,7 +29,6 @@ use futures_util::future::BoxFuture;
 use futures_util::Stream;
 use http::{Request, Response};
 use hyper::body::Incoming;
-
 use serde::de::DeserializeOwned;
 
 use crate::body::{self, Body};

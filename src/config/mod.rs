@@ -1,5 +1,7 @@
 //! `routes.toml`: parsed once into typed, validated structs (DESIGN §5); nothing after
-//! [`Config::parse`] looks at TOML again.
+//! [`Config::parse`] looks at TOML text again. `[routes.translate]` stays a table ([`Translate`]): its
+//! options belong to the protocols' faces, which read them with types of their own, and the protocol
+//! registry checks them against each route's pair when the file loads (config knows no protocol's options).
 //!
 //! Every error names the file, the 1-based line and the key path (`routes[1].translate.model`).
 //! Errors found while deserializing carry toml's byte span; errors found afterwards (duplicates,

@@ -203,7 +203,7 @@ mod tests {
         assert!(error.message().starts_with("unknown field `no_such_option`, expected one of `a2a_card`, `a2a_status_message`, `agentscope_session_memory`, `agui_interrupts`"), "{error}");
     }
 
-    /// `route`'s refusal: its line, key and message.
+    /// How the routes file `text` is refused: the line, key and message.
     fn refusal(text: &str) -> (Option<usize>, String, String) {
         let error = checked(text).unwrap_err();
         let key = error.key().unwrap_or_default().to_owned();
