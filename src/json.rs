@@ -14,7 +14,7 @@ where
 }
 
 /// A request body read as `T`; the refusal names `what` the body should be and, below its top level, where
-/// it is not (`invalid RunAgentInput at `messages[0].role`: ...`).
+/// it is not (``invalid RunAgentInput at `messages[0].role`: …``).
 pub fn from_body<T: DeserializeOwned>(body: &[u8], what: &str) -> crate::error::Result<T> {
     let deserializer = &mut serde_json::Deserializer::from_slice(body);
     serde_path_to_error::deserialize(deserializer).map_err(|e| {

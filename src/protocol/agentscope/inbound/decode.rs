@@ -52,7 +52,7 @@ pub enum Refusal {
 
 /// Reads a request body as the runtime would, refusing in the runtime's two shapes.
 pub struct Reader<'a> {
-    /// The name the proxy gives question interrupts (see [`super::encode`]), which tells the answer to a
+    /// The name the proxy gives question interrupts (see the inbound's encoder), which tells the answer to a
     /// question from the answer to an approval.
     pub question_tool: &'a str,
 }
