@@ -149,6 +149,15 @@ impl AnswerWords {
         }
     }
 
+    /// Whether `answer` approves (`Some(true)`) or rejects (`Some(false)`); `None` when it says neither.
+    pub fn approves(&self, answer: &str) -> Option<bool> {
+        match self.read(answer) {
+            Decision::Approve => Some(true),
+            Decision::Reject => Some(false),
+            Decision::Unclear => None,
+        }
+    }
+
     pub fn read(&self, answer: &str) -> Decision {
         let answer = normalize(answer);
         let mut words = answer.split_whitespace();

@@ -6,7 +6,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use crate::answers::{AnswerWords, Decision};
+use crate::answers::AnswerWords;
 use crate::error::Error;
 
 /// What one inbound request asks the agent to do.
@@ -254,11 +254,7 @@ impl Resume {
 }
 
 fn word_answer(text: &str) -> Option<bool> {
-    match AnswerWords::default().read(text) {
-        Decision::Approve => Some(true),
-        Decision::Reject => Some(false),
-        Decision::Unclear => None,
-    }
+    AnswerWords::default().approves(text)
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -97,13 +97,7 @@ impl Translator {
     /// neither yes nor no, and the approval is asked again.
     pub fn approval_decision(&self, answer: &Resume) -> Option<bool> {
         match (answer.status, &answer.payload) {
-            (ResumeStatus::Resolved, Some(Value::String(text))) => {
-                match self.answer_words.read(text) {
-                    Decision::Approve => Some(true),
-                    Decision::Reject => Some(false),
-                    Decision::Unclear => None,
-                }
-            }
+            (ResumeStatus::Resolved, Some(Value::String(text))) => self.answer_words.approves(text),
             _ => Some(answer.approval().0),
         }
     }
