@@ -123,7 +123,7 @@ impl Pattern {
             (PatternHost::Name(name), Some(host)) => *name == normalize_name(host),
             (PatternHost::Name(_), None) => false,
         };
-        host_matches && self.port.map_or(true, |port| port == address.port())
+        host_matches && self.port.is_none_or(|port| port == address.port())
     }
 }
 

@@ -75,7 +75,7 @@ impl<T> Tracked<T> {
 /// type 6, flags, stream 0) and 8 of payload each.
 fn only_pings(bytes: &[u8]) -> bool {
     const PING_FRAME: usize = 17;
-    bytes.len() % PING_FRAME == 0
+    bytes.len().is_multiple_of(PING_FRAME)
         && bytes
             .chunks(PING_FRAME)
             .all(|frame| frame[..4] == [0, 0, 8, 6] && frame[5..9] == [0; 4])

@@ -63,7 +63,7 @@ impl AcceptFailures {
         self.unlogged += 1;
         if self
             .logged_at
-            .map_or(true, |at| at.elapsed() >= Self::LOG_EVERY)
+            .is_none_or(|at| at.elapsed() >= Self::LOG_EVERY)
         {
             tracing::warn!(
                 "accept failed: {error} ({} failures since the last report); backing off up to {:?}",

@@ -183,7 +183,7 @@ impl A2aClient {
         );
         let warnings = &report.report["warnings"];
         assert!(
-            warnings.as_array().map_or(true, Vec::is_empty),
+            warnings.as_array().is_none_or(Vec::is_empty),
             "the {} client warned: {}",
             report.client,
             report.context()

@@ -100,7 +100,7 @@ impl Pair {
 
     /// Whether both sides carry `capability`.
     fn both(self, capability: fn(Protocol) -> bool) -> bool {
-        capability(self.inbound) && self.agent().map_or(true, capability)
+        capability(self.inbound) && self.agent().is_none_or(capability)
     }
 }
 
@@ -306,7 +306,7 @@ mod scenario {
 
     /// Whether the pair's agent asks approvals in a form of its own (not in words, as A2A agents do).
     fn agent_asks_approvals(pair: Pair) -> bool {
-        pair.agent().map_or(true, Protocol::has_approvals)
+        pair.agent().is_none_or(Protocol::has_approvals)
     }
 
     /// How the agent hears a decision the client gave in `words`: the decision the proxy read from them, or

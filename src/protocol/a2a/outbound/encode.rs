@@ -29,7 +29,7 @@ pub(super) fn outgoing(turn: &Turn, conversation: &Conversation) -> Result<Outgo
     let (answers, stale): (Vec<&Resume>, Vec<&Resume>) = turn
         .resume
         .iter()
-        .partition(|r| interrupt_id.map_or(true, |id| r.interrupt_id == *id));
+        .partition(|r| interrupt_id.is_none_or(|id| r.interrupt_id == *id));
     if !stale.is_empty() {
         debug!(
             count = stale.len(),

@@ -417,7 +417,7 @@ impl DiscoveredCard {
     /// The dialect, or a configuration error for an agent that does not speak 0.2/0.3 JSON-RPC.
     fn dialect(&self, uri: &Uri) -> Result<Dialect> {
         let legacy = |version: &str| version.trim().starts_with("0.");
-        let top_level = self.url.is_some() && self.protocol_version.as_deref().map_or(true, legacy);
+        let top_level = self.url.is_some() && self.protocol_version.as_deref().is_none_or(legacy);
         let interface = self.supported_interfaces.iter().any(|i| {
             i.protocol_binding
                 .as_deref()
