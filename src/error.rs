@@ -37,6 +37,8 @@ enum Kind {
     },
     /// What decides whether a client is let in (the identity provider's key set) cannot be reached.
     AuthUnavailable,
+    /// The conversation store (Redis) cannot be reached: a turn cannot read or keep its conversation.
+    StoreUnavailable,
     Unreachable,
     Timeout,
     Status(u16),
@@ -128,11 +130,15 @@ impl Error {
             format!("the request body did not arrive within {limit:?}"),
         )
     }
-    /// The upstream could not be reached (refused, DNS, TLS, connect timeout).
     /// The proxy cannot tell whether the client may come in (its identity provider is unreachable).
     pub fn auth_unavailable(message: impl Into<String>) -> Self {
         Self::new(Kind::AuthUnavailable, message)
     }
+    /// The conversation store cannot be reached; the client may try again (the proxy reconnects by itself).
+    pub fn store_unavailable(message: impl Into<String>) -> Self {
+        Self::new(Kind::StoreUnavailable, message)
+    }
+    /// The upstream could not be reached (refused, DNS, TLS, connect timeout).
     pub fn upstream_unreachable(message: impl Into<String>) -> Self {
         Self::new(Kind::Unreachable, message)
     }
@@ -199,7 +205,10 @@ impl Error {
             | Kind::Agent(_)
             | Kind::Cancelled => Source::Upstream,
             Kind::Config => Source::Config,
-            Kind::Internal | Kind::AuthUnavailable | Kind::ShuttingDown => Source::Internal,
+            Kind::Internal
+            | Kind::AuthUnavailable
+            | Kind::StoreUnavailable
+            | Kind::ShuttingDown => Source::Internal,
         }
     }
 
@@ -223,9 +232,13 @@ impl Error {
             _ => None,
         }
     }
-    /// Whether the client could not be checked (its identity provider unreachable): a 503, never a 401.
-    pub fn is_auth_unavailable(&self) -> bool {
-        self.inner.kind == Kind::AuthUnavailable
+    /// Whether something the proxy needs for every turn (the identity provider, the store) is unreachable:
+    /// a 503, never a 401 or a 500.
+    pub fn is_unavailable(&self) -> bool {
+        matches!(
+            self.inner.kind,
+            Kind::AuthUnavailable | Kind::StoreUnavailable
+        )
     }
     pub fn is_forbidden(&self) -> bool {
         self.inner.kind == Kind::Forbidden
@@ -263,6 +276,7 @@ impl Error {
             Kind::RequestTimeout => "REQUEST_TIMEOUT",
             Kind::RateLimited { .. } => "RATE_LIMITED",
             Kind::AuthUnavailable => "AUTH_UNAVAILABLE",
+            Kind::StoreUnavailable => "STORE_UNAVAILABLE",
             Kind::Unreachable => "UPSTREAM_UNREACHABLE",
             Kind::Timeout => "UPSTREAM_TIMEOUT",
             Kind::Status(_) => "UPSTREAM_HTTP_ERROR",
@@ -293,7 +307,10 @@ impl Error {
             Kind::Unreachable | Kind::Status(_) | Kind::Malformed | Kind::Eof | Kind::Agent(_) => {
                 S::BAD_GATEWAY
             }
-            Kind::Cancelled | Kind::AuthUnavailable | Kind::ShuttingDown => S::SERVICE_UNAVAILABLE,
+            Kind::Cancelled
+            | Kind::AuthUnavailable
+            | Kind::StoreUnavailable
+            | Kind::ShuttingDown => S::SERVICE_UNAVAILABLE,
             Kind::Config | Kind::Internal => S::INTERNAL_SERVER_ERROR,
         }
     }

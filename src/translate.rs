@@ -174,7 +174,7 @@ impl Translator {
             return context.ask_again(unclear).await;
         }
         context.reply = history::prepare(&mut turn, &mut context.record, self.agent.history());
-        match self.run_outbound(&turn, &mut context).await {
+        let terminal = match self.run_outbound(&turn, &mut context).await {
             Some(result) => {
                 if let Err(error) = &result {
                     tracing::warn!(
@@ -184,17 +184,28 @@ impl Translator {
                         crate::logging::clipped(error.message())
                     );
                 }
-                context.finish(result).await;
+                context.finish_but_terminal(result).await
             }
             // What the run learned so far (an upstream id, say) is still worth keeping.
-            None => tracing::debug!(route = %self.route, "client went away; upstream run dropped"),
-        }
+            None => {
+                tracing::debug!(route = %self.route, "client went away; upstream run dropped");
+                None
+            }
+        };
         let RunContext {
-            mut record, reply, ..
+            mut record,
+            reply,
+            sender,
+            ..
         } = context;
         reply.finish(&mut record);
+        // Kept before the client hears that the run ended: its next turn, sent at once to another replica
+        // or to this proxy restarted after a crash, finds it.
         if let Err(error) = self.store.save(&key, record).await {
             tracing::error!(route = %self.route, "saving the conversation failed: {error}");
+        }
+        if let Some(terminal) = terminal {
+            let _ = sender.send(terminal).await;
         }
     }
 
@@ -469,6 +480,8 @@ pub struct RunContext {
     normalizer: Normalizer,
     sender: mpsc::Sender<Event>,
     ready: Vec<Event>,
+    /// The run's terminal event, held back until the run's record is kept ([`RunContext::finish`]).
+    terminal: Option<Event>,
 }
 
 impl RunContext {
@@ -480,6 +493,7 @@ impl RunContext {
             normalizer: Normalizer::new(),
             sender,
             ready: Vec::new(),
+            terminal: None,
         }
     }
 
@@ -504,32 +518,51 @@ impl RunContext {
                 return;
             }
         }
+        self.finish(Ok(())).await;
     }
 
     async fn finish(&mut self, result: Result<()>) {
+        if let Some(terminal) = self.finish_but_terminal(result).await {
+            // The client may already be gone; there is nobody left to tell.
+            let _ = self.sender.send(terminal).await;
+        }
+    }
+
+    /// Ends the run and sends every event but the terminal one, which is returned (already counted in the
+    /// record): the caller keeps the record before the client hears that the run ended.
+    async fn finish_but_terminal(&mut self, result: Result<()>) -> Option<Event> {
         self.normalizer.finish(result, &mut self.ready);
-        // The client may already be gone; there is nobody left to tell.
-        let _ = self.send_ready().await;
+        self.send_ready().await.ok()?;
+        self.terminal.take()
+    }
+
+    /// What `event` changes in the conversation's record.
+    fn observe(&mut self, event: &Event) {
+        match event {
+            Event::Interrupt(interrupt) => {
+                self.record.pending_interrupts.push(interrupt.clone());
+            }
+            Event::ToolCallStart { call_id, name, .. } if self.client_tools.contains(name) => {
+                self.record.pending_calls.push(call_id.clone());
+            }
+            Event::ToolResult { call_id, .. } => {
+                self.record
+                    .pending_calls
+                    .retain(|pending| pending != call_id);
+            }
+            _ => {}
+        }
+        self.reply.observe(event, &mut self.record);
     }
 
     async fn send_ready(&mut self) -> Result<()> {
         let mut ready = std::mem::take(&mut self.ready);
         for event in ready.drain(..) {
-            match &event {
-                Event::Interrupt(interrupt) => {
-                    self.record.pending_interrupts.push(interrupt.clone());
-                }
-                Event::ToolCallStart { call_id, name, .. } if self.client_tools.contains(name) => {
-                    self.record.pending_calls.push(call_id.clone());
-                }
-                Event::ToolResult { call_id, .. } => {
-                    self.record
-                        .pending_calls
-                        .retain(|pending| pending != call_id);
-                }
-                _ => {}
+            self.observe(&event);
+            if matches!(event, Event::RunFinished { .. } | Event::RunError(_)) {
+                self.terminal = Some(event);
+                continue;
             }
-            self.reply.observe(&event, &mut self.record);
             if self.sender.send(event).await.is_err() {
                 return Err(Error::cancelled("the client went away"));
             }

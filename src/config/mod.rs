@@ -172,7 +172,8 @@ impl Default for ConnectionLimits {
 #[serde(default, deny_unknown_fields)]
 pub struct StoreConfig {
     pub backend: StoreBackend,
-    /// The redb file; required for, and only allowed with, `backend = "redb"`.
+    /// The redb file; required for, and only allowed with, `backend = "redb"`. Relative: to the routes
+    /// file's folder (to the working folder for the built-in routes).
     pub path: Option<PathBuf>,
     /// `redis://` or `rediss://`; required for, and only allowed with, `backend = "redis"`.
     #[serde(deserialize_with = "de::redis_url")]
@@ -183,7 +184,8 @@ pub struct StoreConfig {
     /// The largest conversation record (default 8 MiB): a larger one loses its oldest messages.
     #[serde(deserialize_with = "de::byte_size")]
     pub max_record: usize,
-    /// The whole store (default 1 GiB): beyond, the oldest idle records go, never a paused run's.
+    /// The whole store (default 1 GiB): beyond, the oldest idle records go, never a paused run's. With
+    /// redis, Redis's own `maxmemory` bounds it instead.
     #[serde(deserialize_with = "de::byte_size")]
     pub max_bytes: usize,
 }
@@ -256,12 +258,19 @@ fn default_max_connections() -> usize {
 }
 
 impl Config {
-    /// Reads and parses the file at `path`; errors name it as given.
+    /// Reads and parses the file at `path`; errors name it as given. A relative `store.path` is relative
+    /// to the file's folder, so the file means the same wherever the proxy is started.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
         let file = path.display().to_string();
         let text = std::fs::read_to_string(path)
             .map_err(|err| ConfigError::unreadable(file.clone(), &err))?;
-        Config::parse(&text, &file)
+        let mut config = Config::parse(&text, &file)?;
+        if let (Some(store), Some(folder)) = (config.store.path.as_mut(), path.parent()) {
+            if store.is_relative() {
+                *store = folder.join(&*store);
+            }
+        }
+        Ok(config)
     }
 
     /// Parses and validates `text`; `file` names the source in errors.

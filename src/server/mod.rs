@@ -29,7 +29,7 @@ use crate::error::{Error, Result};
 use crate::gauges::Gauges;
 use crate::protocol::registry;
 use crate::route::Route;
-use crate::store;
+use crate::store::{self, Store};
 use crate::translate::{Runs, RunsEnder};
 use crate::workers::Workers;
 use idle::{Activity, Tracked};
@@ -59,7 +59,8 @@ impl Server {
         let local = listener.local_addr().unwrap_or(config.listen);
         let gauges = Arc::new(Gauges::default());
         let (runs, ender) = Runs::new(Arc::clone(&gauges));
-        let routes = Arc::new(Routes::from_config(config, local, &runs)?);
+        let store = store::open(&config.store).await?;
+        let routes = Arc::new(Routes::from_config(config, store, local, &runs)?);
         Ok(Self {
             listener,
             routes,
@@ -370,7 +371,9 @@ fn listen(address: SocketAddr) -> std::io::Result<TcpListener> {
 
 /// Builds every route without serving: what `agent-bridge check` reports.
 pub async fn check(config: &Config) -> Result<()> {
-    Routes::from_config(config, config.listen, &Runs::unowned()).map(drop)
+    // The store is opened by `serve` only: checking a file neither creates nor locks its store.
+    let store = Arc::new(store::MemoryStore::with_config(&config.store));
+    Routes::from_config(config, store, config.listen, &Runs::unowned()).map(drop)
 }
 
 /// Installs the signal handlers at once, and resolves on SIGINT or SIGTERM. SIGHUP never stops the server:
@@ -426,12 +429,16 @@ struct Routes {
 }
 
 impl Routes {
-    fn from_config(config: &Config, local: SocketAddr, runs: &Runs) -> Result<Self> {
+    fn from_config(
+        config: &Config,
+        store: Arc<dyn Store>,
+        local: SocketAddr,
+        runs: &Runs,
+    ) -> Result<Self> {
         let warnings = registry::check(config).map_err(|error| Error::config(error.to_string()))?;
         for warning in warnings {
             tracing::warn!("{warning}");
         }
-        let store = store::open(&config.store)?;
         let mut routes = config
             .routes
             .iter()

@@ -2,8 +2,16 @@
 //! remember between turns. It knows no protocol: each outbound keeps what it remembers of its upstream (an
 //! A2A contextId, a CMDC session, ...) as a type of its own ([`UpstreamState`]), which the record holds in
 //! its serde form.
+//!
+//! Backends ([`open`]): `memory` (tests, throwaway runs), `redb` (a file: survives restarts) and `redis`
+//! (shared by replicas). The ones one process owns share their bookkeeping ([`local`]); the ones outside
+//! the process write a record the same way ([`codec`]).
 
+mod codec;
+mod local;
 mod memory;
+mod redb;
+mod redis;
 
 use std::sync::Arc;
 
@@ -13,11 +21,13 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::config::{StoreBackend, StoreConfig};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::model::{Interrupt, Message};
 use crate::size::json_len;
 
-pub use memory::MemoryStore;
+pub use self::memory::MemoryStore;
+pub use self::redb::RedbStore;
+pub use self::redis::RedisStore;
 
 /// Which conversation a record belongs to.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -161,16 +171,13 @@ pub trait Store: Send + Sync {
     fn admit<'a>(&'a self, key: &'a Key, per_tenant: usize) -> BoxFuture<'a, Result<()>>;
 }
 
-/// Opens the configured backend.
-pub fn open(config: &StoreConfig) -> Result<Arc<dyn Store>> {
-    match config.backend {
-        StoreBackend::Memory => Ok(Arc::new(
-            MemoryStore::new(config.idle_ttl).with_limits(config.max_record, config.max_bytes),
-        )),
-        StoreBackend::Redb | StoreBackend::Redis => Err(Error::config(
-            "store backends redb and redis are not available yet; use backend = \"memory\"",
-        )),
-    }
+/// Opens the configured backend: an error when its file cannot be had or its server cannot be reached.
+pub async fn open(config: &StoreConfig) -> Result<Arc<dyn Store>> {
+    Ok(match config.backend {
+        StoreBackend::Memory => Arc::new(MemoryStore::with_config(config)),
+        StoreBackend::Redb => Arc::new(RedbStore::open(config)?),
+        StoreBackend::Redis => Arc::new(RedisStore::open(config).await?),
+    })
 }
 
 #[cfg(test)]

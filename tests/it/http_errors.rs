@@ -14,6 +14,7 @@ use tokio::net::TcpStream;
 
 use crate::support::ag_ui::{self, finished, input, started, text, user, Profile};
 use crate::support::binary::{agent_bridge, AgentBridge, TempConfig};
+use crate::support::stores::TempDir;
 use crate::support::{send, send_over_http2, within, Proxy, Reply, Response, Route, Upstream};
 
 const PATH: &str = "/agents/pair";
@@ -576,15 +577,14 @@ async fn healthz_with_another_method_is_refused_with_405_and_allow() {
 #[cfg(unix)]
 #[tokio::test]
 async fn agent_bridge_serves_the_echo_routes_on_its_threads_and_stops_on_sigterm() {
-    let empty = std::env::temp_dir().join(format!("agent-bridge-serve-dir-{}", std::process::id()));
-    std::fs::create_dir_all(&empty).expect("create an empty directory");
+    // The built-in routes keep their store in ./data/ of this folder, removed with it.
+    let empty = TempDir::new("serve-dir");
     let mut command = agent_bridge();
     command
         .args(["--listen", "127.0.0.1:0", "--threads", "2"])
-        .current_dir(&empty);
+        .current_dir(empty.path());
     let mut process = AgentBridge::start(command);
     let address = process.address.clone();
-    let _ = std::fs::remove_dir(&empty);
 
     let run = input("t1", "r1", json!([user("u1", "hello from a client")]));
     let events = ag_ui::run(&format!("http://{address}/echo/ag-ui"), &run).await;

@@ -41,4 +41,5 @@ mod matrix;
 mod request_decoders;
 mod security;
 mod shutdown;
+mod stores;
 mod translation_table;

@@ -12,7 +12,10 @@
 //!    ([`peers::Heard`]), not only on what the client saw;
 //! 5. a client-side tool offered by the client and called by the agent (CMDC's through its callback tools);
 //! 6. the agent failing mid-stream, and an unreachable agent: the client's own error, once;
-//! 7. the client going away mid-stream: the agent's work is cancelled.
+//! 7. the client going away mid-stream: the agent's work is cancelled;
+//! 8. a conversation outliving its proxy (issue 20): two turns, and an approval answered, with the proxy
+//!    killed and restarted on its redb file in between, or with the turns served by two replicas sharing
+//!    Redis ([`durable`]).
 //!
 //! Each pair runs the same scenario functions ([`scenario`]); each protocol's client and scripted agent live
 //! in `tests/it/matrix/<protocol>.rs`, the shared vocabulary in `tests/it/matrix/peers.rs`. Where a pair
@@ -25,8 +28,10 @@ mod ag_kit;
 mod ag_ui;
 mod agentscope;
 mod cmdc;
+mod durable;
 mod peers;
 
+use durable::{Deployment, Topology};
 use peers::{Agent, Capabilities, Client, Protocol, Script, Seen};
 
 use crate::support::{within, Proxy, Route, Upstream};
@@ -161,6 +166,45 @@ mod scenario {
             &second,
             &you_said(&["my name is Ada", "what is my name?"]),
         );
+    }
+
+    /// (8a) Two turns with the proxy killed and restarted, or replaced by another replica, in between: the
+    /// second answer still needs the first turn, and the agent knows each user message once.
+    pub async fn two_turns_between(pair: Pair, topology: Topology) {
+        let agent = Agent::serve(pair.agent().expect("an agent"), Script::Memory).await;
+        let mut deployment = Deployment::start(topology, pair.route(Some(&agent.url())));
+        let mut client = Client::new(pair.inbound, deployment.url(PATH));
+        let first = client.exchange(say("my name is Ada")).await;
+        assert_said(pair, &first, &you_said(&["my name is Ada"]));
+        deployment.between_turns();
+        client.retarget(deployment.url(PATH));
+        let second = client.exchange(say("what is my name?")).await;
+        assert_said(
+            pair,
+            &second,
+            &you_said(&["my name is Ada", "what is my name?"]),
+        );
+    }
+
+    /// (8b) The agent asks approval; the proxy is killed and restarted, or the answer goes to the other
+    /// replica; the answer still reaches the agent as the decision it waits for.
+    pub async fn approval_between(pair: Pair, topology: Topology) {
+        let agent = Agent::serve(pair.agent().expect("an agent"), Script::Approval).await;
+        let mut deployment = Deployment::start(topology, pair.route(Some(&agent.url())));
+        let mut client = Client::new(pair.inbound, deployment.url(PATH));
+        let pause = paused_on_approval(pair, &mut client).await;
+        deployment.between_turns();
+        client.retarget(deployment.url(PATH));
+        let answer = match pause {
+            Pause::Approval { .. } => Input::Approve(true),
+            Pause::Question { .. } => Input::Answer("yes".to_owned()),
+            other => panic!("{pair:?}: an approval shown as {other:?}"),
+        };
+        let done = client.exchange(answer).await;
+        assert_said(pair, &done, APPROVED_TEXT);
+        let heard = agent.hears(2).await;
+        let expected = [said(CLEAN_UP), decision_heard(pair, "yes", true)];
+        assert_eq!(heard, expected, "{pair:?}: what the agent was told");
     }
 
     /// What the client says to make the Approval script ask.
@@ -588,6 +632,56 @@ macro_rules! cancel_pairs {
     )*};
 }
 
+/// A conversation outliving its proxy (8): two turns, for pairs whose inbound keeps its side of the
+/// conversation in the store.
+macro_rules! durable_turns {
+    ($($name:ident: $inbound:ident -> $outbound:ident;)*) => {$(
+        mod $name {
+            use super::*;
+
+            const PAIR: Pair = Pair {
+                inbound: Protocol::$inbound,
+                outbound: Outbound::Agent(Protocol::$outbound),
+            };
+
+            #[tokio::test]
+            async fn across_a_kill_and_restart_on_redb() {
+                scenario::two_turns_between(PAIR, Topology::Restarted).await
+            }
+
+            #[tokio::test]
+            async fn on_two_replicas_sharing_redis() {
+                scenario::two_turns_between(PAIR, Topology::Replicas).await
+            }
+        }
+    )*};
+}
+
+/// A conversation outliving its proxy (8): an approval answered, for pairs whose inbound keeps its pauses in
+/// the store.
+macro_rules! durable_approvals {
+    ($($name:ident: $inbound:ident -> $outbound:ident;)*) => {$(
+        mod $name {
+            use super::*;
+
+            const PAIR: Pair = Pair {
+                inbound: Protocol::$inbound,
+                outbound: Outbound::Agent(Protocol::$outbound),
+            };
+
+            #[tokio::test]
+            async fn after_a_kill_and_restart_on_redb() {
+                scenario::approval_between(PAIR, Topology::Restarted).await
+            }
+
+            #[tokio::test]
+            async fn on_the_other_replica() {
+                scenario::approval_between(PAIR, Topology::Replicas).await
+            }
+        }
+    )*};
+}
+
 /// One module per pair with echo: echo has no upstream to use tools, ask approvals, fail or be cancelled.
 macro_rules! echo_pairs {
     ($($name:ident: $inbound:ident;)*) => {$(
@@ -725,6 +819,57 @@ mod approval_cancelled_by_the_client_reaches_the_agent {
         cmdc_to_agentscope: Cmdc -> Agentscope;
         cmdc_to_ag_kit: Cmdc -> AgKit;
         cmdc_to_cmdc: Cmdc -> Cmdc;
+    }
+}
+
+/// CMDC clients are not in these lists: a CMDC session lives on the proxy that made it.
+mod two_turns_outlive_the_proxy {
+    use super::*;
+
+    durable_turns! {
+        ag_ui_to_ag_ui: AgUi -> AgUi;
+        ag_ui_to_a2a: AgUi -> A2a;
+        ag_ui_to_agentscope: AgUi -> Agentscope;
+        ag_ui_to_ag_kit: AgUi -> AgKit;
+        ag_ui_to_cmdc: AgUi -> Cmdc;
+        a2a_to_ag_ui: A2a -> AgUi;
+        a2a_to_a2a: A2a -> A2a;
+        a2a_to_agentscope: A2a -> Agentscope;
+        a2a_to_ag_kit: A2a -> AgKit;
+        a2a_to_cmdc: A2a -> Cmdc;
+        agentscope_to_ag_ui: Agentscope -> AgUi;
+        agentscope_to_a2a: Agentscope -> A2a;
+        agentscope_to_agentscope: Agentscope -> Agentscope;
+        agentscope_to_ag_kit: Agentscope -> AgKit;
+        agentscope_to_cmdc: Agentscope -> Cmdc;
+        ag_kit_to_ag_ui: AgKit -> AgUi;
+        ag_kit_to_a2a: AgKit -> A2a;
+        ag_kit_to_agentscope: AgKit -> Agentscope;
+        ag_kit_to_ag_kit: AgKit -> AgKit;
+        ag_kit_to_cmdc: AgKit -> Cmdc;
+    }
+}
+
+/// A2A clients are not in these lists either: a paused A2A task lives on the proxy that ran it.
+mod approval_outlives_the_proxy {
+    use super::*;
+
+    durable_approvals! {
+        ag_ui_to_ag_ui: AgUi -> AgUi;
+        ag_ui_to_a2a: AgUi -> A2a;
+        ag_ui_to_agentscope: AgUi -> Agentscope;
+        ag_ui_to_ag_kit: AgUi -> AgKit;
+        ag_ui_to_cmdc: AgUi -> Cmdc;
+        agentscope_to_ag_ui: Agentscope -> AgUi;
+        agentscope_to_a2a: Agentscope -> A2a;
+        agentscope_to_agentscope: Agentscope -> Agentscope;
+        agentscope_to_ag_kit: Agentscope -> AgKit;
+        agentscope_to_cmdc: Agentscope -> Cmdc;
+        ag_kit_to_ag_ui: AgKit -> AgUi;
+        ag_kit_to_a2a: AgKit -> A2a;
+        ag_kit_to_agentscope: AgKit -> Agentscope;
+        ag_kit_to_ag_kit: AgKit -> AgKit;
+        ag_kit_to_cmdc: AgKit -> Cmdc;
     }
 }
 

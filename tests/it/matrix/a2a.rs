@@ -46,6 +46,11 @@ pub struct Client {
 }
 
 impl Client {
+    /// The same conversation, now through the route served at `url` (another replica, a restarted proxy).
+    pub fn retarget(&mut self, url: String) {
+        self.url = url;
+    }
+
     pub fn new(url: String) -> Client {
         Client {
             url,

@@ -54,6 +54,11 @@ enum Pending {
 }
 
 impl Client {
+    /// The same conversation, now through the route served at `url` (another replica, a restarted proxy).
+    pub fn retarget(&mut self, url: String) {
+        self.url = format!("{url}/send-message");
+    }
+
     pub fn new(url: String) -> Client {
         Client {
             // `useChat` posts to `<base>/send-message`, under a conversation id it mints itself.

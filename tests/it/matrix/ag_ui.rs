@@ -50,6 +50,11 @@ pub struct Client {
 }
 
 impl Client {
+    /// The same conversation, now through the route served at `url` (another replica, a restarted proxy).
+    pub fn retarget(&mut self, url: String) {
+        self.url = url;
+    }
+
     pub fn new(url: String) -> Client {
         let thread = THREADS.fetch_add(1, Ordering::Relaxed);
         Client {

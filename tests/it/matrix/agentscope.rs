@@ -42,6 +42,11 @@ enum Pending {
 }
 
 impl Client {
+    /// The same conversation, now through the route served at `url` (another replica, a restarted proxy).
+    pub fn retarget(&mut self, url: String) {
+        self.process = format!("{url}/process");
+    }
+
     pub fn new(url: String) -> Client {
         Client {
             process: format!("{url}/process"),

@@ -300,6 +300,18 @@ impl Client {
         }
     }
 
+    /// The same conversation, now through the route served at `url` (another replica, a restarted proxy).
+    /// A CMDC client's session lives on the proxy that made it: it is not moved yet.
+    pub fn retarget(&mut self, url: String) {
+        match self {
+            Client::AgUi(client) => client.retarget(url),
+            Client::A2a(client) => client.retarget(url),
+            Client::AgentScope(client) => client.retarget(url),
+            Client::AgKit(client) => client.retarget(url),
+            Client::Cmdc(_) => panic!("a CMDC client's session cannot move to another proxy yet"),
+        }
+    }
+
     /// Sends `input` and starts reading what comes back.
     pub async fn start(&mut self, input: Input) -> Run<'_> {
         dispatch!(Client, self, client => client.start(input).await.into())

@@ -90,6 +90,20 @@ impl AgentBridge {
         self.log.lock().unwrap().clone()
     }
 
+    /// Its log once it holds `text` (read from its standard error as it comes); fails the test after 10 s.
+    pub async fn logged(&self, text: &str) -> String {
+        super::within(&format!("agent-bridge to log {text:?}"), async {
+            loop {
+                let log = self.log();
+                if log.contains(text) {
+                    return log;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+        .await
+    }
+
     /// Sends it `signal`.
     #[cfg(unix)]
     pub fn signal(&self, signal: libc::c_int) {

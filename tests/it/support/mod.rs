@@ -19,6 +19,7 @@ pub mod golden;
 pub mod interop;
 mod proxy;
 mod routes;
+pub mod stores;
 mod upstream;
 
 use std::future::Future;

@@ -139,7 +139,7 @@ impl From<Error> for ApiError {
             Self::new(error.http_status(), "forbidden", error.message())
         } else if error.is_client() {
             Self::new(error.http_status(), "bad_request", error.message())
-        } else if error.is_auth_unavailable() {
+        } else if error.is_unavailable() {
             Self::new(error.http_status(), "unavailable", error.message())
         } else {
             Self::new(

@@ -1,0 +1,301 @@
+//! The embedded backend: every record in one redb file, so a restart keeps every conversation, paused runs
+//! included. One process opens the file (redb locks it); at start the index of what it holds is rebuilt
+//! from the records' headers ([`super::codec`]), and the limits are kept as memory keeps them
+//! ([`super::local`]). Each save is one transaction, durable when it returns: a turn's record is there
+//! whole after a crash, or not at all.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use ::redb::{Database, DatabaseError, ReadableDatabase, ReadableTable, TableDefinition};
+use futures_util::future::BoxFuture;
+
+use super::local::{Bodies, Local, Meta};
+use super::{codec, Key, Record, Store};
+use crate::config::StoreConfig;
+use crate::error::{Error, Result};
+
+/// (route, tenant, conversation) -> the stored record.
+const RECORDS: TableDefinition<(&str, &str, &str), &[u8]> = TableDefinition::new("conversations");
+
+/// The records in a redb file.
+pub struct RedbStore(Arc<Local<File>>);
+
+struct File {
+    database: Database,
+    path: PathBuf,
+}
+
+impl RedbStore {
+    /// Opens (or creates) the file at `config.path`, and its folder. A file another process holds, or a
+    /// path that cannot be written, is an error naming the file.
+    pub fn open(config: &StoreConfig) -> Result<Self> {
+        let path = config
+            .path
+            .as_deref()
+            .ok_or_else(|| Error::config("store.path is required for the redb backend"))?;
+        if let Some(folder) = path
+            .parent()
+            .filter(|folder| !folder.as_os_str().is_empty())
+        {
+            std::fs::create_dir_all(folder).map_err(|error| {
+                Error::config(format!(
+                    "store.path {}: its folder cannot be created: {error}",
+                    path.display()
+                ))
+            })?;
+        }
+        let database = Database::create(path).map_err(|error| refused(path, error))?;
+        let file = File {
+            database,
+            path: path.to_owned(),
+        };
+        let known = file.index()?;
+        tracing::info!(
+            path = %path.display(),
+            conversations = known.len(),
+            "conversation store opened"
+        );
+        Ok(Self(Arc::new(Local::new(config, file, known))))
+    }
+
+    /// Runs `call` on a blocking thread: a transaction waits on the disk.
+    fn blocking<'a, T: Send + 'static>(
+        &'a self,
+        call: impl FnOnce(&Local<File>) -> Result<T> + Send + 'static,
+    ) -> BoxFuture<'a, Result<T>> {
+        let local = Arc::clone(&self.0);
+        Box::pin(async move {
+            tokio::task::spawn_blocking(move || call(&local))
+                .await
+                .map_err(|error| Error::internal(format!("a store call failed: {error}")))?
+        })
+    }
+}
+
+fn refused(path: &Path, error: DatabaseError) -> Error {
+    let why = match error {
+        DatabaseError::DatabaseAlreadyOpen => {
+            "the file is held by another process (another agent-bridge?); give each replica a file of its \
+             own, or share a redis store"
+                .to_owned()
+        }
+        other => format!("it cannot be opened: {other}"),
+    };
+    Error::config(format!("store.path {}: {why}", path.display()))
+}
+
+impl File {
+    fn failed(&self, error: impl std::fmt::Display) -> Error {
+        Error::internal(format!(
+            "the conversation store {} failed: {error}",
+            self.path.display()
+        ))
+    }
+
+    /// What the file holds, by key, from the headers; creates the table in a new file.
+    fn index(&self) -> Result<HashMap<Key, Meta>> {
+        let write = self.database.begin_write().map_err(|e| self.failed(e))?;
+        let mut known = HashMap::new();
+        {
+            let table = write.open_table(RECORDS).map_err(|e| self.failed(e))?;
+            for entry in table.iter().map_err(|e| self.failed(e))? {
+                let (key, bytes) = entry.map_err(|e| self.failed(e))?;
+                let (route, tenant, conversation) = key.value();
+                let bytes = bytes.value();
+                // A record of a format this version does not read stays out of the index: absent.
+                let Some(header) = codec::header(bytes) else {
+                    continue;
+                };
+                let key = Key {
+                    route: route.to_owned(),
+                    tenant: tenant.to_owned(),
+                    conversation: conversation.to_owned(),
+                };
+                let meta = Meta {
+                    bytes: bytes.len(),
+                    touched: header.touched,
+                    paused: header.paused,
+                };
+                known.insert(key, meta);
+            }
+        }
+        write.commit().map_err(|e| self.failed(e))?;
+        Ok(known)
+    }
+}
+
+fn parts(key: &Key) -> (&str, &str, &str) {
+    (&key.route, &key.tenant, &key.conversation)
+}
+
+impl Bodies for File {
+    fn read(&self, key: &Key) -> Result<Option<Record>> {
+        let read = self.database.begin_read().map_err(|e| self.failed(e))?;
+        let table = read.open_table(RECORDS).map_err(|e| self.failed(e))?;
+        let Some(bytes) = table.get(parts(key)).map_err(|e| self.failed(e))? else {
+            return Ok(None);
+        };
+        Ok(codec::decode(
+            bytes.value(),
+            &format_args!("of route {}", key.route),
+        ))
+    }
+
+    fn write(&self, put: Option<(&Key, Record, u64)>, gone: &[Key]) -> Result<()> {
+        if put.is_none() && gone.is_empty() {
+            return Ok(());
+        }
+        let write = self.database.begin_write().map_err(|e| self.failed(e))?;
+        {
+            let mut table = write.open_table(RECORDS).map_err(|e| self.failed(e))?;
+            for key in gone {
+                table.remove(parts(key)).map_err(|e| self.failed(e))?;
+            }
+            if let Some((key, record, touched)) = put {
+                let bytes = codec::encode(&record, touched);
+                table
+                    .insert(parts(key), bytes.as_slice())
+                    .map_err(|e| self.failed(e))?;
+            }
+        }
+        write.commit().map_err(|e| self.failed(e))
+    }
+}
+
+impl Store for RedbStore {
+    fn load<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, Result<Option<Record>>> {
+        let key = key.clone();
+        self.blocking(move |local| local.load(&key))
+    }
+
+    fn save<'a>(&'a self, key: &'a Key, record: Record) -> BoxFuture<'a, Result<()>> {
+        let key = key.clone();
+        self.blocking(move |local| local.save(&key, record))
+    }
+
+    fn admit<'a>(&'a self, key: &'a Key, per_tenant: usize) -> BoxFuture<'a, Result<()>> {
+        let key = key.clone();
+        self.blocking(move |local| local.admit(&key, per_tenant))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    fn config(path: &Path) -> StoreConfig {
+        StoreConfig {
+            backend: crate::config::StoreBackend::Redb,
+            path: Some(path.to_owned()),
+            idle_ttl: Duration::from_secs(60),
+            ..StoreConfig::default()
+        }
+    }
+
+    fn temp_file(name: &str) -> PathBuf {
+        let folder = std::env::temp_dir().join(format!(
+            "agent-bridge-redb-{name}-{}-{}",
+            std::process::id(),
+            super::super::local::now_micros()
+        ));
+        folder.join("nested").join("conversations.redb")
+    }
+
+    fn key(conversation: &str) -> Key {
+        Key {
+            route: "r:{1}".into(),
+            tenant: "acme".into(),
+            conversation: conversation.into(),
+        }
+    }
+
+    fn paused() -> Record {
+        let mut record = Record::default();
+        record.pending_interrupts.push(crate::model::Interrupt {
+            id: "i-1".into(),
+            kind: crate::model::InterruptKind::Question {
+                text: "Which city?".into(),
+                options: vec![],
+            },
+        });
+        record
+    }
+
+    #[tokio::test]
+    async fn records_survive_closing_the_file_and_keep_their_pause() {
+        let path = temp_file("reopen");
+        let store = RedbStore::open(&config(&path)).unwrap();
+        store.save(&key("paused"), paused()).await.unwrap();
+        let mut plain = Record::default();
+        plain.sent.push("m-1".into());
+        store.save(&key("plain"), plain.clone()).await.unwrap();
+        drop(store);
+
+        let reopened = RedbStore::open(&config(&path)).unwrap();
+        assert_eq!(reopened.load(&key("paused")).await.unwrap(), Some(paused()));
+        assert_eq!(reopened.load(&key("plain")).await.unwrap(), Some(plain));
+        assert_eq!(reopened.load(&key("other")).await.unwrap(), None);
+        // The index was rebuilt from the file: the paused record still counts as paused.
+        reopened.admit(&key("new"), 2).await.unwrap();
+        assert_eq!(reopened.load(&key("plain")).await.unwrap(), None, "evicted");
+        assert!(reopened.load(&key("paused")).await.unwrap().is_some());
+        drop(reopened);
+        let _ = std::fs::remove_dir_all(path.parent().unwrap().parent().unwrap());
+    }
+
+    #[test]
+    fn a_file_held_by_another_store_is_an_error_naming_it() {
+        let path = temp_file("held");
+        let _held = RedbStore::open(&config(&path)).unwrap();
+        let error = RedbStore::open(&config(&path)).err().unwrap();
+        assert_eq!(error.code(), "CONFIG_ERROR");
+        assert!(
+            error.message().contains(&path.display().to_string()),
+            "{error}"
+        );
+        assert!(error.message().contains("another process"), "{error}");
+        let _ = std::fs::remove_dir_all(path.parent().unwrap().parent().unwrap());
+    }
+
+    #[test]
+    fn a_path_that_cannot_be_written_is_an_error_naming_it() {
+        let blocker = temp_file("blocked");
+        let folder = blocker.parent().unwrap().parent().unwrap().to_owned();
+        std::fs::create_dir_all(&folder).unwrap();
+        // A plain file where the store's folder should be.
+        std::fs::write(folder.join("nested"), b"not a folder").unwrap();
+        let error = RedbStore::open(&config(&blocker)).err().unwrap();
+        assert!(
+            error.message().contains(&blocker.display().to_string()),
+            "{error}"
+        );
+        let _ = std::fs::remove_dir_all(&folder);
+    }
+
+    #[tokio::test]
+    async fn a_record_that_does_not_decode_reads_as_absent() {
+        let path = temp_file("corrupt");
+        let store = RedbStore::open(&config(&path)).unwrap();
+        store.save(&key("c"), Record::default()).await.unwrap();
+        {
+            let write = store.0.bodies.database.begin_write().unwrap();
+            {
+                let mut table = write.open_table(RECORDS).unwrap();
+                let mut bytes =
+                    codec::encode(&Record::default(), super::super::local::now_micros());
+                bytes.truncate(bytes.len() - 1);
+                table.insert(parts(&key("c")), bytes.as_slice()).unwrap();
+            }
+            write.commit().unwrap();
+        }
+        assert_eq!(store.load(&key("c")).await.unwrap(), None);
+        store.save(&key("c"), paused()).await.unwrap();
+        assert_eq!(store.load(&key("c")).await.unwrap(), Some(paused()));
+        drop(store);
+        let _ = std::fs::remove_dir_all(path.parent().unwrap().parent().unwrap());
+    }
+}

@@ -1,0 +1,314 @@
+//! The shared backend: the records in Redis, so that several replicas behind a balancer serve one
+//! conversation, and a restart of any of them forgets nothing.
+//!
+//! Keys (every part escaped, so that a client id or a tenant claim holding `:`, `{` or `/` cannot reach
+//! another's key):
+//! - `agent-bridge:{route/tenant/conversation}:record`: the record ([`super::codec`]), expiring `idle_ttl`
+//!   after its last load or save. One conversation's keys share the hash tag in braces, so a Redis Cluster
+//!   keeps them on one node.
+//! - `agent-bridge:{route/tenant}:idle` and `...:paused`: the tenant's conversations by when they were last
+//!   saved, for its conversations quota, which is counted here and so across replicas.
+//!
+//! `store.max_bytes` is Redis's own `maxmemory` here; start-up warns when its policy may evict a record
+//! (an evicted paused run is a lost conversation). When Redis cannot be reached a turn fails at once with
+//! [`Error::store_unavailable`]; the connection comes back by itself.
+
+use std::time::Duration;
+
+use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use ::redis::{Client, FromRedisValue, Pipeline, RedisError};
+use futures_util::future::BoxFuture;
+
+use super::local::{micros, now_micros};
+use super::{codec, fit_record, Key, Record, Store};
+use crate::config::StoreConfig;
+use crate::error::{Error, Result};
+
+/// How long start-up waits for Redis, and how long a turn waits on one command.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+const RESPONSE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The records in Redis.
+pub struct RedisStore {
+    connection: ConnectionManager,
+    idle_ttl: Duration,
+    max_record: usize,
+}
+
+impl RedisStore {
+    /// Connects to `config.url`; an unreachable server is an error (the proxy does not start without its
+    /// store).
+    pub async fn open(config: &StoreConfig) -> Result<Self> {
+        let url = config
+            .url
+            .as_deref()
+            .ok_or_else(|| Error::config("store.url is required for the redis backend"))?;
+        // The URL may hold a password: errors name the key, never the URL.
+        let client =
+            Client::open(url).map_err(|error| Error::config(format!("store.url: {error}")))?;
+        let settings = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(CONNECT_TIMEOUT))
+            .set_response_timeout(Some(RESPONSE_TIMEOUT))
+            .set_number_of_retries(2)
+            .set_max_delay(Duration::from_secs(2));
+        let connection = tokio::time::timeout(
+            CONNECT_TIMEOUT,
+            client.get_connection_manager_with_config(settings),
+        )
+        .await
+        .map_err(|_| Error::config("store.url: Redis did not answer within 5 s"))?
+        .map_err(|error| Error::config(format!("store.url: Redis cannot be reached: {error}")))?;
+        let store = Self {
+            connection,
+            idle_ttl: config.idle_ttl,
+            max_record: config.max_record,
+        };
+        store.warn_if_evicting().await;
+        tracing::info!("conversation store: redis");
+        Ok(store)
+    }
+
+    /// Start-up's look at `maxmemory-policy`: anything but `noeviction` may drop a record when Redis is full
+    /// (every record has a ttl, so the `volatile-*` policies too). A server that hides its config is not
+    /// asked twice.
+    async fn warn_if_evicting(&self) {
+        let asked = self
+            .query::<Vec<String>>(::redis::cmd("CONFIG").arg("GET").arg("maxmemory-policy"))
+            .await;
+        match asked.as_deref() {
+            Ok([_, policy]) if policy != "noeviction" => tracing::warn!(
+                policy = %policy,
+                "Redis may evict keys when it is full (maxmemory-policy {policy}): an evicted paused run is a \
+                 lost conversation; set maxmemory-policy noeviction"
+            ),
+            Ok(_) => {}
+            Err(error) => tracing::debug!("Redis's maxmemory-policy is not readable: {error}"),
+        }
+    }
+
+    /// Records and lists expire `idle_ttl` after their last use (Redis counts in milliseconds).
+    fn ttl_ms(&self) -> u64 {
+        u64::try_from(self.idle_ttl.as_millis()).unwrap_or(u64::MAX)
+    }
+
+    async fn query<T: FromRedisValue>(&self, command: &::redis::Cmd) -> Result<T> {
+        let mut connection = self.connection.clone();
+        command
+            .query_async(&mut connection)
+            .await
+            .map_err(unavailable)
+    }
+
+    async fn run(&self, pipeline: &Pipeline) -> Result<()> {
+        let mut connection = self.connection.clone();
+        pipeline
+            .query_async::<()>(&mut connection)
+            .await
+            .map_err(unavailable)
+    }
+
+    async fn load(&self, key: &Key) -> Result<Option<Record>> {
+        let bytes: Option<Vec<u8>> = self
+            .query(
+                ::redis::cmd("GETEX")
+                    .arg(record_key(key))
+                    .arg("PX")
+                    .arg(self.ttl_ms()),
+            )
+            .await?;
+        Ok(bytes.and_then(|bytes| codec::decode(&bytes, &format_args!("of route {}", key.route))))
+    }
+
+    async fn save(&self, key: &Key, mut record: Record) -> Result<()> {
+        let bytes = fit_record(&mut record, self.max_record);
+        if bytes > self.max_record {
+            return Err(Error::internal(format!(
+                "the conversation record takes {bytes} bytes without its messages, more than \
+                 store.max_record ({}); it is not kept",
+                self.max_record
+            )));
+        }
+        let now = now_micros();
+        let (counted, other) = if record.pending_interrupts.is_empty() {
+            ("idle", "paused")
+        } else {
+            ("paused", "idle")
+        };
+        let mut pipeline = ::redis::pipe();
+        pipeline
+            .cmd("SET")
+            .arg(record_key(key))
+            .arg(codec::encode(&record, now))
+            .arg("PX")
+            .arg(self.ttl_ms())
+            .ignore();
+        pipeline
+            .cmd("ZADD")
+            .arg(tenant_key(key, counted))
+            .arg(now)
+            .arg(&key.conversation)
+            .ignore();
+        pipeline
+            .cmd("ZREM")
+            .arg(tenant_key(key, other))
+            .arg(&key.conversation)
+            .ignore();
+        for list in ["idle", "paused"] {
+            pipeline
+                .cmd("PEXPIRE")
+                .arg(tenant_key(key, list))
+                .arg(self.ttl_ms())
+                .ignore();
+        }
+        self.run(&pipeline).await
+    }
+
+    /// Makes room for a new conversation within the tenant's quota: its conversations saved longest ago and
+    /// waiting on nobody go. Replicas admitting at the same moment may each let one in: a quota is a bound
+    /// on what a tenant holds, not an exact count.
+    async fn admit(&self, key: &Key, per_tenant: usize) -> Result<()> {
+        let stale = now_micros().saturating_sub(micros(self.idle_ttl));
+        let mut pipeline = ::redis::pipe();
+        for list in ["idle", "paused"] {
+            pipeline
+                .cmd("ZREMRANGEBYSCORE")
+                .arg(tenant_key(key, list))
+                .arg("-inf")
+                .arg(stale)
+                .ignore();
+            pipeline.cmd("ZCARD").arg(tenant_key(key, list));
+        }
+        let mut connection = self.connection.clone();
+        let (idle, paused): (usize, usize) = pipeline
+            .query_async(&mut connection)
+            .await
+            .map_err(unavailable)?;
+        if idle + paused < per_tenant {
+            return Ok(());
+        }
+        let excess = idle + paused + 1 - per_tenant;
+        if idle < excess {
+            return Err(Error::too_many(
+                format!(
+                    "{per_tenant} conversations of this client wait on their users (its quota); answer \
+                     or abandon one first"
+                ),
+                60,
+            ));
+        }
+        let evicted: Vec<(String, f64)> = self
+            .query(
+                ::redis::cmd("ZPOPMIN")
+                    .arg(tenant_key(key, "idle"))
+                    .arg(excess),
+            )
+            .await?;
+        let mut pipeline = ::redis::pipe();
+        for (conversation, _) in &evicted {
+            let gone = Key {
+                conversation: conversation.clone(),
+                ..key.clone()
+            };
+            pipeline.cmd("DEL").arg(record_key(&gone)).ignore();
+        }
+        self.run(&pipeline).await?;
+        tracing::info!(
+            route = %key.route,
+            evicted = evicted.len(),
+            per_tenant,
+            "a tenant reached its conversations quota; its oldest idle conversations were dropped"
+        );
+        Ok(())
+    }
+}
+
+fn unavailable(error: RedisError) -> Error {
+    Error::store_unavailable(format!(
+        "the conversation store (Redis) is unavailable: {error}"
+    ))
+}
+
+/// `part` with every byte but ASCII letters, digits and `-_.~` written `%XX`: no part can hold the key's
+/// separators (`:`, `/`) or a hash tag's braces, and two parts escape alike only if they are alike.
+fn escape(part: &str) -> String {
+    let mut escaped = String::with_capacity(part.len());
+    for byte in part.bytes() {
+        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'_' | b'.' | b'~') {
+            escaped.push(char::from(byte));
+        } else {
+            escaped.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    escaped
+}
+
+fn record_key(key: &Key) -> String {
+    format!(
+        "agent-bridge:{{{}/{}/{}}}:record",
+        escape(&key.route),
+        escape(&key.tenant),
+        escape(&key.conversation)
+    )
+}
+
+/// One of the tenant's conversation lists (`idle`, `paused`) on the key's route.
+fn tenant_key(key: &Key, list: &str) -> String {
+    format!(
+        "agent-bridge:{{{}/{}}}:{list}",
+        escape(&key.route),
+        escape(&key.tenant)
+    )
+}
+
+impl Store for RedisStore {
+    fn load<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, Result<Option<Record>>> {
+        Box::pin(self.load(key))
+    }
+
+    fn save<'a>(&'a self, key: &'a Key, record: Record) -> BoxFuture<'a, Result<()>> {
+        Box::pin(self.save(key, record))
+    }
+
+    fn admit<'a>(&'a self, key: &'a Key, per_tenant: usize) -> BoxFuture<'a, Result<()>> {
+        Box::pin(self.admit(key, per_tenant))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(route: &str, tenant: &str, conversation: &str) -> Key {
+        Key {
+            route: route.into(),
+            tenant: tenant.into(),
+            conversation: conversation.into(),
+        }
+    }
+
+    #[test]
+    fn a_conversation_has_one_hash_tag_and_no_part_reaches_another_key() {
+        assert_eq!(
+            record_key(&key("weather", "acme", "thread-1")),
+            "agent-bridge:{weather/acme/thread-1}:record"
+        );
+        assert_eq!(
+            tenant_key(&key("weather", "acme", "thread-1"), "idle"),
+            "agent-bridge:{weather/acme}:idle"
+        );
+        // Separators and braces in a part are escaped: the tag stays one, and no two keys meet.
+        let hostile = record_key(&key("weather", "acme}:x", "a/b{c}%"));
+        assert_eq!(
+            hostile,
+            "agent-bridge:{weather/acme%7D%3Ax/a%2Fb%7Bc%7D%25}:record"
+        );
+        assert_ne!(
+            record_key(&key("r", "a/b", "c")),
+            record_key(&key("r", "a", "b/c"))
+        );
+        assert_ne!(
+            record_key(&key("r", "%2F", "c")),
+            record_key(&key("r", "/", "c"))
+        );
+    }
+}

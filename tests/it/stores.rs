@@ -1,0 +1,278 @@
+//! The durable stores' faults and limits, with the binary as users run it: Redis going away and coming
+//! back, Redis unreachable at start or configured to evict, a tenant's quota counted across replicas, and a
+//! redb file another proxy holds. That conversations outlive their proxy, pair by pair, is the matrix's
+//! scenario 8 (`matrix::two_turns_outlive_the_proxy`, `matrix::approval_outlives_the_proxy`).
+
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use toml::{Table, Value as Toml};
+
+use crate::support::ag_ui::{self, finished, input, started, text, user};
+use crate::support::binary::{agent_bridge, AgentBridge};
+use crate::support::stores::{RedisServer, TempDir};
+use crate::support::{within, Reply, Route, Routes, Upstream, WAIT};
+
+const PATH: &str = "/chat";
+
+fn redis_store(url: &str) -> Toml {
+    let mut store = Table::new();
+    store.insert("backend".into(), "redis".into());
+    store.insert("url".into(), url.into());
+    Toml::Table(store)
+}
+
+/// The routes file `routes` with `[store]` = `store`, written in `folder`.
+fn write_config(folder: &TempDir, store: Toml, route: Route) -> std::path::PathBuf {
+    let text = Routes::default()
+        .set("store", store)
+        .route(route)
+        .to_string();
+    let path = folder.path().join("routes.toml");
+    std::fs::write(&path, text).expect("write the routes file");
+    path
+}
+
+fn serve_command(config: &std::path::Path) -> std::process::Command {
+    let mut command = agent_bridge();
+    command
+        .arg("--config")
+        .arg(config)
+        .args(["--listen", "127.0.0.1:0"]);
+    command
+}
+
+fn url(proxy: &AgentBridge) -> String {
+    format!("http://{}{PATH}", proxy.address)
+}
+
+fn say(thread: &str, run: &str, text: &str) -> Value {
+    input(thread, run, json!([user(&format!("{run}-u"), text)]))
+}
+
+/// The run's events, however it ended (a `RUN_ERROR` included).
+async fn run(url: &str, body: &Value) -> Vec<Value> {
+    within("the run", ag_ui::start(url, body))
+        .await
+        .rest()
+        .await
+}
+
+fn error_code(events: &[Value]) -> Option<&str> {
+    events
+        .iter()
+        .find(|event| event["type"] == "RUN_ERROR")
+        .and_then(|error| error["code"].as_str())
+}
+
+/// Runs `body` until it completes, for up to [`WAIT`]: the proxy is expected to get its store back.
+async fn run_until_it_completes(url: &str, body: &Value) -> Vec<Value> {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let events = run(url, body).await;
+        if error_code(&events).is_none() {
+            return events;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the proxy did not get its store back within {WAIT:?}: {events:#?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test]
+async fn redis_gone_fails_new_turns_at_once_with_the_protocols_error_and_the_proxy_recovers() {
+    let mut redis = RedisServer::start();
+    let folder = TempDir::new("redis-gone");
+    let route = Route::new("chat", PATH, "ag-ui", "echo");
+    let proxy = AgentBridge::start(serve_command(&write_config(
+        &folder,
+        redis_store(&redis.url()),
+        route,
+    )));
+
+    let first = run(&url(&proxy), &say("t1", "r1", "hello")).await;
+    assert_eq!(ag_ui::text_of(&first), "hello");
+
+    redis.kill();
+    let asked = Instant::now();
+    let refused = run(&url(&proxy), &say("t1", "r2", "still there?")).await;
+    let waited = asked.elapsed();
+    let error = ag_ui::run_error(&refused);
+    assert_eq!(error["code"], "STORE_UNAVAILABLE", "{refused:#?}");
+    assert!(
+        error["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("conversation store"),
+        "{error}"
+    );
+    // Bounded by the store's response and connect timeouts, not by the route's.
+    assert!(
+        waited < WAIT,
+        "a turn waited {waited:?} on a Redis that is gone"
+    );
+
+    redis.restart();
+    let back = run_until_it_completes(&url(&proxy), &say("t2", "r3", "back again")).await;
+    assert_eq!(ag_ui::text_of(&back), "back again");
+}
+
+#[tokio::test]
+async fn a_run_under_way_when_redis_dies_still_streams_to_its_end() {
+    let mut redis = RedisServer::start();
+    let agent = Upstream::serve([Reply::sse()
+        .event(started())
+        .events(text("m1", &["all ", "of ", "it"]))
+        .event(finished())
+        .gate()])
+    .await;
+    let folder = TempDir::new("redis-mid-run");
+    let route = Route::new("chat", PATH, "ag-ui", "ag-ui").upstream(&agent.url());
+    let proxy = AgentBridge::start(serve_command(&write_config(
+        &folder,
+        redis_store(&redis.url()),
+        route,
+    )));
+
+    let mut stream = within(
+        "the run to start",
+        ag_ui::start(&url(&proxy), &say("t1", "r1", "tell me")),
+    )
+    .await;
+    stream.until("RUN_STARTED").await;
+    agent.wait_for("the turn reaches the agent", |_| true).await;
+    redis.kill();
+    agent.release();
+    let events = within("the rest of the run", stream.rest()).await;
+
+    assert_eq!(ag_ui::text_of(&events), "all of it", "{events:#?}");
+    assert_eq!(
+        events.last().map(|event| &event["type"]),
+        Some(&json!("RUN_FINISHED"))
+    );
+    // The record it could not keep is logged, not hidden.
+    proxy.logged("saving the conversation failed").await;
+}
+
+#[test]
+fn redis_unreachable_at_start_is_an_error_naming_the_key_and_the_proxy_does_not_start() {
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = closed.local_addr().unwrap().port();
+    drop(closed);
+    let folder = TempDir::new("redis-unreachable");
+    let route = Route::new("chat", PATH, "ag-ui", "echo");
+    let config = write_config(
+        &folder,
+        redis_store(&format!("redis://:secret-password@127.0.0.1:{port}")),
+        route,
+    );
+
+    let output = serve_command(&config)
+        .env("RUST_LOG", "warn")
+        .output()
+        .expect("run agent-bridge");
+
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("store.url"), "{stderr}");
+    assert!(stderr.contains("cannot be reached"), "{stderr}");
+    assert!(
+        !stderr.contains("secret-password"),
+        "the URL's password is logged: {stderr}"
+    );
+}
+
+#[tokio::test]
+async fn a_redis_that_may_evict_is_warned_about_at_start() {
+    let redis = RedisServer::start_with(&[("maxmemory-policy", "allkeys-lru")]);
+    let folder = TempDir::new("redis-evicts");
+    let route = Route::new("chat", PATH, "ag-ui", "echo");
+    let proxy = AgentBridge::start(serve_command(&write_config(
+        &folder,
+        redis_store(&redis.url()),
+        route,
+    )));
+
+    let log = proxy.logged("maxmemory-policy allkeys-lru").await;
+    assert!(log.contains("set maxmemory-policy noeviction"), "{log}");
+}
+
+#[tokio::test]
+async fn a_tenants_conversations_quota_is_counted_across_replicas() {
+    let redis = RedisServer::start();
+    let folder = TempDir::new("redis-quota");
+    let route = Route::new("chat", PATH, "ag-ui", "echo").quota("conversations", 1);
+    let config = write_config(&folder, redis_store(&redis.url()), route);
+    let one = AgentBridge::start(serve_command(&config));
+    let other = AgentBridge::start(serve_command(&config));
+
+    // A conversation paused on one replica waits on its user: it cannot make room.
+    let paused = run(&url(&one), &say("waiting", "r1", "/ask Which city?")).await;
+    assert_eq!(error_code(&paused), None, "{paused:#?}");
+    let refused = run(&url(&other), &say("another", "r2", "hello")).await;
+    let error = ag_ui::run_error(&refused);
+    assert_eq!(error["code"], "RATE_LIMITED", "{refused:#?}");
+    assert!(
+        error["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("quota"),
+        "{error}"
+    );
+}
+
+#[test]
+fn a_redb_file_held_by_another_proxy_stops_the_second_with_an_error_naming_it() {
+    let folder = TempDir::new("redb-held");
+    let mut store = Table::new();
+    store.insert("backend".into(), "redb".into());
+    store.insert("path".into(), "held.redb".into());
+    let route = Route::new("chat", PATH, "ag-ui", "echo");
+    let config = write_config(&folder, Toml::Table(store), route);
+    let _first = AgentBridge::start(serve_command(&config));
+
+    let second = serve_command(&config)
+        .env("RUST_LOG", "warn")
+        .output()
+        .expect("run agent-bridge");
+
+    assert!(!second.status.success());
+    let stderr = String::from_utf8_lossy(&second.stderr);
+    let file = folder.path().join("held.redb");
+    assert!(stderr.contains(&file.display().to_string()), "{stderr}");
+    assert!(stderr.contains("held by another process"), "{stderr}");
+}
+
+#[tokio::test]
+async fn the_shipped_routes_keep_a_paused_question_across_a_kill_and_restart() {
+    // The built-in routes.toml, as `cargo run` serves it in a folder with no routes file: its redb store is
+    // ./data/agent-bridge.redb.
+    let folder = TempDir::new("shipped-restart");
+    let start = || {
+        let mut command = agent_bridge();
+        command
+            .args(["--listen", "127.0.0.1:0"])
+            .current_dir(folder.path());
+        AgentBridge::start(command)
+    };
+    let echo = |proxy: &AgentBridge| format!("http://{}/echo/ag-ui", proxy.address);
+    let proxy = start();
+    let question = json!([user("u1", "/ask Which city?")]);
+    let paused = run(&echo(&proxy), &input("t1", "r1", question.clone())).await;
+    let finished = ag_ui::only(&paused, "RUN_FINISHED");
+    let interrupt = &finished["outcome"]["interrupts"][0];
+    assert_eq!(interrupt["message"], "Which city?", "{paused:#?}");
+    assert!(folder.path().join("data/agent-bridge.redb").exists());
+
+    drop(proxy); // SIGKILL
+    let restarted = start();
+    let mut answer = input("t1", "r2", question);
+    answer["resume"] =
+        json!([{"interruptId": interrupt["id"], "status": "resolved", "payload": "Paris"}]);
+    let done = run(&echo(&restarted), &answer).await;
+
+    assert_eq!(error_code(&done), None, "{done:#?}");
+    assert_eq!(ag_ui::text_of(&done), "You answered: Paris");
+}
