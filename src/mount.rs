@@ -7,6 +7,7 @@ use std::sync::Arc;
 use crate::auth::Access;
 use crate::body::BodyLimit;
 use crate::cors::Cors;
+use crate::store::Documents;
 use crate::translate::Translator;
 
 pub struct Mount {
@@ -16,6 +17,8 @@ pub struct Mount {
     pub body_limit: BodyLimit,
     /// Runs the route's turns.
     pub translator: Arc<Translator>,
+    /// Where the inbound keeps what it must find again after a restart or on another replica.
+    pub documents: Documents,
     /// Who may use the route and how often; each inbound asks it where its protocol needs a client.
     pub access: Arc<Access>,
     /// Which web pages may use the route (`cors_origins`).

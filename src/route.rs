@@ -15,7 +15,7 @@ use crate::error::Result;
 use crate::face::{read_options, DynInbound, DynOutbound};
 use crate::mount::Mount;
 use crate::protocol::registry;
-use crate::store::Store;
+use crate::store::{Documents, Store};
 use crate::translate::{Agent, Runs, Translator};
 
 pub struct Route {
@@ -37,6 +37,7 @@ impl Route {
         runs: &Runs,
     ) -> Result<Self> {
         let outbound = registry::outbound(config, local)?;
+        let documents = Documents::new(Arc::clone(&store), &config.name);
         let translator = Translator::new(
             config.name.clone(),
             Arc::clone(&outbound) as Arc<dyn Agent>,
@@ -57,6 +58,7 @@ impl Route {
                     timeout: config.body_timeout,
                 },
                 translator: Arc::new(translator),
+                documents,
                 access: Arc::new(Access::new(config)),
                 cors: Cors::new(&config.cors_origins),
             },

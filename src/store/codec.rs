@@ -1,11 +1,12 @@
-//! How a record is written by the backends that keep it outside the process (redb, Redis): a small header
-//! (format version, when the conversation was last touched, whether it waits on its user) that a backend can
-//! read without decoding the record, then the record as JSON.
+//! How a record (or an inbound's document) is written by the backends that keep it outside the process
+//! (redb, Redis): a small header (format version, when it was last touched, whether the conversation waits
+//! on its user) that a backend can read without decoding the rest, then the value as JSON.
 //!
-//! A record of a version this proxy does not read, or one that does not decode, is logged and treated as
+//! A value of a version this proxy does not read, or one that does not decode, is logged and treated as
 //! absent: the conversation starts afresh rather than the proxy failing.
 
-use super::Record;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
 
 /// The format written. When it changes, the version before it stays in [`READABLE`], so that an upgrade
 /// keeps the conversations (and the paused runs) of the version it replaces.
@@ -24,20 +25,21 @@ pub(super) struct Header {
     pub paused: bool,
 }
 
-/// The record's bytes as stored.
-pub(super) fn encode(record: &Record, touched: u64) -> Vec<u8> {
-    let mut bytes = Vec::with_capacity(HEADER + super::record_bytes(record));
+/// `value`'s bytes as stored: a record with its pause, a document (never paused: it holds no tenant's
+/// quota).
+pub(super) fn encode<T: Serialize>(value: &T, touched: u64, paused: bool) -> Vec<u8> {
+    let mut bytes = Vec::with_capacity(HEADER + 256);
     bytes.push(VERSION);
     bytes.extend_from_slice(&touched.to_le_bytes());
-    bytes.push(u8::from(!record.pending_interrupts.is_empty()));
-    // A record is plain data with string keys: it always serializes.
-    if let Err(error) = serde_json::to_writer(&mut bytes, record) {
-        tracing::error!("a conversation record cannot be written: {error}");
+    bytes.push(u8::from(paused));
+    // Records and documents are plain data with string keys: they always serialize.
+    if let Err(error) = serde_json::to_writer(&mut bytes, value) {
+        tracing::error!("a stored value cannot be written: {error}");
     }
     bytes
 }
 
-/// The header of a stored record; `None` for bytes of a format this proxy does not read.
+/// The header of a stored value; `None` for bytes of a format this proxy does not read.
 pub(super) fn header(bytes: &[u8]) -> Option<Header> {
     let (&version, rest) = bytes.split_first()?;
     if !READABLE.contains(&version) || rest.len() < HEADER - 1 {
@@ -50,21 +52,19 @@ pub(super) fn header(bytes: &[u8]) -> Option<Header> {
     })
 }
 
-/// The stored record; `None` (logged) when the bytes are not a record this proxy reads.
-pub(super) fn decode(bytes: &[u8], what: &dyn std::fmt::Display) -> Option<Record> {
+/// The stored value; `None` (logged) when the bytes are not one this proxy reads.
+pub(super) fn decode<T: DeserializeOwned>(bytes: &[u8], what: &dyn std::fmt::Display) -> Option<T> {
     let Some(_) = header(bytes) else {
         tracing::warn!(
             version = bytes.first(),
-            "the stored conversation {what} is of a format this version does not read; starting afresh"
+            "the stored {what} is of a format this version does not read; starting afresh"
         );
         return None;
     };
     match serde_json::from_slice(&bytes[HEADER..]) {
-        Ok(record) => Some(record),
+        Ok(value) => Some(value),
         Err(error) => {
-            tracing::warn!(
-                "the stored conversation {what} does not decode ({error}); starting afresh"
-            );
+            tracing::warn!("the stored {what} does not decode ({error}); starting afresh");
             None
         }
     }
@@ -73,6 +73,7 @@ pub(super) fn decode(bytes: &[u8], what: &dyn std::fmt::Display) -> Option<Recor
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::Record;
 
     #[test]
     fn a_record_reads_back_with_its_header() {
@@ -85,7 +86,7 @@ mod tests {
                 options: vec![],
             },
         });
-        let bytes = encode(&record, 1_700_000_000_123_456);
+        let bytes = encode(&record, 1_700_000_000_123_456, true);
         assert_eq!(
             header(&bytes),
             Some(Header {
@@ -93,20 +94,20 @@ mod tests {
                 paused: true
             })
         );
-        assert_eq!(decode(&bytes, &"c"), Some(record));
+        assert_eq!(decode::<Record>(&bytes, &"c"), Some(record));
     }
 
     #[test]
     fn a_record_of_another_format_or_corrupt_reads_as_absent() {
-        let mut newer = encode(&Record::default(), 1);
+        let mut newer = encode(&Record::default(), 1, false);
         newer[0] = VERSION + 1;
         assert_eq!(header(&newer), None);
-        assert_eq!(decode(&newer, &"newer"), None);
+        assert_eq!(decode::<Record>(&newer, &"newer"), None);
 
-        let mut corrupt = encode(&Record::default(), 1);
+        let mut corrupt = encode(&Record::default(), 1, false);
         corrupt.truncate(HEADER + 3);
-        assert_eq!(decode(&corrupt, &"corrupt"), None);
-        assert_eq!(decode(&[], &"empty"), None);
-        assert_eq!(decode(&[VERSION, 1, 2], &"short"), None);
+        assert_eq!(decode::<Record>(&corrupt, &"corrupt"), None);
+        assert_eq!(decode::<Record>(&[], &"empty"), None);
+        assert_eq!(decode::<Record>(&[VERSION, 1, 2], &"short"), None);
     }
 }

@@ -71,8 +71,8 @@ pub(super) fn give_back_room<V>(entries: &mut HashMap<Key, V>) {
     }
 }
 
-/// Now, in microseconds since the Unix epoch.
-pub(super) fn now_micros() -> u64 {
+/// Now, in microseconds since the Unix epoch: the store's clock.
+pub fn now_micros() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, micros)

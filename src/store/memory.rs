@@ -8,7 +8,7 @@ use std::time::Duration;
 use futures_util::future::{self, BoxFuture};
 
 use super::local::{give_back_room, Bodies, Local};
-use super::{Key, Record, Store};
+use super::{DocumentKey, Key, Record, Store};
 use crate::config::StoreConfig;
 use crate::error::{Error, Result};
 
@@ -68,6 +68,22 @@ impl Store for MemoryStore {
 
     fn admit<'a>(&'a self, key: &'a Key, per_tenant: usize) -> BoxFuture<'a, Result<()>> {
         Box::pin(future::ready(self.0.admit(key, per_tenant)))
+    }
+
+    fn keeps_documents(&self) -> bool {
+        false
+    }
+
+    fn load_document<'a>(&'a self, _: &'a DocumentKey) -> BoxFuture<'a, Result<Option<Vec<u8>>>> {
+        Box::pin(future::ready(Ok(None)))
+    }
+
+    fn save_document<'a>(&'a self, _: &'a DocumentKey, _: Vec<u8>) -> BoxFuture<'a, Result<()>> {
+        Box::pin(future::ready(Ok(())))
+    }
+
+    fn delete_document<'a>(&'a self, _: &'a DocumentKey) -> BoxFuture<'a, Result<()>> {
+        Box::pin(future::ready(Ok(())))
     }
 }
 

@@ -25,6 +25,7 @@ use crate::error::Result;
 use crate::model::{Interrupt, Message};
 use crate::size::json_len;
 
+pub use self::local::now_micros;
 pub use self::memory::MemoryStore;
 pub use self::redb::RedbStore;
 pub use self::redis::RedisStore;
@@ -161,6 +162,16 @@ pub fn fit_record(record: &mut Record, max_record: usize) -> usize {
     record_bytes(record)
 }
 
+/// Where an inbound's own document lives (an A2A task, the latest task of an A2A context): a kind of the
+/// inbound's naming, and the route, tenant and id it belongs to. Another tenant's document is another key.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct DocumentKey {
+    pub kind: &'static str,
+    pub route: String,
+    pub tenant: String,
+    pub id: String,
+}
+
 /// A conversation store backend.
 pub trait Store: Send + Sync {
     fn load<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, Result<Option<Record>>>;
@@ -169,6 +180,92 @@ pub trait Store: Send + Sync {
     /// route (`[routes.quota]` conversations): the tenant's own record touched longest ago goes, never one
     /// with pending interrupts; when all of them are paused the new conversation is refused (too many).
     fn admit<'a>(&'a self, key: &'a Key, per_tenant: usize) -> BoxFuture<'a, Result<()>>;
+    /// A document an inbound keeps for itself beside the conversations, so that another replica, or this
+    /// one restarted, can serve it; it expires with `idle_ttl` as records do. The memory backend keeps none:
+    /// the inbound's own memory already holds it, and nobody else could read it.
+    /// Whether this backend keeps documents at all (the memory backend does not).
+    fn keeps_documents(&self) -> bool {
+        true
+    }
+    fn load_document<'a>(&'a self, key: &'a DocumentKey) -> BoxFuture<'a, Result<Option<Vec<u8>>>>;
+    fn save_document<'a>(
+        &'a self,
+        key: &'a DocumentKey,
+        bytes: Vec<u8>,
+    ) -> BoxFuture<'a, Result<()>>;
+    fn delete_document<'a>(&'a self, key: &'a DocumentKey) -> BoxFuture<'a, Result<()>>;
+}
+
+/// One route's documents, for its inbound: the store it keeps them in, and the route's name.
+#[derive(Clone)]
+pub struct Documents {
+    store: Arc<dyn Store>,
+    route: String,
+}
+
+impl Documents {
+    pub fn new(store: Arc<dyn Store>, route: &str) -> Self {
+        Self {
+            store,
+            route: route.to_owned(),
+        }
+    }
+
+    /// Documents kept nowhere but the inbound's memory (tests, the memory backend).
+    pub fn in_memory() -> Self {
+        Self::new(Arc::new(MemoryStore::new(std::time::Duration::MAX)), "")
+    }
+
+    /// Whether documents are kept anywhere but the inbound's memory: when not, an inbound need not make
+    /// them.
+    pub fn kept(&self) -> bool {
+        self.store.keeps_documents()
+    }
+
+    fn key(&self, kind: &'static str, tenant: &str, id: &str) -> DocumentKey {
+        DocumentKey {
+            kind,
+            route: self.route.clone(),
+            tenant: tenant.to_owned(),
+            id: id.to_owned(),
+        }
+    }
+
+    /// The document, decoded; `None` when there is none, or none this version reads (logged).
+    pub async fn load<T: DeserializeOwned>(
+        &self,
+        kind: &'static str,
+        tenant: &str,
+        id: &str,
+    ) -> Result<Option<T>> {
+        let Some(bytes) = self
+            .store
+            .load_document(&self.key(kind, tenant, id))
+            .await?
+        else {
+            return Ok(None);
+        };
+        Ok(codec::decode(&bytes, &format_args!("{kind} document")))
+    }
+
+    pub async fn save<T: Serialize>(
+        &self,
+        kind: &'static str,
+        tenant: &str,
+        id: &str,
+        document: &T,
+    ) -> Result<()> {
+        let bytes = codec::encode(document, local::now_micros(), false);
+        self.store
+            .save_document(&self.key(kind, tenant, id), bytes)
+            .await
+    }
+
+    pub async fn delete(&self, kind: &'static str, tenant: &str, id: &str) -> Result<()> {
+        self.store
+            .delete_document(&self.key(kind, tenant, id))
+            .await
+    }
 }
 
 /// Opens the configured backend: an error when its file cannot be had or its server cannot be reached.

@@ -6,21 +6,33 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use ::redb::{Database, DatabaseError, ReadableDatabase, ReadableTable, TableDefinition};
 use futures_util::future::BoxFuture;
 
-use super::local::{Bodies, Local, Meta};
-use super::{codec, Key, Record, Store};
+use super::local::{micros, now_micros, Bodies, Local, Meta};
+use super::{codec, DocumentKey, Key, Record, Store};
 use crate::config::StoreConfig;
 use crate::error::{Error, Result};
 
 /// (route, tenant, conversation) -> the stored record.
 const RECORDS: TableDefinition<(&str, &str, &str), &[u8]> = TableDefinition::new("conversations");
+/// (kind, route, tenant, id) -> an inbound's stored document.
+const DOCUMENTS: TableDefinition<(&str, &str, &str, &str), &[u8]> =
+    TableDefinition::new("documents");
 
-/// The records in a redb file.
-pub struct RedbStore(Arc<Local<File>>);
+/// The records in a redb file, and the inbounds' documents beside them.
+pub struct RedbStore {
+    local: Arc<Local<File>>,
+    idle_ttl: u64,
+    /// When expired documents were last dropped (µs since the epoch); at most once a minute, on a save.
+    documents_swept: AtomicU64,
+}
+
+/// A minute, in microseconds.
+const SWEEP_INTERVAL: u64 = 60_000_000;
 
 struct File {
     database: Database,
@@ -57,7 +69,11 @@ impl RedbStore {
             conversations = known.len(),
             "conversation store opened"
         );
-        Ok(Self(Arc::new(Local::new(config, file, known))))
+        Ok(Self {
+            local: Arc::new(Local::new(config, file, known)),
+            idle_ttl: micros(config.idle_ttl),
+            documents_swept: AtomicU64::new(0),
+        })
     }
 
     /// Runs `call` on a blocking thread: a transaction waits on the disk.
@@ -65,7 +81,7 @@ impl RedbStore {
         &'a self,
         call: impl FnOnce(&Local<File>) -> Result<T> + Send + 'static,
     ) -> BoxFuture<'a, Result<T>> {
-        let local = Arc::clone(&self.0);
+        let local = Arc::clone(&self.local);
         Box::pin(async move {
             tokio::task::spawn_blocking(move || call(&local))
                 .await
@@ -99,6 +115,7 @@ impl File {
         let write = self.database.begin_write().map_err(|e| self.failed(e))?;
         let mut known = HashMap::new();
         {
+            write.open_table(DOCUMENTS).map_err(|e| self.failed(e))?;
             let table = write.open_table(RECORDS).map_err(|e| self.failed(e))?;
             for entry in table.iter().map_err(|e| self.failed(e))? {
                 let (key, bytes) = entry.map_err(|e| self.failed(e))?;
@@ -154,7 +171,8 @@ impl Bodies for File {
                 table.remove(parts(key)).map_err(|e| self.failed(e))?;
             }
             if let Some((key, record, touched)) = put {
-                let bytes = codec::encode(&record, touched);
+                let paused = !record.pending_interrupts.is_empty();
+                let bytes = codec::encode(&record, touched, paused);
                 table
                     .insert(parts(key), bytes.as_slice())
                     .map_err(|e| self.failed(e))?;
@@ -164,7 +182,85 @@ impl Bodies for File {
     }
 }
 
+fn document_parts(key: &DocumentKey) -> (&str, &str, &str, &str) {
+    (key.kind, &key.route, &key.tenant, &key.id)
+}
+
+impl File {
+    fn load_document(&self, key: &DocumentKey, idle_ttl: u64) -> Result<Option<Vec<u8>>> {
+        let read = self.database.begin_read().map_err(|e| self.failed(e))?;
+        let table = read.open_table(DOCUMENTS).map_err(|e| self.failed(e))?;
+        let found = table.get(document_parts(key)).map_err(|e| self.failed(e))?;
+        Ok(found.map(|bytes| bytes.value().to_vec()).filter(|bytes| {
+            codec::header(bytes)
+                .is_none_or(|header| now_micros().saturating_sub(header.touched) < idle_ttl)
+        }))
+    }
+
+    /// Keeps `put` (or forgets `key` when `None`); with `sweep`, also drops every document idle for longer
+    /// than `idle_ttl`.
+    fn write_document(
+        &self,
+        key: &DocumentKey,
+        put: Option<&[u8]>,
+        sweep: Option<u64>,
+    ) -> Result<()> {
+        let write = self.database.begin_write().map_err(|e| self.failed(e))?;
+        {
+            let mut table = write.open_table(DOCUMENTS).map_err(|e| self.failed(e))?;
+            if let Some(idle_ttl) = sweep {
+                let now = now_micros();
+                table
+                    .retain(|_, bytes| {
+                        codec::header(bytes)
+                            .is_some_and(|header| now.saturating_sub(header.touched) < idle_ttl)
+                    })
+                    .map_err(|e| self.failed(e))?;
+            }
+            match put {
+                Some(bytes) => table.insert(document_parts(key), bytes).map(drop),
+                None => table.remove(document_parts(key)).map(drop),
+            }
+            .map_err(|e| self.failed(e))?;
+        }
+        write.commit().map_err(|e| self.failed(e))
+    }
+}
+
+impl RedbStore {
+    /// Whether this save should also sweep the expired documents (at most once a minute).
+    fn sweep_due(&self) -> Option<u64> {
+        let now = now_micros();
+        let last = self.documents_swept.load(Ordering::Relaxed);
+        let due = now.saturating_sub(last) >= SWEEP_INTERVAL.min(self.idle_ttl)
+            && self
+                .documents_swept
+                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok();
+        due.then_some(self.idle_ttl)
+    }
+}
+
 impl Store for RedbStore {
+    fn load_document<'a>(&'a self, key: &'a DocumentKey) -> BoxFuture<'a, Result<Option<Vec<u8>>>> {
+        let (key, idle_ttl) = (key.clone(), self.idle_ttl);
+        self.blocking(move |local| local.bodies.load_document(&key, idle_ttl))
+    }
+
+    fn save_document<'a>(
+        &'a self,
+        key: &'a DocumentKey,
+        bytes: Vec<u8>,
+    ) -> BoxFuture<'a, Result<()>> {
+        let (key, sweep) = (key.clone(), self.sweep_due());
+        self.blocking(move |local| local.bodies.write_document(&key, Some(&bytes), sweep))
+    }
+
+    fn delete_document<'a>(&'a self, key: &'a DocumentKey) -> BoxFuture<'a, Result<()>> {
+        let key = key.clone();
+        self.blocking(move |local| local.bodies.write_document(&key, None, None))
+    }
+
     fn load<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, Result<Option<Record>>> {
         let key = key.clone();
         self.blocking(move |local| local.load(&key))
@@ -277,16 +373,76 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn documents_are_kept_per_kind_route_and_tenant_until_deleted_or_idle() {
+        let path = temp_file("documents");
+        let store = RedbStore::open(&config(&path)).unwrap();
+        let key = |kind: &'static str, tenant: &str| DocumentKey {
+            kind,
+            route: "r".into(),
+            tenant: tenant.into(),
+            id: "task-1".into(),
+        };
+        store
+            .save_document(&key("a2a-task", "acme"), b"kept".to_vec())
+            .await
+            .unwrap();
+        let kept = store.load_document(&key("a2a-task", "acme")).await.unwrap();
+        assert_eq!(kept.as_deref(), Some(&b"kept"[..]));
+        assert_eq!(
+            store
+                .load_document(&key("a2a-task", "other"))
+                .await
+                .unwrap(),
+            None
+        );
+        assert_eq!(
+            store
+                .load_document(&key("a2a-context", "acme"))
+                .await
+                .unwrap(),
+            None
+        );
+        store
+            .delete_document(&key("a2a-task", "acme"))
+            .await
+            .unwrap();
+        assert_eq!(
+            store.load_document(&key("a2a-task", "acme")).await.unwrap(),
+            None
+        );
+        drop(store);
+
+        let brief = StoreConfig {
+            idle_ttl: Duration::from_millis(20),
+            ..config(&path)
+        };
+        let store = RedbStore::open(&brief).unwrap();
+        let bytes = codec::encode(&"old", now_micros(), false);
+        store
+            .save_document(&key("a2a-task", "acme"), bytes)
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(40)).await;
+        assert_eq!(
+            store.load_document(&key("a2a-task", "acme")).await.unwrap(),
+            None,
+            "idle"
+        );
+        drop(store);
+        let _ = std::fs::remove_dir_all(path.parent().unwrap().parent().unwrap());
+    }
+
+    #[tokio::test]
     async fn a_record_that_does_not_decode_reads_as_absent() {
         let path = temp_file("corrupt");
         let store = RedbStore::open(&config(&path)).unwrap();
         store.save(&key("c"), Record::default()).await.unwrap();
         {
-            let write = store.0.bodies.database.begin_write().unwrap();
+            let write = store.local.bodies.database.begin_write().unwrap();
             {
                 let mut table = write.open_table(RECORDS).unwrap();
                 let mut bytes =
-                    codec::encode(&Record::default(), super::super::local::now_micros());
+                    codec::encode(&Record::default(), super::super::local::now_micros(), false);
                 bytes.truncate(bytes.len() - 1);
                 table.insert(parts(&key("c")), bytes.as_slice()).unwrap();
             }

@@ -20,7 +20,7 @@ use ::redis::{Client, FromRedisValue, Pipeline, RedisError};
 use futures_util::future::BoxFuture;
 
 use super::local::{micros, now_micros};
-use super::{codec, fit_record, Key, Record, Store};
+use super::{codec, fit_record, DocumentKey, Key, Record, Store};
 use crate::config::StoreConfig;
 use crate::error::{Error, Result};
 
@@ -116,7 +116,9 @@ impl RedisStore {
                     .arg(self.ttl_ms()),
             )
             .await?;
-        Ok(bytes.and_then(|bytes| codec::decode(&bytes, &format_args!("of route {}", key.route))))
+        Ok(bytes.and_then(|bytes| {
+            codec::decode(&bytes, &format_args!("conversation of route {}", key.route))
+        }))
     }
 
     async fn save(&self, key: &Key, mut record: Record) -> Result<()> {
@@ -138,7 +140,7 @@ impl RedisStore {
         pipeline
             .cmd("SET")
             .arg(record_key(key))
-            .arg(codec::encode(&record, now))
+            .arg(codec::encode(&record, now, counted == "paused"))
             .arg("PX")
             .arg(self.ttl_ms())
             .ignore();
@@ -260,7 +262,41 @@ fn tenant_key(key: &Key, list: &str) -> String {
     )
 }
 
+/// An inbound's document: `agent-bridge:{route/tenant/kind/id}:document`.
+fn document_key(key: &DocumentKey) -> String {
+    format!(
+        "agent-bridge:{{{}/{}/{}/{}}}:document",
+        escape(&key.route),
+        escape(&key.tenant),
+        escape(key.kind),
+        escape(&key.id)
+    )
+}
+
 impl Store for RedisStore {
+    fn load_document<'a>(&'a self, key: &'a DocumentKey) -> BoxFuture<'a, Result<Option<Vec<u8>>>> {
+        Box::pin(async move { self.query(::redis::cmd("GET").arg(document_key(key))).await })
+    }
+
+    fn save_document<'a>(
+        &'a self,
+        key: &'a DocumentKey,
+        bytes: Vec<u8>,
+    ) -> BoxFuture<'a, Result<()>> {
+        Box::pin(async move {
+            let mut set = ::redis::cmd("SET");
+            set.arg(document_key(key))
+                .arg(bytes)
+                .arg("PX")
+                .arg(self.ttl_ms());
+            self.query(&set).await
+        })
+    }
+
+    fn delete_document<'a>(&'a self, key: &'a DocumentKey) -> BoxFuture<'a, Result<()>> {
+        Box::pin(async move { self.query(::redis::cmd("DEL").arg(document_key(key))).await })
+    }
+
     fn load<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, Result<Option<Record>>> {
         Box::pin(self.load(key))
     }

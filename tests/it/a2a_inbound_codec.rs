@@ -25,6 +25,7 @@ use agent_bridge::model::{
     Usage,
 };
 use agent_bridge::protocol::a2a::Inbound;
+use agent_bridge::store::Documents;
 use futures_util::stream::{self, BoxStream, StreamExt};
 use http_body_util::BodyExt;
 use serde_json::{json, Value};
@@ -91,7 +92,11 @@ fn script(events: Vec<Event>, then_hang: bool) -> BoxStream<'static, Event> {
 }
 
 async fn call_with(inbound: &Inbound, body: &str, events: BoxStream<'static, Event>) -> Answer {
-    let response = inbound.call(body.as_bytes(), "", move |_turn| events).await;
+    let response = inbound
+        .call(body.as_bytes(), "", &Documents::in_memory(), move |_turn| {
+            events
+        })
+        .await;
     let status = response.status().as_u16();
     let content_type = response
         .headers()
@@ -498,6 +503,7 @@ async fn a_message_becomes_a_delta_turn_in_its_context_and_an_answer_resumes_the
         .call(
             send(message).to_string().as_bytes(),
             "",
+            &Documents::in_memory(),
             run(paused_run("int-9")),
         )
         .await;
@@ -526,6 +532,7 @@ async fn a_message_becomes_a_delta_turn_in_its_context_and_an_answer_resumes_the
         .call(
             send(reply).to_string().as_bytes(),
             "",
+            &Documents::in_memory(),
             run(completed_run(&["ok"])),
         )
         .await;

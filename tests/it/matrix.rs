@@ -850,11 +850,15 @@ mod two_turns_outlive_the_proxy {
     }
 }
 
-/// A2A clients are not in these lists either: a paused A2A task lives on the proxy that ran it.
 mod approval_outlives_the_proxy {
     use super::*;
 
     durable_approvals! {
+        a2a_to_ag_ui: A2a -> AgUi;
+        a2a_to_a2a: A2a -> A2a;
+        a2a_to_agentscope: A2a -> Agentscope;
+        a2a_to_ag_kit: A2a -> AgKit;
+        a2a_to_cmdc: A2a -> Cmdc;
         ag_ui_to_ag_ui: AgUi -> AgUi;
         ag_ui_to_a2a: AgUi -> A2a;
         ag_ui_to_agentscope: AgUi -> Agentscope;

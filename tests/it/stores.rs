@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 use toml::{Table, Value as Toml};
 
+use crate::support::a2a;
 use crate::support::ag_ui::{self, finished, input, started, text, user};
 use crate::support::binary::{agent_bridge, AgentBridge};
 use crate::support::stores::{RedisServer, TempDir};
@@ -275,4 +276,92 @@ async fn the_shipped_routes_keep_a_paused_question_across_a_kill_and_restart() {
 
     assert_eq!(error_code(&done), None, "{done:#?}");
     assert_eq!(ag_ui::text_of(&done), "You answered: Paris");
+}
+
+/// An A2A route to the echo agent, on one proxy with a redb file (`replicas` = 1, restarted between
+/// requests) or on two sharing Redis (requests alternate).
+struct A2aDeployment {
+    config: std::path::PathBuf,
+    proxies: Vec<AgentBridge>,
+    next: usize,
+    _folder: TempDir,
+    _redis: Option<RedisServer>,
+}
+
+impl A2aDeployment {
+    fn start(shared: bool) -> A2aDeployment {
+        let folder = TempDir::new("a2a-tasks");
+        let (store, redis) = if shared {
+            let redis = RedisServer::start();
+            (redis_store(&redis.url()), Some(redis))
+        } else {
+            let mut store = Table::new();
+            store.insert("backend".into(), "redb".into());
+            store.insert("path".into(), "tasks.redb".into());
+            (Toml::Table(store), None)
+        };
+        let route = Route::new("tasks", PATH, "a2a", "echo");
+        let config = write_config(&folder, store, route);
+        let replicas = if shared { 2 } else { 1 };
+        let proxies = (0..replicas)
+            .map(|_| AgentBridge::start(serve_command(&config)))
+            .collect();
+        A2aDeployment {
+            config,
+            proxies,
+            next: 0,
+            _folder: folder,
+            _redis: redis,
+        }
+    }
+
+    /// The proxy for the next request: the other replica, or this one killed and started again.
+    fn next(&mut self) -> String {
+        if self.proxies.len() == 1 {
+            // Killed (SIGKILL, on drop) before the next one opens the file.
+            self.proxies.clear();
+            self.proxies
+                .push(AgentBridge::start(serve_command(&self.config)));
+        } else {
+            self.next += 1;
+        }
+        url(&self.proxies[self.next % self.proxies.len()])
+    }
+}
+
+async fn a2a_task_is_read_answered_and_cancelled_on_another_proxy(shared: bool) {
+    let mut deployment = A2aDeployment::start(shared);
+    let first = url(&deployment.proxies[0]);
+    let paused = a2a::send_message(&first, a2a::message("/ask Which city?")).await;
+    assert_eq!(paused["status"]["state"], "input-required", "{paused}");
+    let task_id = paused["id"].as_str().unwrap().to_owned();
+
+    let got = a2a::get_task(&deployment.next(), &task_id).await;
+    assert_eq!(got["status"]["state"], "input-required", "{got}");
+    assert_eq!(got["contextId"], paused["contextId"]);
+    assert_eq!(a2a::status_text(&got["status"]), "Which city?");
+
+    let done = a2a::send_message(&deployment.next(), a2a::answer_to(&paused, "Paris")).await;
+    assert_eq!(done["id"], paused["id"]);
+    assert_eq!(done["status"]["state"], "completed", "{done}");
+    assert_eq!(a2a::artifact_text(&done), "You answered: Paris");
+    let got = a2a::get_task(&deployment.next(), &task_id).await;
+    assert_eq!(got["status"]["state"], "completed", "{got}");
+
+    let asked = a2a::send_message(&deployment.next(), a2a::message("/ask Which day?")).await;
+    let other = asked["id"].as_str().unwrap().to_owned();
+    let canceled = a2a::cancel_task(&deployment.next(), &other).await;
+    assert_eq!(canceled["status"]["state"], "canceled", "{canceled}");
+    let got = a2a::get_task(&deployment.next(), &other).await;
+    assert_eq!(got["status"]["state"], "canceled", "{got}");
+}
+
+#[tokio::test]
+async fn an_a2a_task_is_read_answered_and_canceled_after_kills_and_restarts_on_redb() {
+    a2a_task_is_read_answered_and_cancelled_on_another_proxy(false).await;
+}
+
+#[tokio::test]
+async fn an_a2a_task_is_read_answered_and_canceled_on_either_of_two_replicas() {
+    a2a_task_is_read_answered_and_cancelled_on_another_proxy(true).await;
 }

@@ -49,7 +49,10 @@ use tokio::sync::mpsc;
 
 use super::card::{self, CardTemplate, CardVersion};
 use super::rpc::{self, Envelope, RpcError};
-use super::tasks::{self, Bounds, Cancel, Registry, Started, Subscription};
+use super::tasks::{
+    self, Bounds, Cancel, Registry, Snapshot, Started, Subscription, CONTEXT_DOCUMENT,
+    TASK_DOCUMENT,
+};
 use super::wire::{self, RequestId, StreamResult};
 use super::InboundOptions;
 use crate::auth::{self, KeySources};
@@ -60,6 +63,7 @@ use crate::face::{InboundFace, RequestDecoder};
 use crate::model::{Event, History, Resume, ResumeStatus, Turn};
 use crate::mount::Mount;
 use crate::sse;
+use crate::store::Documents;
 use decode::{check_message, turn_for};
 use encode::CancelReason;
 use runner::{forward, Runner};
@@ -138,14 +142,22 @@ impl Inbound {
             Err(error) => return http_rpc_error(&error),
         };
         let translator = Arc::clone(&mount.translator);
-        self.call(&bytes, &caller.tenant, move |turn| translator.start(turn))
-            .await
+        self.call(&bytes, &caller.tenant, &mount.documents, move |turn| {
+            translator.start(turn)
+        })
+        .await
     }
 
-    /// Answers one JSON-RPC request body of `tenant`'s client. `start` runs a turn and returns its canonical events (RunStarted
-    /// first, one terminal last; dropping the stream cancels the run): the route's translator, or a script in
-    /// tests.
-    pub async fn call<F, S>(&self, body: &[u8], tenant: &str, start: F) -> Response<Body>
+    /// Answers one JSON-RPC request body of `tenant`'s client. `start` runs a turn and returns its canonical
+    /// events (RunStarted first, one terminal last; dropping the stream cancels the run): the route's
+    /// translator, or a script in tests. `documents` is where tasks are kept for other replicas and restarts.
+    pub async fn call<F, S>(
+        &self,
+        body: &[u8],
+        tenant: &str,
+        documents: &Documents,
+        start: F,
+    ) -> Response<Body>
     where
         F: FnOnce(Turn) -> S,
         S: Stream<Item = Event> + Send + Unpin + 'static,
@@ -154,12 +166,14 @@ impl Inbound {
             Ok(envelope) => envelope,
             Err(refused) => return Reader.refuse(refused),
         };
+        self.recall(documents, tenant, &method, params.as_ref())
+            .await;
         match method.as_str() {
-            "message/send" => match self.send(tenant, params, start).await {
+            "message/send" => match self.send(tenant, documents, params, start).await {
                 Ok(task) => json_result(&id, &task),
                 Err(error) => json_error(&id, &error),
             },
-            "message/stream" => match self.stream(&id, tenant, params, start) {
+            "message/stream" => match self.stream(&id, tenant, documents, params, start) {
                 Ok(frames) => sse_reply(frames),
                 Err(error) => sse_error(&id, &error),
             },
@@ -171,7 +185,7 @@ impl Inbound {
                     Err(error) => json_error(&id, &error),
                 }
             }
-            "tasks/cancel" => match self.cancel(tenant, params, start).await {
+            "tasks/cancel" => match self.cancel(tenant, documents, params, start).await {
                 Ok(task) => json_result(&id, &task),
                 Err(error) => json_error(&id, &error),
             },
@@ -186,10 +200,61 @@ impl Inbound {
         }
     }
 
+    /// Takes in, from the store, the task a request names (or the latest task of the context a message
+    /// names) when another replica, or this one before a restart, kept a newer revision of it than this
+    /// registry holds. A task running here is known best here.
+    async fn recall(
+        &self,
+        documents: &Documents,
+        tenant: &str,
+        method: &str,
+        params: Option<&Value>,
+    ) {
+        if !documents.kept() {
+            return;
+        }
+        let params = params.unwrap_or(&Value::Null);
+        let (task_id, context_id) = match method {
+            "message/send" | "message/stream" => (
+                &params["message"]["taskId"],
+                &params["message"]["contextId"],
+            ),
+            "tasks/get" | "tasks/cancel" | "tasks/resubscribe" => (&params["id"], &Value::Null),
+            _ => return,
+        };
+        let named = |id: &Value| id.as_str().filter(|id| !id.is_empty()).map(str::to_owned);
+        let recalled = async {
+            let task_id = match (named(task_id), named(context_id)) {
+                (Some(task_id), _) => Some(task_id),
+                (None, Some(context_id)) => {
+                    documents
+                        .load::<String>(CONTEXT_DOCUMENT, tenant, &context_id)
+                        .await?
+                }
+                (None, None) => None,
+            };
+            let Some(task_id) = task_id.filter(|id| !self.tasks.runs_here(tenant, id)) else {
+                return Ok(());
+            };
+            if let Some(snapshot) = documents
+                .load::<Snapshot>(TASK_DOCUMENT, tenant, &task_id)
+                .await?
+            {
+                self.tasks.adopt(tenant, snapshot);
+            }
+            Ok::<_, crate::error::Error>(())
+        };
+        if let Err(error) = recalled.await {
+            // Served from what this replica knows; the turn itself meets the store's failure.
+            tracing::warn!("a2a: a kept task could not be read: {error}");
+        }
+    }
+
     /// Checks a message, registers its task and starts the run.
     fn accept<F, S>(
         &self,
         tenant: &str,
+        documents: &Documents,
         params: Option<Value>,
         start: F,
         primary: Option<mpsc::Sender<Arc<StreamResult>>>,
@@ -226,6 +291,9 @@ impl Inbound {
             .transpose()?;
         let runner = Runner {
             tasks: Arc::clone(&self.tasks),
+            documents: documents.clone(),
+            tenant: tenant.to_owned(),
+            final_kept: false,
             encoder: Encoder::new(&task_id, &context_id, self.options),
             task_id: task_id.clone(),
             generation,
@@ -248,6 +316,7 @@ impl Inbound {
     async fn send<F, S>(
         &self,
         tenant: &str,
+        documents: &Documents,
         params: Option<Value>,
         start: F,
     ) -> Result<wire::Task, RpcError>
@@ -255,7 +324,7 @@ impl Inbound {
         F: FnOnce(Turn) -> S,
         S: Stream<Item = Event> + Send + Unpin + 'static,
     {
-        let accepted = self.accept(tenant, params, start, None)?;
+        let accepted = self.accept(tenant, documents, params, start, None)?;
         let Some(Subscription::Live { mut updates, .. }) = accepted.updates else {
             return Ok(accepted.task);
         };
@@ -282,6 +351,7 @@ impl Inbound {
         &self,
         id: &RequestId,
         tenant: &str,
+        documents: &Documents,
         params: Option<Value>,
         start: F,
     ) -> Result<impl Stream<Item = Bytes> + Send + 'static, RpcError>
@@ -290,7 +360,7 @@ impl Inbound {
         S: Stream<Item = Event> + Send + Unpin + 'static,
     {
         let (sender, mut receiver) = mpsc::channel::<Arc<StreamResult>>(EVENT_BUFFER);
-        let accepted = self.accept(tenant, params, start, Some(sender))?;
+        let accepted = self.accept(tenant, documents, params, start, Some(sender))?;
         let first = result_frame(id, &StreamResult::Task(accepted.task));
         let id = id.clone();
         let rest = futures_util::stream::poll_fn(move |cx| receiver.poll_recv(cx))
@@ -304,6 +374,7 @@ impl Inbound {
     async fn cancel<F, S>(
         &self,
         tenant: &str,
+        documents: &Documents,
         params: Option<Value>,
         start: F,
     ) -> Result<wire::Task, RpcError>
@@ -315,8 +386,13 @@ impl Inbound {
         // A run may pause or end while it is told to stop: look again (bounded).
         for _ in 0..3 {
             match self.tasks.cancel(tenant, &id) {
-                Cancel::Done(result) => return result.map(|task| *task),
+                Cancel::Done(result) => {
+                    let task = result?;
+                    runner::keep(&self.tasks, documents, tenant, &id).await;
+                    return Ok(*task);
+                }
                 Cancel::Declined { task, interrupt_id } => {
+                    runner::keep(&self.tasks, documents, tenant, &id).await;
                     let turn = Turn {
                         conversation: task.context_id.clone(),
                         tenant: tenant.to_owned(),

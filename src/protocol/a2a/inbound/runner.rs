@@ -13,12 +13,18 @@ use super::encode::{CancelReason, Encoder};
 use super::result_frame;
 use crate::face::EventEncoder;
 use crate::model::Event;
-use crate::protocol::a2a::tasks::{self, Registry, Update};
+use crate::protocol::a2a::tasks::{self, Registry, Update, CONTEXT_DOCUMENT, TASK_DOCUMENT};
 use crate::protocol::a2a::wire::{RequestId, StreamResult};
+use crate::store::{now_micros, Documents};
 
 /// Consumes one run: encodes its events, stores them in the task and passes them on.
 pub(super) struct Runner {
     pub(super) tasks: Arc<Registry>,
+    /// Where the task is kept for other replicas and restarts, and whose it is.
+    pub(super) documents: Documents,
+    pub(super) tenant: String,
+    /// The final status was kept in the store as it was published.
+    pub(super) final_kept: bool,
     pub(super) encoder: Encoder,
     pub(super) task_id: String,
     pub(super) generation: u64,
@@ -30,7 +36,22 @@ pub(super) struct Runner {
 }
 
 impl Runner {
-    pub(super) async fn run<S: Stream<Item = Event> + Unpin>(mut self, mut events: S) {
+    /// Keeps the task as it starts, drives the run, and keeps it as it ended (a final status is also kept
+    /// before the client hears it: see [`Runner::publish`]).
+    pub(super) async fn run<S: Stream<Item = Event> + Unpin>(mut self, events: S) {
+        self.keep().await;
+        self.drive(events).await;
+        if !self.final_kept {
+            // Ended without a final status (failed by the registry), or canceled before it was kept.
+            self.keep().await;
+        }
+    }
+
+    async fn keep(&self) {
+        keep(&self.tasks, &self.documents, &self.tenant, &self.task_id).await;
+    }
+
+    async fn drive<S: Stream<Item = Event> + Unpin>(&mut self, mut events: S) {
         // Marks the task failed if this ends (or panics) before a final status.
         let _finish = FinishGuard {
             tasks: Arc::clone(&self.tasks),
@@ -85,6 +106,11 @@ impl Runner {
             let interrupt_id = self.encoder.interrupt_id();
             self.tasks
                 .apply(&self.task_id, self.generation, &result, interrupt_id);
+            if tasks::is_final(&result) {
+                // Kept before anyone hears it: the client's next message may reach another replica.
+                self.keep().await;
+                self.final_kept = true;
+            }
             let Some(primary) = &self.primary else {
                 continue;
             };
@@ -101,6 +127,32 @@ impl Runner {
             }
         }
         Ok(())
+    }
+}
+
+/// Writes the task's document, and its context's, where documents are kept. A store that fails is logged:
+/// the task goes on, served by this replica.
+pub(super) async fn keep(tasks: &Registry, documents: &Documents, tenant: &str, task_id: &str) {
+    if !documents.kept() {
+        return;
+    }
+    let Some(snapshot) = tasks.snapshot(task_id, now_micros()) else {
+        return;
+    };
+    let context_id = snapshot.task.context_id.clone();
+    let kept = match documents
+        .save(TASK_DOCUMENT, tenant, task_id, &snapshot)
+        .await
+    {
+        Ok(()) => {
+            documents
+                .save(CONTEXT_DOCUMENT, tenant, &context_id, &task_id)
+                .await
+        }
+        Err(error) => Err(error),
+    };
+    if let Err(error) = kept {
+        tracing::warn!(%task_id, "a2a: the task could not be kept in the store: {error}");
     }
 }
 

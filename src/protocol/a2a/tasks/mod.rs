@@ -27,6 +27,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use serde::{Deserialize, Serialize};
 use tokio::sync::{broadcast, oneshot, watch};
 
 use super::inbound::encode::{self, CancelReason};
@@ -83,6 +84,9 @@ struct Tasks {
 struct Entry {
     /// Whose task it is; nobody else sees it.
     tenant: String,
+    /// The revision of the task's stored document this entry holds (0: none yet): a newer one, kept by
+    /// another replica, replaces it when no run goes on here.
+    revision: u64,
     task: wire::Task,
     /// The canonical interrupt a paused task waits on.
     interrupt_id: Option<String>,
@@ -131,6 +135,23 @@ pub struct Started {
     /// The interrupt the new message answers, when it continues a paused task.
     pub resume: Option<String>,
     pub cancel: oneshot::Receiver<CancelReason>,
+}
+
+/// The kind of the store document that keeps a task (by its id) for `tasks/get`, `tasks/cancel` and the
+/// answer to a paused task after a restart or on another replica.
+pub const TASK_DOCUMENT: &str = "a2a-task";
+/// The kind of the store document that names the latest task of a context (by the context's id).
+pub const CONTEXT_DOCUMENT: &str = "a2a-context";
+
+/// A task as its store document keeps it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Snapshot {
+    /// Newer snapshots have a larger revision (microseconds since the epoch when kept).
+    pub revision: u64,
+    pub task: wire::Task,
+    /// The canonical interrupt a paused task waits on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interrupt_id: Option<String>,
 }
 
 /// What `tasks/cancel` found.
@@ -347,6 +368,64 @@ impl Registry {
         }
     }
 
+    /// The task as its store document keeps it, stamped with a new revision; `None` when it is gone.
+    pub fn snapshot(&self, task_id: &str, revision: u64) -> Option<Snapshot> {
+        let mut tasks = self.lock();
+        let entry = tasks.tasks.get_mut(task_id)?;
+        entry.revision = revision.max(entry.revision + 1);
+        Some(Snapshot {
+            revision: entry.revision,
+            task: entry.task.clone(),
+            interrupt_id: entry.interrupt_id.clone(),
+        })
+    }
+
+    /// Whether `tenant`'s task runs here: then this registry, not the store, knows it best.
+    pub fn runs_here(&self, tenant: &str, task_id: &str) -> bool {
+        let mut tasks = self.lock();
+        tasks
+            .entry(tenant, task_id)
+            .is_ok_and(|entry| entry.run.is_some())
+    }
+
+    /// Takes in `tenant`'s task as another replica (or this one before a restart) kept it, unless a run of
+    /// it goes on here or this registry holds that revision or a newer one. Its run, if it had one, is not
+    /// here: it reads as the task last kept.
+    pub fn adopt(&self, tenant: &str, snapshot: Snapshot) {
+        let mut tasks = self.lock();
+        let Snapshot {
+            revision,
+            task,
+            interrupt_id,
+        } = snapshot;
+        let task_id = task.id.clone();
+        match tasks.tasks.get_mut(&task_id) {
+            Some(entry) if entry.tenant != tenant => return,
+            Some(entry) => {
+                if entry.run.is_some() || entry.revision >= revision {
+                    return;
+                }
+                entry.task = task;
+                entry.interrupt_id = interrupt_id;
+                entry.revision = revision;
+                entry.touched = Instant::now();
+            }
+            None => {
+                if tasks.make_room(tenant).is_err() {
+                    return;
+                }
+                let mut entry =
+                    Entry::new(tenant, &task_id, task.context_id.clone(), Instant::now());
+                entry.task = task;
+                entry.interrupt_id = interrupt_id;
+                entry.revision = revision;
+                tasks.tasks.insert(task_id.clone(), entry);
+            }
+        }
+        let context = tasks.tasks[&task_id].task.context_id.clone();
+        tasks.contexts.insert((tenant.to_owned(), context), task_id);
+    }
+
     /// The task as `tasks/get` shows it, with at most `history_length` messages of history.
     pub fn get(
         &self,
@@ -492,6 +571,7 @@ impl Entry {
     fn new(tenant: &str, task_id: &str, context_id: String, now: Instant) -> Self {
         Self {
             tenant: tenant.to_owned(),
+            revision: 0,
             task: wire::Task {
                 kind: wire::TaskKind::Task,
                 id: task_id.to_owned(),
