@@ -78,7 +78,8 @@ pub fn now_micros() -> u64 {
         .map_or(0, micros)
 }
 
-pub(super) fn micros(duration: Duration) -> u64 {
+/// `duration` in microseconds, the store's unit of time.
+pub fn micros(duration: Duration) -> u64 {
     u64::try_from(duration.as_micros()).unwrap_or(u64::MAX)
 }
 

@@ -25,7 +25,7 @@ use crate::error::Result;
 use crate::model::{Interrupt, Message};
 use crate::size::json_len;
 
-pub use self::local::now_micros;
+pub use self::local::{micros, now_micros};
 pub use self::memory::MemoryStore;
 pub use self::redb::RedbStore;
 pub use self::redis::RedisStore;
@@ -187,6 +187,12 @@ pub trait Store: Send + Sync {
     fn keeps_documents(&self) -> bool {
         true
     }
+    /// Whether other processes read and write this store too (Redis): then a run another replica drives
+    /// is told from a dead one only by its lease. In a store one process owns (a redb file), a run this
+    /// process does not drive is dead.
+    fn shared(&self) -> bool {
+        false
+    }
     fn load_document<'a>(&'a self, key: &'a DocumentKey) -> BoxFuture<'a, Result<Option<Vec<u8>>>>;
     fn save_document<'a>(
         &'a self,
@@ -220,6 +226,11 @@ impl Documents {
     /// them.
     pub fn kept(&self) -> bool {
         self.store.keeps_documents()
+    }
+
+    /// Whether other replicas share these documents ([`Store::shared`]).
+    pub fn shared(&self) -> bool {
+        self.store.shared()
     }
 
     fn key(&self, kind: &'static str, tenant: &str, id: &str) -> DocumentKey {

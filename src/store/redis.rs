@@ -274,6 +274,10 @@ fn document_key(key: &DocumentKey) -> String {
 }
 
 impl Store for RedisStore {
+    fn shared(&self) -> bool {
+        true
+    }
+
     fn load_document<'a>(&'a self, key: &'a DocumentKey) -> BoxFuture<'a, Result<Option<Vec<u8>>>> {
         Box::pin(async move { self.query(::redis::cmd("GET").arg(document_key(key))).await })
     }

@@ -365,3 +365,79 @@ async fn an_a2a_task_is_read_answered_and_canceled_after_kills_and_restarts_on_r
 async fn an_a2a_task_is_read_answered_and_canceled_on_either_of_two_replicas() {
     a2a_task_is_read_answered_and_cancelled_on_another_proxy(true).await;
 }
+
+/// An A2A route to an AG-UI agent that starts a run and never ends it.
+fn hanging_agent_route(agent: &Upstream) -> Route {
+    Route::new("tasks", PATH, "a2a", "ag-ui").upstream(&agent.url())
+}
+
+async fn start_a_task_that_never_ends(url: &str) -> String {
+    let params =
+        json!({"message": a2a::message("think forever"), "configuration": {"blocking": false}});
+    let task = a2a::result(url, "message/send", params).await;
+    task["id"].as_str().expect("a task id").to_owned()
+}
+
+/// Reads the task until it is `failed`, for up to `limit`; its final status message.
+async fn failed_within(url: &str, task_id: &str, limit: Duration) -> String {
+    let deadline = Instant::now() + limit;
+    loop {
+        let task = a2a::get_task(url, task_id).await;
+        if task["status"]["state"] == "failed" {
+            return a2a::status_text(&task["status"]);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not failed within {limit:?}: {task}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test]
+async fn an_a2a_task_cut_short_by_a_kill_reads_failed_after_the_restart_on_redb() {
+    let agent = Upstream::serve([Reply::sse().event(started()).hang()]).await;
+    let folder = TempDir::new("a2a-killed-mid-run");
+    let mut store = Table::new();
+    store.insert("backend".into(), "redb".into());
+    store.insert("path".into(), "tasks.redb".into());
+    let config = write_config(&folder, Toml::Table(store), hanging_agent_route(&agent));
+    let proxy = AgentBridge::start(serve_command(&config));
+    let task_id = start_a_task_that_never_ends(&url(&proxy)).await;
+    agent.wait_for("the run reaches the agent", |_| true).await;
+    let working = a2a::get_task(&url(&proxy), &task_id).await;
+    assert_eq!(working["status"]["state"], "working", "{working}");
+
+    drop(proxy); // SIGKILL, mid-run
+    let restarted = AgentBridge::start(serve_command(&config));
+
+    // The file is this process's alone: a run it does not drive is dead at once.
+    let why = failed_within(&url(&restarted), &task_id, Duration::from_secs(1)).await;
+    assert!(why.contains("stopped before the task ended"), "{why}");
+}
+
+#[tokio::test]
+async fn an_a2a_task_whose_replica_died_reads_failed_on_the_other_once_its_lease_lapses() {
+    let redis = RedisServer::start();
+    let agent = Upstream::serve([Reply::sse().event(started()).hang()]).await;
+    let folder = TempDir::new("a2a-replica-died");
+    let config = write_config(
+        &folder,
+        redis_store(&redis.url()),
+        hanging_agent_route(&agent),
+    );
+    let running = AgentBridge::start(serve_command(&config));
+    let other = AgentBridge::start(serve_command(&config));
+    let task_id = start_a_task_that_never_ends(&url(&running)).await;
+    agent.wait_for("the run reaches the agent", |_| true).await;
+
+    // Renewed every 3 s, the lease holds on the other replica while the run goes on: the task reads as it
+    // was last kept, its run going on.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let going_on = a2a::get_task(&url(&other), &task_id).await;
+    assert_eq!(going_on["status"]["state"], "submitted", "{going_on}");
+
+    drop(running); // SIGKILL
+    let why = failed_within(&url(&other), &task_id, Duration::from_secs(20)).await;
+    assert!(why.contains("stopped before the task ended"), "{why}");
+}

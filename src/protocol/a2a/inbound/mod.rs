@@ -50,8 +50,8 @@ use tokio::sync::mpsc;
 use super::card::{self, CardTemplate, CardVersion};
 use super::rpc::{self, Envelope, RpcError};
 use super::tasks::{
-    self, Bounds, Cancel, Registry, Snapshot, Started, Subscription, CONTEXT_DOCUMENT,
-    TASK_DOCUMENT,
+    self, Bounds, Cancel, Lease, Registry, Snapshot, Started, Subscription, CONTEXT_DOCUMENT,
+    LEASE_DOCUMENT, TASK_DOCUMENT,
 };
 use super::wire::{self, RequestId, StreamResult};
 use super::InboundOptions;
@@ -63,7 +63,7 @@ use crate::face::{InboundFace, RequestDecoder};
 use crate::model::{Event, History, Resume, ResumeStatus, Turn};
 use crate::mount::Mount;
 use crate::sse;
-use crate::store::Documents;
+use crate::store::{now_micros, Documents};
 use decode::{check_message, turn_for};
 use encode::CancelReason;
 use runner::{forward, Runner};
@@ -236,11 +236,18 @@ impl Inbound {
             let Some(task_id) = task_id.filter(|id| !self.tasks.runs_here(tenant, id)) else {
                 return Ok(());
             };
-            if let Some(snapshot) = documents
+            let Some(snapshot) = documents
                 .load::<Snapshot>(TASK_DOCUMENT, tenant, &task_id)
                 .await?
-            {
-                self.tasks.adopt(tenant, snapshot);
+            else {
+                return Ok(());
+            };
+            let state = snapshot.task.status.state;
+            let running = !state.is_terminal() && !state.is_paused();
+            let orphaned = running && !lease_holds(documents, tenant, &task_id).await?;
+            self.tasks.adopt(tenant, snapshot);
+            if orphaned && self.tasks.fail_orphan(tenant, &task_id) {
+                runner::keep(&self.tasks, documents, tenant, &task_id).await;
             }
             Ok::<_, crate::error::Error>(())
         };
@@ -462,6 +469,22 @@ impl Inbound {
             receiver.poll_recv(cx)
         }))
     }
+}
+
+/// Whether a replica still drives the task's run: its lease holds in a store replicas share. In a store this
+/// process owns alone, a run it does not drive was cut short when an earlier process stopped.
+async fn lease_holds(
+    documents: &Documents,
+    tenant: &str,
+    task_id: &str,
+) -> crate::error::Result<bool> {
+    if !documents.shared() {
+        return Ok(false);
+    }
+    let lease = documents
+        .load::<Lease>(LEASE_DOCUMENT, tenant, task_id)
+        .await?;
+    Ok(lease.is_some_and(|lease| lease.until > now_micros()))
 }
 
 /// A message the registry took, its run started.

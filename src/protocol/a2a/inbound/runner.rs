@@ -13,9 +13,12 @@ use super::encode::{CancelReason, Encoder};
 use super::result_frame;
 use crate::face::EventEncoder;
 use crate::model::Event;
-use crate::protocol::a2a::tasks::{self, Registry, Update, CONTEXT_DOCUMENT, TASK_DOCUMENT};
+use crate::protocol::a2a::tasks::{
+    self, Lease, Registry, Snapshot, Update, CONTEXT_DOCUMENT, LEASE, LEASE_DOCUMENT,
+    LEASE_RENEWAL, TASK_DOCUMENT,
+};
 use crate::protocol::a2a::wire::{RequestId, StreamResult};
-use crate::store::{now_micros, Documents};
+use crate::store::{micros, now_micros, Documents};
 
 /// Consumes one run: encodes its events, stores them in the task and passes them on.
 pub(super) struct Runner {
@@ -39,8 +42,24 @@ impl Runner {
     /// Keeps the task as it starts, drives the run, and keeps it as it ended (a final status is also kept
     /// before the client hears it: see [`Runner::publish`]).
     pub(super) async fn run<S: Stream<Item = Event> + Unpin>(mut self, events: S) {
-        self.keep().await;
-        self.drive(events).await;
+        if !self.documents.shared() {
+            self.keep().await;
+            self.drive(events).await;
+        } else {
+            let lease = LeaseHolder {
+                documents: self.documents.clone(),
+                tenant: self.tenant.clone(),
+                task_id: self.task_id.clone(),
+            };
+            // Taken before the task shows a run: a reader never finds one with no lease.
+            lease.renew().await;
+            self.keep().await;
+            tokio::select! {
+                () = self.drive(events) => {}
+                () = lease.hold() => {}
+            }
+            lease.release().await;
+        }
         if !self.final_kept {
             // Ended without a final status (failed by the registry), or canceled before it was kept.
             self.keep().await;
@@ -104,13 +123,20 @@ impl Runner {
         for result in std::mem::take(out) {
             let result = Arc::new(result);
             let interrupt_id = self.encoder.interrupt_id();
+            if tasks::is_final(&result) && self.documents.kept() {
+                // Kept before anyone hears it: the client's next message may reach another replica.
+                let revision = now_micros();
+                let (task_id, generation) = (&self.task_id, self.generation);
+                if let Some(snapshot) =
+                    self.tasks
+                        .snapshot_after(task_id, generation, &result, interrupt_id, revision)
+                {
+                    save(&self.documents, &self.tenant, &snapshot).await;
+                    self.final_kept = true;
+                }
+            }
             self.tasks
                 .apply(&self.task_id, self.generation, &result, interrupt_id);
-            if tasks::is_final(&result) {
-                // Kept before anyone hears it: the client's next message may reach another replica.
-                self.keep().await;
-                self.final_kept = true;
-            }
             let Some(primary) = &self.primary else {
                 continue;
             };
@@ -130,29 +156,71 @@ impl Runner {
     }
 }
 
-/// Writes the task's document, and its context's, where documents are kept. A store that fails is logged:
-/// the task goes on, served by this replica.
+/// Writes the task's document, and its context's, where documents are kept.
 pub(super) async fn keep(tasks: &Registry, documents: &Documents, tenant: &str, task_id: &str) {
     if !documents.kept() {
         return;
     }
-    let Some(snapshot) = tasks.snapshot(task_id, now_micros()) else {
-        return;
-    };
-    let context_id = snapshot.task.context_id.clone();
+    if let Some(snapshot) = tasks.snapshot(task_id, now_micros()) {
+        save(documents, tenant, &snapshot).await;
+    }
+}
+
+/// Writes `snapshot` and names its task its context's latest. A store that fails is logged: the task goes
+/// on, served by this replica.
+async fn save(documents: &Documents, tenant: &str, snapshot: &Snapshot) {
+    let task = &snapshot.task;
     let kept = match documents
-        .save(TASK_DOCUMENT, tenant, task_id, &snapshot)
+        .save(TASK_DOCUMENT, tenant, &task.id, snapshot)
         .await
     {
         Ok(()) => {
             documents
-                .save(CONTEXT_DOCUMENT, tenant, &context_id, &task_id)
+                .save(CONTEXT_DOCUMENT, tenant, &task.context_id, &task.id)
                 .await
         }
         Err(error) => Err(error),
     };
     if let Err(error) = kept {
-        tracing::warn!(%task_id, "a2a: the task could not be kept in the store: {error}");
+        tracing::warn!(task_id = %task.id, "a2a: the task could not be kept in the store: {error}");
+    }
+}
+
+/// The lease of a task's run in a store replicas share: renewed while the run goes on, so that a replica
+/// that dies leaves a run others can tell is dead.
+struct LeaseHolder {
+    documents: Documents,
+    tenant: String,
+    task_id: String,
+}
+
+impl LeaseHolder {
+    async fn renew(&self) {
+        let lease = Lease {
+            until: now_micros().saturating_add(micros(LEASE)),
+        };
+        let renewed = self
+            .documents
+            .save(LEASE_DOCUMENT, &self.tenant, &self.task_id, &lease)
+            .await;
+        if let Err(error) = renewed {
+            tracing::warn!(task_id = %self.task_id, "a2a: the task's lease could not be renewed: {error}");
+        }
+    }
+
+    /// Renews the lease until dropped.
+    async fn hold(&self) {
+        loop {
+            tokio::time::sleep(LEASE_RENEWAL).await;
+            self.renew().await;
+        }
+    }
+
+    async fn release(&self) {
+        let _ = self
+            .documents
+            .delete(LEASE_DOCUMENT, &self.tenant, &self.task_id)
+            .await;
     }
 }
 

@@ -143,6 +143,19 @@ pub const TASK_DOCUMENT: &str = "a2a-task";
 /// The kind of the store document that names the latest task of a context (by the context's id).
 pub const CONTEXT_DOCUMENT: &str = "a2a-context";
 
+/// The kind of the store document that says a replica still drives a task's run (by the task's id), in a
+/// store replicas share. A run whose lease lapsed lost its replica: it is failed by whoever finds it.
+pub const LEASE_DOCUMENT: &str = "a2a-lease";
+/// How long a lease holds without renewal, and how often the replica driving the run renews it.
+pub const LEASE: Duration = Duration::from_secs(10);
+pub const LEASE_RENEWAL: Duration = Duration::from_secs(3);
+
+/// Until when (µs since the epoch) a replica drives the task's run.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+pub struct Lease {
+    pub until: u64,
+}
+
 /// A task as its store document keeps it.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Snapshot {
@@ -380,6 +393,37 @@ impl Registry {
         })
     }
 
+    /// The task as its store document will keep it once `result` of run `generation` is applied (with
+    /// `interrupt_id` when that pauses it), stamped with a new revision: kept before the result is applied
+    /// and heard. `None` when the run is no longer the task's.
+    pub fn snapshot_after(
+        &self,
+        task_id: &str,
+        generation: u64,
+        result: &StreamResult,
+        interrupt_id: Option<&str>,
+        revision: u64,
+    ) -> Option<Snapshot> {
+        let mut tasks = self.lock();
+        let entry = tasks.tasks.get_mut(task_id)?;
+        if entry.run.as_ref().map(|run| run.generation) != Some(generation) {
+            return None;
+        }
+        entry.revision = revision.max(entry.revision + 1);
+        let mut task = entry.task.clone();
+        apply_to(&mut task, result);
+        let interrupt_id = if is_final(result) && task.status.state.is_paused() {
+            interrupt_id.map(str::to_owned)
+        } else {
+            entry.interrupt_id.clone()
+        };
+        Some(Snapshot {
+            revision: entry.revision,
+            task,
+            interrupt_id,
+        })
+    }
+
     /// Whether `tenant`'s task runs here: then this registry, not the store, knows it best.
     pub fn runs_here(&self, tenant: &str, task_id: &str) -> bool {
         let mut tasks = self.lock();
@@ -424,6 +468,25 @@ impl Registry {
         }
         let context = tasks.tasks[&task_id].task.context_id.clone();
         tasks.contexts.insert((tenant.to_owned(), context), task_id);
+    }
+
+    /// Fails `tenant`'s task if it shows a run going on (submitted, working) that no replica drives any
+    /// more. Whether it did.
+    pub fn fail_orphan(&self, tenant: &str, task_id: &str) -> bool {
+        let mut tasks = self.lock();
+        let Ok(entry) = tasks.entry(tenant, task_id) else {
+            return false;
+        };
+        let state = entry.task.status.state;
+        if entry.run.is_some() || state.is_terminal() || state.is_paused() {
+            return false;
+        }
+        tracing::warn!(%task_id, "a2a: the proxy running the task stopped; the task failed");
+        entry.settle(
+            TaskState::Failed,
+            "The proxy running this task stopped before the task ended.",
+        );
+        true
     }
 
     /// The task as `tasks/get` shows it, with at most `history_length` messages of history.
@@ -567,6 +630,24 @@ impl Tasks {
     }
 }
 
+/// What one result changes in a task.
+fn apply_to(task: &mut wire::Task, result: &StreamResult) {
+    match result {
+        StreamResult::StatusUpdate(update) => {
+            task.status = update.status.clone();
+            if update.is_final {
+                if let Some(message) = &update.status.message {
+                    push_history(&mut task.history, message.clone());
+                }
+            }
+        }
+        StreamResult::ArtifactUpdate(update) => {
+            merge_artifact(&mut task.artifacts, &update.artifact, update.append)
+        }
+        StreamResult::Task(_) | StreamResult::Message(_) => {}
+    }
+}
+
 impl Entry {
     fn new(tenant: &str, task_id: &str, context_id: String, now: Instant) -> Self {
         Self {
@@ -615,20 +696,7 @@ impl Entry {
 
     /// Stores a result and passes it on; a final status ends the run.
     fn apply(&mut self, result: &Arc<StreamResult>) {
-        match &**result {
-            StreamResult::StatusUpdate(update) => {
-                self.task.status = update.status.clone();
-                if update.is_final {
-                    if let Some(message) = &update.status.message {
-                        push_history(&mut self.task.history, message.clone());
-                    }
-                }
-            }
-            StreamResult::ArtifactUpdate(update) => {
-                merge_artifact(&mut self.task.artifacts, &update.artifact, update.append)
-            }
-            StreamResult::Task(_) | StreamResult::Message(_) => {}
-        }
+        apply_to(&mut self.task, result);
         self.seq += 1;
         self.touched = Instant::now();
         if let Some(updates) = self.run.as_ref().and_then(|run| run.updates.as_ref()) {
