@@ -653,6 +653,11 @@ macro_rules! durable_turns {
             async fn on_two_replicas_sharing_redis() {
                 scenario::two_turns_between(PAIR, Topology::Replicas).await
             }
+
+            #[tokio::test]
+            async fn through_nginx_in_front_of_two_replicas() {
+                scenario::two_turns_between(PAIR, Topology::Balanced).await
+            }
         }
     )*};
 }
@@ -677,6 +682,11 @@ macro_rules! durable_approvals {
             #[tokio::test]
             async fn on_the_other_replica() {
                 scenario::approval_between(PAIR, Topology::Replicas).await
+            }
+
+            #[tokio::test]
+            async fn through_nginx_in_front_of_two_replicas() {
+                scenario::approval_between(PAIR, Topology::Balanced).await
             }
         }
     )*};

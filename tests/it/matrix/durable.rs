@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use toml::{Table, Value};
 
 use crate::support::binary::{agent_bridge, AgentBridge};
-use crate::support::stores::{RedisServer, TempDir};
+use crate::support::stores::{Balancer, RedisServer, TempDir};
 use crate::support::{Route, Routes};
 
 /// What happens to the proxy between two turns of a conversation.
@@ -17,6 +17,9 @@ pub enum Topology {
     Restarted,
     /// Two proxies on one Redis; turns alternate between them, as a round-robin balancer sends them.
     Replicas,
+    /// Two proxies on one Redis behind nginx configured as `docker/compose.yaml` runs it: the client
+    /// talks to nginx, which sends each request to the next replica.
+    Balanced,
 }
 
 /// The proxies of one test, their routes file and their store; all stopped on drop.
@@ -28,6 +31,7 @@ pub struct Deployment {
     turn: usize,
     folder: TempDir,
     _redis: Option<RedisServer>,
+    balancer: Option<Balancer>,
 }
 
 /// Where the restarted proxy keeps its file: relative, so relative to the routes file.
@@ -43,7 +47,7 @@ impl Deployment {
                 store.insert("path".into(), REDB_PATH.into());
                 None
             }
-            Topology::Replicas => {
+            Topology::Replicas | Topology::Balanced => {
                 let redis = RedisServer::start();
                 store.insert("backend".into(), "redis".into());
                 store.insert("url".into(), redis.url().into());
@@ -57,9 +61,13 @@ impl Deployment {
         std::fs::write(&config, routes.to_string()).expect("write the routes file");
         let replicas = match topology {
             Topology::Restarted => 1,
-            Topology::Replicas => 2,
+            Topology::Replicas | Topology::Balanced => 2,
         };
-        let proxies = (0..replicas).map(|_| launch(&config)).collect();
+        let proxies: Vec<AgentBridge> = (0..replicas).map(|_| launch(&config)).collect();
+        let balancer = matches!(topology, Topology::Balanced).then(|| {
+            let addresses: Vec<&str> = proxies.iter().map(|p| p.address.as_str()).collect();
+            Balancer::start(&addresses)
+        });
         Deployment {
             topology,
             config,
@@ -67,13 +75,17 @@ impl Deployment {
             turn: 0,
             folder,
             _redis: redis,
+            balancer,
         }
     }
 
-    /// The URL of `path` on the proxy that serves the next turn.
+    /// The URL of `path` on the proxy that serves the next turn (on the balancer, which picks it).
     pub fn url(&self, path: &str) -> String {
-        let proxy = &self.proxies[self.turn % self.proxies.len()];
-        format!("http://{}{path}", proxy.address)
+        let address = match &self.balancer {
+            Some(balancer) => balancer.address(),
+            None => self.proxies[self.turn % self.proxies.len()].address.clone(),
+        };
+        format!("http://{address}{path}")
     }
 
     /// Kills and restarts the proxy, or moves on to the other replica.
@@ -90,6 +102,7 @@ impl Deployment {
                 );
             }
             Topology::Replicas => self.turn += 1,
+            Topology::Balanced => {}
         }
     }
 }

@@ -1,6 +1,7 @@
-//! The stores the proxy keeps conversations in, started for real: Debian's `redis-server` on a free port
-//! ([`RedisServer`], stopped on drop; `.ci/run` installs it), and a folder of the test's own for redb files
-//! ([`TempDir`], removed on drop).
+//! The stores the proxy keeps conversations in, and the balancer in front of its replicas, started for
+//! real: Debian's `redis-server` on a free port ([`RedisServer`]), Debian's nginx with the compose file's
+//! configuration ([`Balancer`]), both stopped on drop (`.ci/run` installs them), and a folder of the test's
+//! own for redb files ([`TempDir`], removed on drop).
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -152,4 +153,93 @@ fn ping(port: u16) -> bool {
     }
     let mut answer = [0u8; 7];
     stream.read_exact(&mut answer).is_ok() && &answer == b"+PONG\r\n"
+}
+
+/// Debian's nginx in front of `replicas`, configured by `docker/nginx.conf` (the compose file's balancer)
+/// with the replicas' and the listen addresses replaced; stopped on drop.
+pub struct Balancer {
+    process: Child,
+    port: u16,
+    _folder: TempDir,
+}
+
+impl Balancer {
+    pub fn start(replicas: &[&str]) -> Balancer {
+        let shipped = std::fs::read_to_string(
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("docker/nginx.conf"),
+        )
+        .expect("read docker/nginx.conf");
+        assert_eq!(replicas.len(), 2, "docker/nginx.conf names two replicas");
+        for _ in 0..5 {
+            let port = free_port();
+            let conf = shipped
+                .replace("agent-bridge-1:8080", replicas[0])
+                .replace("agent-bridge-2:8080", replicas[1])
+                .replace("listen 8080;", &format!("listen 127.0.0.1:{port};"));
+            assert_ne!(
+                conf, shipped,
+                "docker/nginx.conf has the addresses replaced"
+            );
+            let folder = TempDir::new("nginx");
+            std::fs::create_dir_all(folder.path().join("logs")).expect("nginx's log folder");
+            let file = folder.path().join("nginx.conf");
+            std::fs::write(&file, conf).expect("write nginx.conf");
+            let globals = format!(
+                "daemon off; master_process off; pid {};",
+                folder.path().join("nginx.pid").display()
+            );
+            let mut process = Command::new(nginx())
+                .arg("-p")
+                .arg(folder.path())
+                .arg("-c")
+                .arg(&file)
+                .arg("-e")
+                .arg(folder.path().join("logs/error.log"))
+                .args(["-g", &globals])
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("start nginx (Debian's nginx package; `bash .ci/run` installs it)");
+            let deadline = Instant::now() + WAIT;
+            while Instant::now() < deadline {
+                if matches!(process.try_wait(), Ok(Some(_))) {
+                    break;
+                }
+                if TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                    return Balancer {
+                        process,
+                        port,
+                        _folder: folder,
+                    };
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = process.kill();
+            let _ = process.wait();
+        }
+        panic!("nginx did not start on any of five free ports");
+    }
+
+    /// `127.0.0.1:PORT`.
+    pub fn address(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+}
+
+impl Drop for Balancer {
+    fn drop(&mut self) {
+        let _ = self.process.kill();
+        let _ = self.process.wait();
+    }
+}
+
+/// Debian installs nginx in /usr/sbin, which is not on every PATH.
+fn nginx() -> PathBuf {
+    let sbin = PathBuf::from("/usr/sbin/nginx");
+    if sbin.exists() {
+        sbin
+    } else {
+        PathBuf::from("nginx")
+    }
 }
