@@ -10,6 +10,7 @@ pub mod body;
 pub mod config;
 pub mod connection;
 pub mod cors;
+pub mod detach;
 pub mod egress;
 pub mod error;
 pub mod face;

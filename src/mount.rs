@@ -4,9 +4,15 @@
 
 use std::sync::Arc;
 
+use bytes::Bytes;
+use futures_util::future::Either;
+use futures_util::Stream;
+
 use crate::auth::Access;
 use crate::body::BodyLimit;
 use crate::cors::Cors;
+use crate::detach::{Detached, Frames, RunKey};
+use crate::model::Turn;
 use crate::store::Documents;
 use crate::translate::Translator;
 
@@ -19,6 +25,8 @@ pub struct Mount {
     pub translator: Arc<Translator>,
     /// Where the inbound keeps what it must find again after a restart or on another replica.
     pub documents: Documents,
+    /// The route's runs that outlive their clients (`detach_grace` above zero).
+    pub detached: Option<Arc<Detached>>,
     /// Who may use the route and how often; each inbound asks it where its protocol needs a client.
     pub access: Arc<Access>,
     /// Which web pages may use the route (`cors_origins`).
@@ -35,5 +43,25 @@ impl Mount {
             return Some("");
         }
         (rest.is_empty() || rest.starts_with('/')).then_some(rest)
+    }
+
+    /// The frames a request for `turn` gets: those of `start`'s run; with `detach_grace`, those of the run
+    /// `key` names, kept or started now, which outlives its client (`last_event_id`: the client came back).
+    pub fn frames<S>(
+        &self,
+        turn: Turn,
+        key: impl FnOnce(&Turn) -> RunKey,
+        last_event_id: Option<u64>,
+        start: impl FnOnce(Turn) -> S,
+    ) -> Either<S, Frames>
+    where
+        S: Stream<Item = Bytes> + Send + Unpin + 'static,
+    {
+        match &self.detached {
+            Some(detached) => {
+                Either::Right(detached.serve(key(&turn), last_event_id, || start(turn)))
+            }
+            None => Either::Left(start(turn)),
+        }
     }
 }

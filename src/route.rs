@@ -9,8 +9,9 @@ use hyper::body::Incoming;
 use crate::answers::AnswerWords;
 use crate::auth::Access;
 use crate::body::{Body, BodyLimit};
-use crate::config::RouteConfig;
+use crate::config::{RouteConfig, DEFAULT_RUN_BUFFER};
 use crate::cors::Cors;
+use crate::detach::Detached;
 use crate::error::Result;
 use crate::face::{read_options, DynInbound, DynOutbound};
 use crate::mount::Mount;
@@ -59,6 +60,10 @@ impl Route {
                 },
                 translator: Arc::new(translator),
                 documents,
+                detached: (!config.detach_grace.is_zero()).then(|| {
+                    let run_buffer = config.run_buffer.unwrap_or(DEFAULT_RUN_BUFFER);
+                    Detached::new(config.detach_grace, run_buffer)
+                }),
                 access: Arc::new(Access::new(config)),
                 cors: Cors::new(&config.cors_origins),
             },

@@ -125,15 +125,30 @@ fn check_route(route: &RouteConfig, at: &KeyPath) -> Result<(), Issue> {
                 ),
             ));
         }
-        if route.run_buffer.is_some() {
+        if route.run_buffer.is_some() && route.detach_grace.is_zero() {
             return Err(Issue::new(
                 at.clone().key("run_buffer"),
                 format!(
-                    "only cmdc inbound routes keep a run's events for late subscribers, not {}",
+                    "a {} route keeps a run's events only with detach_grace above zero",
                     route.inbound
                 ),
             ));
         }
+    }
+    if !route.detach_grace.is_zero() && matches!(route.inbound, Protocol::A2a | Protocol::Cmdc) {
+        return Err(Issue::new(
+            at.clone().key("detach_grace"),
+            format!(
+                "{} clients pick a run up again their own way ({}); detach_grace is for ag-ui, \
+                 agentscope and ag-kit routes",
+                route.inbound,
+                if route.inbound == Protocol::A2a {
+                    "tasks/resubscribe"
+                } else {
+                    "a CMDC run outlives its subscribers"
+                }
+            ),
+        ));
     }
     if route.card_auth {
         if route.inbound != Protocol::A2a {

@@ -410,6 +410,21 @@ impl Visitor<'_> for ScalarVisitor {
 
 /// A non-zero duration: "250ms", "30s", "2m", "1h", "1d", or an integer number of seconds.
 pub(super) fn duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    let (duration, scalar) = any_duration(d)?;
+    if duration.is_zero() {
+        return Err(D::Error::custom(format!(
+            "duration must be greater than zero, got {scalar}"
+        )));
+    }
+    Ok(duration)
+}
+
+/// A duration that may be zero (`detach_grace = "0s"`: off).
+pub(super) fn duration_or_zero<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    any_duration(d).map(|(duration, _)| duration)
+}
+
+fn any_duration<'de, D: Deserializer<'de>>(d: D) -> Result<(Duration, Scalar), D::Error> {
     let scalar = Scalar::deserialize(d)?;
     let parsed = match &scalar {
         Scalar::Int(secs) => u64::try_from(*secs).ok().map(Duration::from_secs),
@@ -419,10 +434,7 @@ pub(super) fn duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::E
         None => Err(D::Error::custom(format!(
             "invalid duration {scalar} {DURATION_EXAMPLES}"
         ))),
-        Some(duration) if duration.is_zero() => Err(D::Error::custom(format!(
-            "duration must be greater than zero, got {scalar}"
-        ))),
-        Some(duration) => Ok(duration),
+        Some(duration) => Ok((duration, scalar)),
     }
 }
 

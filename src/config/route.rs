@@ -76,8 +76,13 @@ pub struct RouteConfig {
     /// [`DEFAULT_WS_IDLE`].
     #[serde(default, deserialize_with = "de::some_duration")]
     pub ws_idle: Option<Duration>,
-    /// cmdc inbound only: the bytes of a run's events kept for subscribers that arrive late (or fall
-    /// behind); absent: [`DEFAULT_RUN_BUFFER`].
+    /// How long a run outlives a client that left (ag-ui, agentscope and ag-kit inbounds); `0s`, the
+    /// default: a client that leaves cancels its run. Above zero, every event carries an SSE `id:`, and the
+    /// client that comes back (`Last-Event-ID`) gets the rest.
+    #[serde(default, deserialize_with = "de::duration_or_zero")]
+    pub detach_grace: Duration,
+    /// The bytes of a run's events kept for subscribers that arrive late or fall behind (cmdc inbound), or
+    /// for a client that comes back (`detach_grace`); absent: [`DEFAULT_RUN_BUFFER`].
     #[serde(default, deserialize_with = "de::some_byte_size")]
     pub run_buffer: Option<usize>,
     /// Where the file sets the keys that warnings name.

@@ -99,6 +99,7 @@ fn full_file_parses_into_expected_structs() {
         callback_allow: vec![],
         body_timeout: Duration::from_secs(30),
         ws_idle: None,
+        detach_grace: Duration::ZERO,
         run_buffer: None,
         written: Written {
             route_line: 10,
@@ -235,7 +236,33 @@ fn run_buffer_is_a_cmdc_byte_size() {
         &route_with("run_buffer = \"1MiB\"\n"),
         EXTRA,
         "routes[0].run_buffer",
-        "only cmdc inbound routes keep a run's events",
+        "only with detach_grace above zero",
+    );
+}
+
+#[test]
+fn detach_grace_is_off_by_default_may_be_zero_and_is_for_the_inbounds_that_resume_by_last_event_id()
+{
+    let route = &parse(&route_with("")).unwrap().routes[0];
+    assert_eq!(route.detach_grace, Duration::ZERO);
+    let kept = "detach_grace = \"30s\"\nrun_buffer = \"1MiB\"\n";
+    let route = &parse(&route_with(kept)).unwrap().routes[0];
+    assert_eq!(
+        (route.detach_grace, route.run_buffer),
+        (Duration::from_secs(30), Some(1 << 20))
+    );
+    assert_eq!(
+        parse(&route_with("detach_grace = \"0s\"\n"))
+            .unwrap()
+            .routes[0]
+            .detach_grace,
+        Duration::ZERO
+    );
+    assert_error(
+        &route_with("detach_grace = \"30s\"\n").replace("ag-ui", "a2a"),
+        EXTRA,
+        "routes[0].detach_grace",
+        "tasks/resubscribe",
     );
 }
 

@@ -28,6 +28,7 @@ mod bounds;
 mod cmdc_inbound;
 mod cmdc_inbound_pairs;
 mod cmdc_outbound_pairs;
+mod detach;
 mod encoder_golden;
 mod examples;
 mod faults;

@@ -23,6 +23,7 @@ pub use encode::Encoder;
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
+use futures_util::future::Either;
 use futures_util::{stream, Stream, StreamExt};
 use http::header::HeaderValue;
 use http::{HeaderName, Method, Request, Response};
@@ -31,6 +32,7 @@ use tokio::time::Instant;
 
 use crate::auth::KeySources;
 use crate::body::{self, Body};
+use crate::detach::{self, RunKey};
 use crate::error::{Error, Result};
 use crate::face::{encode_frames, EventEncoder, InboundFace, RequestDecoder};
 use crate::model::Event;
@@ -63,6 +65,7 @@ impl Inbound {
         let caller = mount.access.admit(&request, KeySources::Headers).await?;
         body::expect_method(&request, Method::POST)?;
         body::expect_json(request.headers())?;
+        let last_event_id = detach::last_event_id(request.headers());
         let bytes = body::read_request(request.into_body(), mount.body_limit).await?;
         let mut turn = Reader.decode(&bytes)?;
         turn.tenant = caller.tenant;
@@ -76,7 +79,21 @@ impl Inbound {
             }
         }
         let conversation = HeaderValue::from_str(&turn.conversation).ok();
-        let mut response = respond(translator.start(turn)).await?;
+        // A run is named by its conversation: the conversation's live run, or the one the client read
+        // from (`Last-Event-ID`), is picked up instead of starting another.
+        let key = RunKey::new(&turn.tenant, &[&turn.conversation]);
+        let detached = mount.detached.as_ref();
+        let frames = match detached.and_then(|runs| runs.resume(&key, last_event_id)) {
+            Some(frames) => Either::Left(frames),
+            None => {
+                let frames = frames(translator.start(turn)).await?;
+                match detached {
+                    Some(runs) => Either::Left(runs.start(key, frames)),
+                    None => Either::Right(frames),
+                }
+            }
+        };
+        let mut response = sse::stream_response(frames, sse::EVENT_STREAM, sse::PING);
         if let Some(conversation) = conversation {
             response
                 .headers_mut()
@@ -86,18 +103,17 @@ impl Inbound {
     }
 }
 
-/// The response to a run: v0 frames as the events come. The head waits for the first frame (or one
-/// heartbeat interval); an error before any frame is the HTTP error answer instead.
-async fn respond<S>(mut events: S) -> Result<Response<Body>>
+/// A run's v0 frames as the events come. It waits for the first frame (or one heartbeat interval): an error
+/// before any frame is the HTTP error answer instead.
+async fn frames<S>(mut events: S) -> Result<impl Stream<Item = Bytes> + Send + Unpin + 'static>
 where
     S: Stream<Item = Event> + Send + Unpin + 'static,
 {
     let mut encoder = Encoder;
     let first = first_frame(&mut events, &mut encoder).await?;
-    let frames = stream::once(std::future::ready(first))
+    Ok(stream::once(std::future::ready(first))
         .filter(|frame| std::future::ready(!frame.is_empty()))
-        .chain(encode_frames(events, encoder));
-    Ok(sse::stream_response(frames, sse::EVENT_STREAM, sse::PING))
+        .chain(encode_frames(events, encoder)))
 }
 
 /// The first non-empty frame of the run, a heartbeat if none is ready within one interval, or the error the

@@ -14,6 +14,7 @@ use hyper::body::Incoming;
 use super::InboundOptions;
 use crate::auth::KeySources;
 use crate::body::{self, Body};
+use crate::detach::{self, RunKey};
 use crate::error::{Error, Result};
 use crate::face::{encode_frames, InboundFace, RequestDecoder};
 use crate::model::Turn;
@@ -39,13 +40,18 @@ impl Inbound {
         let caller = mount.access.admit(&request, KeySources::Headers).await?;
         body::expect_method(&request, Method::POST)?;
         body::expect_json(request.headers())?;
+        let last_event_id = detach::last_event_id(request.headers());
         let bytes = body::read_request(request.into_body(), mount.body_limit).await?;
         let turn = Turn {
             tenant: caller.tenant,
             ..Reader.decode(&bytes)?
         };
-        let encoder = Encoder::new(&turn, &self.options);
-        let frames = encode_frames(mount.translator.start(turn), encoder);
+        // A run is named by its thread and its own id: the same two posted again pick it up.
+        let key = |turn: &Turn| RunKey::new(&turn.tenant, &[&turn.conversation, &turn.run_id]);
+        let frames = mount.frames(turn, key, last_event_id, |turn| {
+            let encoder = Encoder::new(&turn, &self.options);
+            encode_frames(mount.translator.start(turn), encoder)
+        });
         Ok(sse::stream_response(frames, sse::EVENT_STREAM, sse::PING))
     }
 }

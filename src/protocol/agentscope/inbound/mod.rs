@@ -39,6 +39,7 @@ use serde_json::{json, Value};
 use super::InboundOptions;
 use crate::auth::{self, KeySources};
 use crate::body::{self, Body};
+use crate::detach::{self, Detached};
 use crate::face::{encode_frames, InboundFace, RequestDecoder};
 use crate::model::{Event, History, Turn};
 use crate::mount::Mount;
@@ -67,9 +68,17 @@ impl Inbound {
         }
     }
 
-    /// Answers one request body of `tenant`'s client. `start` runs a turn and returns its canonical events (RunStarted first, one
-    /// terminal last; dropping the stream cancels the run): the route's translator, or a script in tests.
-    pub fn serve<F, S>(&self, body: &[u8], tenant: &str, start: F) -> Response<Body>
+    /// Answers one request body of `tenant`'s client. `start` runs a turn and returns its canonical events
+    /// (RunStarted first, one terminal last; dropping the stream cancels the run): the route's translator,
+    /// or a script in tests. `resumed`: the route's runs that outlive their clients and the request's
+    /// `Last-Event-ID`, with `detach_grace`.
+    pub fn serve<F, S>(
+        &self,
+        body: &[u8],
+        tenant: &str,
+        resumed: Option<(&Arc<Detached>, Option<u64>)>,
+        start: F,
+    ) -> Response<Body>
     where
         F: FnOnce(Turn) -> S,
         S: Stream<Item = Event> + Send + Unpin + 'static,
@@ -83,6 +92,14 @@ impl Inbound {
         };
         accepted.turn.history = self.history;
         accepted.turn.tenant = tenant.to_owned();
+        // A run is named by its session: the session's live run, or the one the client read from
+        // (`Last-Event-ID`), is picked up instead of refused as running.
+        let key = detach::RunKey::new(tenant, &[&accepted.user_id, &accepted.session_id]);
+        if let Some(frames) =
+            resumed.and_then(|(runs, last_event_id)| runs.resume(&key, last_event_id))
+        {
+            return sse::stream_response(frames, sse::EVENT_STREAM_UTF8, sse::PING);
+        }
         let run = format!("{}:{}", accepted.user_id, accepted.session_id);
         let Some(guard) = Running::enter(&self.running, (tenant.to_owned(), run.clone())) else {
             return error_frame(&format!("Task {run} is already in RUNNING state."));
@@ -94,7 +111,12 @@ impl Inbound {
             guard,
         );
         let frames = encode_frames(start(accepted.turn), encoder);
-        sse::stream_response(frames, sse::EVENT_STREAM_UTF8, sse::PING)
+        match resumed {
+            Some((runs, _)) => {
+                sse::stream_response(runs.start(key, frames), sse::EVENT_STREAM_UTF8, sse::PING)
+            }
+            None => sse::stream_response(frames, sse::EVENT_STREAM_UTF8, sse::PING),
+        }
     }
 }
 
@@ -218,6 +240,7 @@ impl InboundFace for Inbound {
             );
         }
         let json = is_json(request.headers().get(CONTENT_TYPE));
+        let last_event_id = detach::last_event_id(request.headers());
         let bytes = match body::read_request(request.into_body(), mount.body_limit).await {
             Ok(bytes) => bytes,
             Err(error) => return detail(error.http_status(), error.message()),
@@ -227,7 +250,10 @@ impl InboundFace for Inbound {
             return refusal(decode::not_a_dict(Value::String(text)));
         }
         let translator = Arc::clone(&mount.translator);
-        self.serve(&bytes, &caller.tenant, move |turn| translator.start(turn))
+        let resumed = mount.detached.as_ref().map(|runs| (runs, last_event_id));
+        self.serve(&bytes, &caller.tenant, resumed, move |turn| {
+            translator.start(turn)
+        })
     }
 }
 
@@ -270,8 +296,8 @@ mod tests {
     async fn a_second_run_of_the_same_session_is_refused_until_the_first_ends() {
         let inbound = inbound();
         let body = br#"{"input":[],"session_id":"s1","user_id":"u1"}"#;
-        let first = inbound.serve(body, "acme", |_| stream::pending::<Event>());
-        let second = inbound.serve(body, "acme", |_| stream::empty::<Event>());
+        let first = inbound.serve(body, "acme", None, |_| stream::pending::<Event>());
+        let second = inbound.serve(body, "acme", None, |_| stream::empty::<Event>());
         assert_eq!(
             second.headers()[CONTENT_TYPE],
             "text/event-stream; charset=utf-8"
@@ -290,7 +316,7 @@ mod tests {
                 },
             ])
         };
-        let tenants = inbound.serve(body, "globex", |_| finished());
+        let tenants = inbound.serve(body, "globex", None, |_| finished());
         assert!(body_text(tenants)
             .await
             .contains("\"status\":\"completed\""));
@@ -298,6 +324,7 @@ mod tests {
         let other = inbound.serve(
             br#"{"input":[],"session_id":"s1","user_id":"u2"}"#,
             "acme",
+            None,
             |_| {
                 stream::iter([
                     Event::RunStarted,
@@ -310,7 +337,7 @@ mod tests {
         );
         assert!(body_text(other).await.contains("\"status\":\"completed\""));
         drop(first);
-        let third = inbound.serve(body, "acme", |_| {
+        let third = inbound.serve(body, "acme", None, |_| {
             stream::iter([
                 Event::RunStarted,
                 Event::RunFinished {

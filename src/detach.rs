@@ -1,0 +1,422 @@
+//! Runs that outlive their client (`detach_grace`). It knows no protocol: an inbound names the run a
+//! request is about ([`RunKey`]) and how to start it (its SSE frames); this does the rest.
+//!
+//! - The run is driven apart from the client's response. Its frames are cut into SSE events, and each is
+//!   given an `id:` (1, 2, ...) and kept in the run's log, at most `run_buffer` bytes of them.
+//! - Whoever follows the run reads the log: the client that started it, or one that comes back. A follower
+//!   that falls `run_buffer` behind holds the run back (the upstream read waits), as a slow client does on
+//!   any route; with nobody following, the oldest events go.
+//! - A client that leaves stops following. With nobody following for `detach_grace`, the run is dropped,
+//!   which cancels the upstream work. After its end the log is kept `detach_grace` longer.
+//! - A request naming a kept run follows it instead of starting another upstream run: from after its
+//!   `Last-Event-ID`, or from the start (the oldest kept event) when it sends none while the run is live.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use futures_util::{Stream, StreamExt};
+use tokio::sync::{watch, Notify};
+
+/// Which run a request names, as its inbound tells it: the tenant and the protocol's own ids.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct RunKey {
+    tenant: String,
+    run: Vec<String>,
+}
+
+impl RunKey {
+    pub fn new(tenant: &str, ids: &[&str]) -> Self {
+        Self {
+            tenant: tenant.to_owned(),
+            run: ids.iter().map(|id| (*id).to_owned()).collect(),
+        }
+    }
+}
+
+/// One route's runs that may outlive their clients.
+pub struct Detached {
+    grace: Duration,
+    max_bytes: usize,
+    runs: Mutex<HashMap<RunKey, Arc<Log>>>,
+}
+
+/// What a request gets: the frames of the run it follows.
+pub type Frames = std::pin::Pin<Box<dyn Stream<Item = Bytes> + Send>>;
+
+/// The `Last-Event-ID` a client that comes back sends: the `id:` of the last event it read.
+pub fn last_event_id(headers: &http::HeaderMap) -> Option<u64> {
+    headers
+        .get("last-event-id")?
+        .to_str()
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+impl Detached {
+    pub fn new(grace: Duration, max_bytes: usize) -> Arc<Self> {
+        Arc::new(Self {
+            grace,
+            max_bytes,
+            runs: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// The frames for a request naming `key`: the kept run's, from after `last_event_id` (or from its start
+    /// while it is live), else those of a new run of `start`.
+    pub fn serve<S>(
+        self: &Arc<Self>,
+        key: RunKey,
+        last_event_id: Option<u64>,
+        start: impl FnOnce() -> S,
+    ) -> Frames
+    where
+        S: Stream<Item = Bytes> + Send + Unpin + 'static,
+    {
+        match self.resume(&key, last_event_id) {
+            Some(frames) => frames,
+            None => self.start(key, start()),
+        }
+    }
+
+    /// The kept run `key`'s frames from after `last_event_id`, or from its start while it is live; `None`
+    /// when no run of that name is kept (or it ended and the request names no event).
+    pub fn resume(&self, key: &RunKey, last_event_id: Option<u64>) -> Option<Frames> {
+        let runs = lock(&self.runs);
+        let log = runs.get(key)?;
+        if last_event_id.is_none() && log.state().ended {
+            return None;
+        }
+        Some(follow(Arc::clone(log), last_event_id.unwrap_or(0)))
+    }
+
+    /// Starts `run` as the run named `key` (replacing one that ended), and follows it.
+    pub fn start<S>(self: &Arc<Self>, key: RunKey, run: S) -> Frames
+    where
+        S: Stream<Item = Bytes> + Send + Unpin + 'static,
+    {
+        let log = Arc::new(Log::new(self.max_bytes));
+        lock(&self.runs).insert(key.clone(), Arc::clone(&log));
+        // The first follower counts before the run starts: the run is not abandoned before anyone came.
+        let frames = follow(Arc::clone(&log), 0);
+        tokio::spawn(Arc::clone(self).drive(key, log, run));
+        frames
+    }
+
+    /// Drives the run into its log until it ends or nobody followed it for the grace, then keeps the log
+    /// for the grace.
+    async fn drive<S: Stream<Item = Bytes> + Unpin>(
+        self: Arc<Self>,
+        key: RunKey,
+        log: Arc<Log>,
+        run: S,
+    ) {
+        let mut run = run;
+        let mut events = EventCutter::default();
+        loop {
+            tokio::select! {
+                frame = run.next() => match frame {
+                    Some(frame) => {
+                        for event in events.cut(frame) {
+                            log.append(event).await;
+                        }
+                    }
+                    None => break,
+                },
+                () = log.abandoned(self.grace) => {
+                    tracing::debug!("nobody followed a detached run for its grace; cancelled");
+                    break;
+                }
+            }
+        }
+        // Dropping the run cancels what is left of it upstream.
+        drop(run);
+        log.end();
+        tokio::time::sleep(self.grace).await;
+        let mut runs = lock(&self.runs);
+        if runs.get(&key).is_some_and(|kept| Arc::ptr_eq(kept, &log)) {
+            runs.remove(&key);
+        }
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    // Every critical section leaves the state whole.
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The most a follower is handed at once (a client that comes back to a long log reads it in parts).
+const MAX_FRAME_BYTES: usize = 64 * 1024;
+
+/// One run's events, numbered, and who reads them.
+struct Log {
+    state: Mutex<State>,
+    /// Woken at every change: an event appended, the end, a follower that read or left.
+    changed: Notify,
+    /// How many follow the run.
+    followers: watch::Sender<usize>,
+    max_bytes: usize,
+}
+
+#[derive(Default)]
+struct State {
+    events: VecDeque<(u64, Bytes)>,
+    bytes: usize,
+    /// The id of the last event appended.
+    last: u64,
+    ended: bool,
+    /// Each follower's position (the id of the last event it read), by its token.
+    positions: HashMap<u64, u64>,
+    next_token: u64,
+}
+
+impl State {
+    /// Drops the oldest events, every follower having read them, until `needed` more bytes fit in `max`.
+    /// Whether they fit (or nothing is left to drop: one event larger than `max` is still kept).
+    fn make_room(&mut self, needed: usize, max: usize) -> bool {
+        let slowest = self.positions.values().min().copied();
+        while self.bytes + needed > max {
+            let Some(&(oldest, _)) = self.events.front() else {
+                return true;
+            };
+            if slowest.is_some_and(|read| read < oldest) {
+                return false;
+            }
+            if let Some((_, gone)) = self.events.pop_front() {
+                self.bytes -= gone.len();
+            }
+        }
+        true
+    }
+}
+
+impl Log {
+    fn new(max_bytes: usize) -> Self {
+        Self {
+            state: Mutex::new(State::default()),
+            changed: Notify::new(),
+            followers: watch::Sender::new(0),
+            max_bytes,
+        }
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        lock(&self.state)
+    }
+
+    /// Keeps `event` as the next one. The oldest events go to make room, but not one a follower has yet to
+    /// read: then this waits for it (it holds the run back).
+    async fn append(&self, event: Bytes) {
+        loop {
+            let changed = self.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            {
+                let mut state = self.state();
+                let event = with_id(state.last + 1, &event);
+                if state.make_room(event.len(), self.max_bytes) {
+                    state.last += 1;
+                    let id = state.last;
+                    state.bytes += event.len();
+                    state.events.push_back((id, event));
+                    drop(state);
+                    self.changed.notify_waiters();
+                    return;
+                }
+            }
+            changed.await;
+        }
+    }
+
+    fn end(&self) {
+        self.state().ended = true;
+        self.changed.notify_waiters();
+    }
+
+    /// Resolves once nobody has followed the run for `grace`.
+    async fn abandoned(&self, grace: Duration) {
+        let mut followers = self.followers.subscribe();
+        loop {
+            if followers.wait_for(|count| *count == 0).await.is_err() {
+                return;
+            }
+            tokio::select! {
+                () = tokio::time::sleep(grace) => return,
+                joined = followers.wait_for(|count| *count > 0) => if joined.is_err() { return },
+            }
+        }
+    }
+
+    /// The events after `after` (from the oldest kept, if those went), as one frame of at most about
+    /// [`MAX_FRAME_BYTES`], with the id of the last; `None` when there are none yet; `Some` empty at the
+    /// end. Records that follower `token` read them.
+    fn read_after(&self, token: u64, after: u64) -> Option<(Bytes, u64)> {
+        let mut state = self.state();
+        let mut frame = BytesMut::new();
+        let mut last = after;
+        for (id, event) in state.events.iter().filter(|(id, _)| *id > after) {
+            frame.extend_from_slice(event);
+            last = *id;
+            if frame.len() >= MAX_FRAME_BYTES {
+                break;
+            }
+        }
+        if frame.is_empty() {
+            return state.ended.then(|| (Bytes::new(), after));
+        }
+        state.positions.insert(token, last);
+        drop(state);
+        // A run held back by this follower may go on.
+        self.changed.notify_waiters();
+        Some((frame.freeze(), last))
+    }
+}
+
+/// `event` with its `id:` line first: a client that comes back sends the last one it read as
+/// `Last-Event-ID`.
+fn with_id(id: u64, event: &[u8]) -> Bytes {
+    let line = format!("id: {id}\n");
+    let mut framed = BytesMut::with_capacity(line.len() + event.len());
+    framed.extend_from_slice(line.as_bytes());
+    framed.extend_from_slice(event);
+    framed.freeze()
+}
+
+/// A follower: counted while its stream lives.
+struct Follower {
+    log: Arc<Log>,
+    token: u64,
+    after: u64,
+}
+
+impl Follower {
+    fn new(log: Arc<Log>, after: u64) -> Self {
+        let token = {
+            let mut state = log.state();
+            state.next_token += 1;
+            let token = state.next_token;
+            state.positions.insert(token, after);
+            token
+        };
+        log.followers.send_modify(|count| *count += 1);
+        Self { log, token, after }
+    }
+}
+
+impl Drop for Follower {
+    fn drop(&mut self) {
+        self.log.state().positions.remove(&self.token);
+        self.log.followers.send_modify(|count| *count -= 1);
+        self.log.changed.notify_waiters();
+    }
+}
+
+/// The run's frames for one follower, from after `after`, until the run's end.
+fn follow(log: Arc<Log>, after: u64) -> Frames {
+    let follower = Follower::new(log, after);
+    Box::pin(futures_util::stream::unfold(
+        follower,
+        |mut follower| async move {
+            loop {
+                let log = Arc::clone(&follower.log);
+                let changed = log.changed.notified();
+                tokio::pin!(changed);
+                changed.as_mut().enable();
+                match log.read_after(follower.token, follower.after) {
+                    Some((frame, _)) if frame.is_empty() => return None,
+                    Some((frame, last)) => {
+                        follower.after = last;
+                        return Some((frame, follower));
+                    }
+                    None => changed.await,
+                }
+            }
+        },
+    ))
+}
+
+/// Cuts frames into whole SSE events (each ends with a blank line). An encoder writes whole events, but a
+/// frame boundary inside one would be kept for the next frame.
+#[derive(Default)]
+struct EventCutter {
+    partial: BytesMut,
+}
+
+impl EventCutter {
+    /// The whole events `frame` completes (their `id:` lines are [`Log::append`]'s). A comment (a ping)
+    /// is no event: it is not kept, and the response's own heartbeat stands in for it.
+    fn cut(&mut self, frame: Bytes) -> Vec<Bytes> {
+        self.partial.extend_from_slice(&frame);
+        let mut events = Vec::new();
+        while let Some(end) = memchr::memmem::find(&self.partial, b"\n\n") {
+            let event = self.partial.split_to(end + 2).freeze();
+            if !event
+                .split(|byte| *byte == b'\n')
+                .all(|line| line.is_empty() || line[0] == b':')
+            {
+                events.push(event);
+            }
+        }
+        events
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frames_are_cut_into_whole_events_and_comments_are_not_kept() {
+        let mut cutter = EventCutter::default();
+        let events = cutter.cut(Bytes::from_static(b"data: 1\n\n: ping\n\ndata: 2\n"));
+        assert_eq!(events, [Bytes::from_static(b"data: 1\n\n")]);
+        let events = cutter.cut(Bytes::from_static(b"\nevent: x\ndata: 3\n\n"));
+        assert_eq!(
+            events,
+            [
+                Bytes::from_static(b"data: 2\n\n"),
+                Bytes::from_static(b"event: x\ndata: 3\n\n")
+            ]
+        );
+    }
+
+    #[tokio::test]
+    async fn with_nobody_following_the_oldest_events_go_and_a_follower_holds_the_run_back() {
+        let log = Arc::new(Log::new(40));
+        for n in 0..4 {
+            log.append(Bytes::from(format!("data: {n}\n\n"))).await;
+        }
+        // Each kept event is `id: N\ndata: M\n\n` (15 bytes): two fit in 40.
+        let kept: Vec<u64> = log.state().events.iter().map(|(id, _)| *id).collect();
+        assert_eq!(kept, [3, 4]);
+
+        let mut follower = follow(Arc::clone(&log), 0);
+        let first = follower.next().await.unwrap();
+        assert_eq!(
+            first,
+            Bytes::from_static(b"id: 3\ndata: 2\n\nid: 4\ndata: 3\n\n")
+        );
+        log.append(Bytes::from_static(b"data: 4\n\n")).await;
+        log.append(Bytes::from_static(b"data: 5\n\n")).await;
+        // Full, and the follower has not read event 5: the next append waits for it.
+        let held = log.append(Bytes::from_static(b"data: 6\n\n"));
+        tokio::pin!(held);
+        let waited = tokio::time::timeout(Duration::from_millis(50), held.as_mut()).await;
+        assert!(waited.is_err(), "the append waits for the follower");
+        let read = follower.next().await.unwrap();
+        assert_eq!(
+            read,
+            Bytes::from_static(b"id: 5\ndata: 4\n\nid: 6\ndata: 5\n\n")
+        );
+        held.await;
+        log.end();
+        assert_eq!(
+            follower.next().await.unwrap(),
+            Bytes::from_static(b"id: 7\ndata: 6\n\n")
+        );
+        assert_eq!(follower.next().await, None);
+    }
+}

@@ -1,0 +1,245 @@
+//! Runs that outlive their client (`detach_grace`), on each inbound that resumes by `Last-Event-ID` (AG-UI,
+//! AG-Kit, AgentScope): a client that reconnects with it gets every event exactly once and in order, without
+//! a second upstream run; the same request without it replays the live run from its start; a client that
+//! does not come back within the grace cancels the upstream work.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::header::CONTENT_TYPE;
+use http::{Method, Request};
+use http_body_util::Full;
+use serde_json::{json, Value};
+
+use crate::support::ag_ui::{self, finished, input, started, text, user};
+use crate::support::{agentscope, send, within, Proxy, Reply, Route, SseStream, Upstream};
+
+const PATH: &str = "/chat";
+
+/// An inbound protocol as this file drives it.
+#[derive(Clone, Copy)]
+struct Inbound {
+    name: &'static str,
+    /// Where its clients post, below the route's path.
+    endpoint: &'static str,
+    /// A request that asks the agent to count.
+    request: fn() -> Value,
+    /// The text the assistant streamed in `events`.
+    text: fn(&[Value]) -> String,
+}
+
+const AG_UI: Inbound = Inbound {
+    name: "ag-ui",
+    endpoint: "",
+    request: || input("thread-1", "run-1", json!([user("u1", "count to four")])),
+    text: ag_ui::text_of,
+};
+
+const AG_KIT: Inbound = Inbound {
+    name: "ag-kit",
+    endpoint: "/send-message",
+    request: || json!({"messages": [{"role": "user", "content": "count to four"}], "conversationId": "c-1"}),
+    text: |events| {
+        events
+            .iter()
+            .filter(|event| event["type"] == "text")
+            .filter_map(|event| event["content"].as_str())
+            .collect()
+    },
+};
+
+const AGENTSCOPE: Inbound = Inbound {
+    name: "agentscope",
+    endpoint: "/process",
+    request: || agentscope::request("s-1", json!([agentscope::user("u1", "count to four")])),
+    text: |events| agentscope::deltas(events).concat(),
+};
+
+impl Inbound {
+    fn route(self, agent: &Upstream, grace: &str) -> Route {
+        Route::new("chat", PATH, self.name, "ag-ui")
+            .upstream(&agent.url())
+            .set("detach_grace", grace)
+    }
+
+    fn url(self, proxy: &Proxy) -> String {
+        proxy.url(&format!("{PATH}{}", self.endpoint))
+    }
+}
+
+/// Posts `body`, with `Last-Event-ID` when given; the event stream.
+async fn post(url: &str, body: &Value, last_event_id: Option<u64>) -> SseStream {
+    let mut request = Request::builder()
+        .method(Method::POST)
+        .uri(url)
+        .header(CONTENT_TYPE, "application/json");
+    if let Some(id) = last_event_id {
+        request = request.header("last-event-id", id.to_string());
+    }
+    let request = request
+        .body(Full::new(Bytes::from(body.to_string())))
+        .expect("a valid request");
+    let response = within("the run's response", send(request)).await;
+    assert_eq!(response.status, 200);
+    response.sse()
+}
+
+/// Every whole event in `raw`, with its `id:`, in order.
+fn received(raw: &[u8]) -> Vec<(u64, Value)> {
+    let text = String::from_utf8_lossy(raw);
+    let whole = &text[..text.rfind("\n\n").map_or(0, |end| end + 2)];
+    whole
+        .split("\n\n")
+        .filter(|event| !event.trim().is_empty())
+        .map(|event| {
+            let field = |name: &str| {
+                event
+                    .lines()
+                    .find_map(|line| line.strip_prefix(name))
+                    .unwrap_or_else(|| panic!("no {name} in {event:?}"))
+                    .to_owned()
+            };
+            let id = field("id: ").parse().expect("a numeric id");
+            let data = field("data: ");
+            // AG-Kit ends with `data: [DONE]`.
+            let data = serde_json::from_str(&data).unwrap_or(Value::String(data));
+            (id, data)
+        })
+        .collect()
+}
+
+fn ids(events: &[(u64, Value)]) -> Vec<u64> {
+    events.iter().map(|(id, _)| *id).collect()
+}
+
+/// An agent that says "one two " and waits for the test before "three four".
+async fn paused_agent() -> Upstream {
+    Upstream::serve([Reply::sse()
+        .event(started())
+        .events(text("m1", &["one ", "two "]))
+        .gate()
+        .events(text("m2", &["three ", "four"]))
+        .event(finished())])
+    .await
+}
+
+/// The next event's data, as JSON (AG-Kit's last, `[DONE]`, as a string); `None` at the end.
+async fn next_event(stream: &mut SseStream) -> Option<Value> {
+    let data = within("the next event", stream.next_data()).await?;
+    Some(serde_json::from_str(&data).unwrap_or(Value::String(data)))
+}
+
+/// Every event left, to the end of the stream.
+async fn rest(stream: &mut SseStream) -> Vec<Value> {
+    let mut events = Vec::new();
+    while let Some(event) = next_event(stream).await {
+        events.push(event);
+    }
+    events
+}
+
+/// Reads events until the assistant said "one two ".
+async fn until_two(inbound: Inbound, stream: &mut SseStream) -> Vec<Value> {
+    let mut events = Vec::new();
+    while (inbound.text)(&events) != "one two " {
+        events.push(next_event(stream).await.expect("the stream goes on"));
+    }
+    events
+}
+
+async fn a_client_that_reconnects_with_last_event_id_gets_every_event_once_in_order(
+    inbound: Inbound,
+) {
+    let agent = paused_agent().await;
+    let proxy = Proxy::start(inbound.route(&agent, "10s")).await;
+    let url = inbound.url(&proxy);
+
+    let mut first = post(&url, &(inbound.request)(), None).await;
+    until_two(inbound, &mut first).await;
+    // Everything whole that arrived before the network blip, parsed or not.
+    let mut events = received(&first.raw);
+    let last = events.last().expect("events before the blip").0;
+    drop(first);
+
+    agent.release();
+    let mut again = post(&url, &(inbound.request)(), Some(last)).await;
+    rest(&mut again).await;
+    events.extend(received(&again.raw));
+
+    let all = ids(&events);
+    let expected: Vec<u64> = (1..=all.len() as u64).collect();
+    assert_eq!(all, expected, "{}: each id once, in order", inbound.name);
+    let events: Vec<Value> = events.into_iter().map(|(_, event)| event).collect();
+    assert_eq!((inbound.text)(&events), "one two three four", "{events:#?}");
+    assert_eq!(agent.received().len(), 1, "one upstream run");
+}
+
+async fn the_same_request_without_last_event_id_replays_the_live_run_from_its_start(
+    inbound: Inbound,
+) {
+    let agent = paused_agent().await;
+    let proxy = Proxy::start(inbound.route(&agent, "10s")).await;
+    let url = inbound.url(&proxy);
+
+    let mut first = post(&url, &(inbound.request)(), None).await;
+    let before = until_two(inbound, &mut first).await;
+    let mut second = post(&url, &(inbound.request)(), None).await;
+    let replayed = until_two(inbound, &mut second).await;
+    assert_eq!(replayed, before, "the same events, from the start");
+
+    agent.release();
+    let first_rest = rest(&mut first).await;
+    let second_rest = rest(&mut second).await;
+    assert_eq!(first_rest, second_rest, "both follow the one run");
+    assert_eq!((inbound.text)(&first_rest), "three four");
+    assert_eq!(agent.received().len(), 1, "one upstream run");
+}
+
+async fn a_client_that_does_not_come_back_within_the_grace_cancels_the_upstream_work(
+    inbound: Inbound,
+) {
+    let agent = Upstream::serve([Reply::sse()
+        .event(started())
+        .events(text("m1", &["one ", "two "]))
+        .hang()])
+    .await;
+    let proxy = Proxy::start(inbound.route(&agent, "300ms")).await;
+
+    let mut stream = post(&inbound.url(&proxy), &(inbound.request)(), None).await;
+    until_two(inbound, &mut stream).await;
+    drop(stream);
+
+    // Not at once: the run outlives its client for the grace.
+    assert!(!agent.client_left_within(Duration::from_millis(100)).await);
+    assert!(agent.client_left_within(Duration::from_secs(5)).await);
+}
+
+macro_rules! inbounds {
+    ($($name:ident: $inbound:ident;)*) => {$(
+        mod $name {
+            use super::*;
+
+            #[tokio::test]
+            async fn reconnecting_with_last_event_id_gets_every_event_once_in_order_from_one_run() {
+                a_client_that_reconnects_with_last_event_id_gets_every_event_once_in_order($inbound).await
+            }
+
+            #[tokio::test]
+            async fn the_same_request_without_last_event_id_replays_the_live_run() {
+                the_same_request_without_last_event_id_replays_the_live_run_from_its_start($inbound).await
+            }
+
+            #[tokio::test]
+            async fn a_client_gone_past_the_grace_cancels_the_upstream_work() {
+                a_client_that_does_not_come_back_within_the_grace_cancels_the_upstream_work($inbound)
+                    .await
+            }
+        }
+    )*};
+}
+
+inbounds! {
+    ag_ui_clients: AG_UI;
+    ag_kit_clients: AG_KIT;
+    agentscope_clients: AGENTSCOPE;
+}
