@@ -41,7 +41,8 @@
 //! - `BENCH_QUICK=1`: 20 deltas per stream instead of 100 and 100 memory streams (a smoke run);
 //! - `BENCH_EVENTS=N`, `BENCH_INTERVAL_MS=N` (default 50: 20 deltas/s per stream, 20,000/s at 1,000
 //!   streams), `BENCH_LEVELS=1,100,1000`, `BENCH_MEMORY_STREAMS=N` (default 1,000; 0 skips the step),
-//!   `BENCH_PROXY_THREADS=N` (default: all cores), `BENCH_TIMEOUT_S=N` (limit per pair, default 600).
+//!   `BENCH_PROXY_THREADS=N` (default: all cores), `BENCH_TIMEOUT_S=N` (limit per pair, default 600),
+//!   `BENCH_STORE=memory|redb|redis` (the proxy's `[store]`, default memory: [`store`]).
 //!
 //! The tool raises its soft `RLIMIT_NOFILE` up to the hard limit (a CMDC stream through the proxy holds 8
 //! descriptors, twice as many as the others). If that is still too low for a level, the level is skipped
@@ -58,6 +59,8 @@ mod relay;
 mod report;
 #[path = "proxy_latency/rig.rs"]
 mod rig;
+#[path = "proxy_latency/store.rs"]
+mod store;
 #[path = "proxy_latency/system.rs"]
 mod system;
 #[path = "proxy_latency/upstream.rs"]
@@ -276,7 +279,14 @@ fn run_pair(settings: &Settings, pair: Pair) -> i32 {
         upstream: upstream_addr,
         tables: "",
     };
-    let config = rig::proxy_config(&[route], "");
+    let store = match store::BenchStore::from_env() {
+        Ok(store) => store,
+        Err(error) => {
+            eprintln!("proxy_latency: {error}");
+            return 2;
+        }
+    };
+    let config = rig::proxy_config(&[route], &store.toml);
     let (proxy, proxy_addr) = rig::serve_proxy(&client_rt, &config, &proxy_workers);
     let relay_listener = client_rt
         .block_on(async { upstream::listen_local()?.into_std() })

@@ -116,6 +116,9 @@ impl Detached {
     ) {
         let mut run = run;
         let mut events = EventCutter::default();
+        // One wait across the whole run: the grace is not restarted by each event the run produces.
+        let abandoned = log.abandoned(self.grace);
+        tokio::pin!(abandoned);
         loop {
             tokio::select! {
                 frame = run.next() => match frame {
@@ -126,7 +129,7 @@ impl Detached {
                     }
                     None => break,
                 },
-                () = log.abandoned(self.grace) => {
+                () = &mut abandoned => {
                     tracing::debug!("nobody followed a detached run for its grace; cancelled");
                     break;
                 }

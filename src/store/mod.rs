@@ -4,8 +4,8 @@
 //! its serde form.
 //!
 //! Backends ([`open`]): `memory` (tests, throwaway runs), `redb` (a file: survives restarts) and `redis`
-//! (shared by replicas). The ones one process owns share their bookkeeping ([`local`]); the ones outside
-//! the process write a record the same way ([`codec`]).
+//! (shared by replicas). The ones one process owns share their bookkeeping (`local.rs`); the ones outside
+//! the process write a record the same way (`codec.rs`).
 
 mod codec;
 mod local;

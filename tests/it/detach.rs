@@ -198,11 +198,17 @@ async fn the_same_request_without_last_event_id_replays_the_live_run_from_its_st
 async fn a_client_that_does_not_come_back_within_the_grace_cancels_the_upstream_work(
     inbound: Inbound,
 ) {
-    let agent = Upstream::serve([Reply::sse()
+    // An agent that keeps talking: what it says does not keep a run nobody follows alive.
+    let mut talking = Reply::sse()
         .event(started())
         .events(text("m1", &["one ", "two "]))
-        .hang()])
-    .await;
+        .event(json!({"type": "TEXT_MESSAGE_START", "messageId": "m2", "role": "assistant"}));
+    for _ in 0..200 {
+        talking = talking
+            .delay(50)
+            .event(json!({"type": "TEXT_MESSAGE_CONTENT", "messageId": "m2", "delta": "."}));
+    }
+    let agent = Upstream::serve([talking.hang()]).await;
     let proxy = Proxy::start(inbound.route(&agent, "300ms")).await;
 
     let mut stream = post(&inbound.url(&proxy), &(inbound.request)(), None).await;
