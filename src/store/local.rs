@@ -14,7 +14,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use super::{fit_record, Key, Record};
+use super::{fit_record, not_kept, Key, Record};
 use crate::config::StoreConfig;
 use crate::error::{Error, Result};
 
@@ -58,7 +58,7 @@ struct Index {
 }
 
 /// A minute, in microseconds.
-const SWEEP_INTERVAL: u64 = 60_000_000;
+pub(super) const SWEEP_INTERVAL: u64 = 60_000_000;
 
 /// Below this many records a table is not worth shrinking.
 pub(super) const MIN_ROOM: usize = 64;
@@ -159,13 +159,9 @@ impl<B: Bodies> Local<B> {
             }
             if bytes > self.max_record {
                 self.bodies.write(None, &gone)?;
-                return Err(Error::internal(format!(
-                    "the conversation record takes {bytes} bytes without its messages, more than \
-                     store.max_record ({}); it is not kept",
-                    self.max_record
-                )));
+                return Err(not_kept(bytes, self.max_record));
             }
-            let paused = !record.pending_interrupts.is_empty();
+            let paused = record.is_paused();
             let (fits, evicted) = self.make_room(index, bytes, key);
             gone.extend(evicted);
             // A paused run's record is kept even over max_bytes: its user's answer must find it.

@@ -83,6 +83,11 @@ pub struct UpstreamSlot {
 }
 
 impl Record {
+    /// The conversation waits on its user: its record is never dropped to make room.
+    pub fn is_paused(&self) -> bool {
+        !self.pending_interrupts.is_empty()
+    }
+
     /// The outbound's state; its default when the conversation has none of this outbound's yet.
     pub fn upstream_state<S: UpstreamState>(&self) -> S {
         let Some(slot) = self.upstream.as_ref().filter(|slot| slot.owner == S::OWNER) else {
@@ -122,6 +127,14 @@ impl Record {
         };
         result
     }
+}
+
+/// What a store answers for a record that is larger than `max_record` even without its messages.
+fn not_kept(bytes: usize, max_record: usize) -> crate::error::Error {
+    crate::error::Error::internal(format!(
+        "the conversation record takes {bytes} bytes without its messages, more than store.max_record \
+         ({max_record}); it is not kept"
+    ))
 }
 
 /// The bytes a record takes: its JSON length (what a persistent backend would write; memory is close).

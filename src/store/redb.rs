@@ -12,7 +12,7 @@ use std::sync::Arc;
 use ::redb::{Database, DatabaseError, ReadableDatabase, ReadableTable, TableDefinition};
 use futures_util::future::BoxFuture;
 
-use super::local::{micros, now_micros, Bodies, Local, Meta};
+use super::local::{micros, now_micros, Bodies, Local, Meta, SWEEP_INTERVAL};
 use super::{codec, DocumentKey, Key, Record, Store};
 use crate::config::StoreConfig;
 use crate::error::{Error, Result};
@@ -31,8 +31,6 @@ pub struct RedbStore {
     documents_swept: AtomicU64,
 }
 
-/// A minute, in microseconds.
-const SWEEP_INTERVAL: u64 = 60_000_000;
 
 struct File {
     database: Database,
@@ -171,8 +169,7 @@ impl Bodies for File {
                 table.remove(parts(key)).map_err(|e| self.failed(e))?;
             }
             if let Some((key, record, touched)) = put {
-                let paused = !record.pending_interrupts.is_empty();
-                let bytes = codec::encode(&record, touched, paused);
+                let bytes = codec::encode(&record, touched, record.is_paused());
                 table
                     .insert(parts(key), bytes.as_slice())
                     .map_err(|e| self.failed(e))?;

@@ -20,7 +20,7 @@ use ::redis::{Client, FromRedisValue, Pipeline, RedisError};
 use futures_util::future::BoxFuture;
 
 use super::local::{micros, now_micros};
-use super::{codec, fit_record, DocumentKey, Key, Record, Store};
+use super::{codec, fit_record, not_kept, DocumentKey, Key, Record, Store};
 use crate::config::StoreConfig;
 use crate::error::{Error, Result};
 
@@ -124,23 +124,20 @@ impl RedisStore {
     async fn save(&self, key: &Key, mut record: Record) -> Result<()> {
         let bytes = fit_record(&mut record, self.max_record);
         if bytes > self.max_record {
-            return Err(Error::internal(format!(
-                "the conversation record takes {bytes} bytes without its messages, more than \
-                 store.max_record ({}); it is not kept",
-                self.max_record
-            )));
+            return Err(not_kept(bytes, self.max_record));
         }
         let now = now_micros();
-        let (counted, other) = if record.pending_interrupts.is_empty() {
-            ("idle", "paused")
-        } else {
+        let paused = record.is_paused();
+        let (counted, other) = if paused {
             ("paused", "idle")
+        } else {
+            ("idle", "paused")
         };
         let mut pipeline = ::redis::pipe();
         pipeline
             .cmd("SET")
             .arg(record_key(key))
-            .arg(codec::encode(&record, now, counted == "paused"))
+            .arg(codec::encode(&record, now, paused))
             .arg("PX")
             .arg(self.ttl_ms())
             .ignore();
