@@ -12,6 +12,7 @@
 //!   `Last-Event-ID`, or from the start (the oldest kept event) when it sends none while the run is live.
 
 use std::collections::{HashMap, VecDeque};
+use std::fmt::Write;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -188,8 +189,8 @@ impl State {
             if slowest.is_some_and(|read| read < oldest) {
                 return false;
             }
-            if let Some((_, gone)) = self.events.pop_front() {
-                self.bytes -= gone.len();
+            if let Some((id, gone)) = self.events.pop_front() {
+                self.bytes -= kept_len(id, &gone);
             }
         }
         true
@@ -219,11 +220,11 @@ impl Log {
             changed.as_mut().enable();
             {
                 let mut state = self.state();
-                let event = with_id(state.last + 1, &event);
-                if state.make_room(event.len(), self.max_bytes) {
-                    state.last += 1;
-                    let id = state.last;
-                    state.bytes += event.len();
+                let id = state.last + 1;
+                let size = kept_len(id, &event);
+                if state.make_room(size, self.max_bytes) {
+                    state.last = id;
+                    state.bytes += size;
                     state.events.push_back((id, event));
                     drop(state);
                     self.changed.notify_waiters();
@@ -261,6 +262,8 @@ impl Log {
         let mut frame = BytesMut::new();
         let mut last = after;
         for (id, event) in state.events.iter().filter(|(id, _)| *id > after) {
+            // Its `id:` first: a client that comes back sends the last one it read as `Last-Event-ID`.
+            let _ = writeln!(frame, "id: {id}");
             frame.extend_from_slice(event);
             last = *id;
             if frame.len() >= MAX_FRAME_BYTES {
@@ -278,14 +281,10 @@ impl Log {
     }
 }
 
-/// `event` with its `id:` line first: a client that comes back sends the last one it read as
-/// `Last-Event-ID`.
-fn with_id(id: u64, event: &[u8]) -> Bytes {
-    let line = format!("id: {id}\n");
-    let mut framed = BytesMut::with_capacity(line.len() + event.len());
-    framed.extend_from_slice(line.as_bytes());
-    framed.extend_from_slice(event);
-    framed.freeze()
+/// The bytes event `id` takes as a follower reads it: its `id:` line and the event.
+fn kept_len(id: u64, event: &[u8]) -> usize {
+    let digits = id.checked_ilog10().map_or(1, |log| log as usize + 1);
+    "id: \n".len() + digits + event.len()
 }
 
 /// A follower: counted while its stream lives.
@@ -352,10 +351,16 @@ impl EventCutter {
     /// The whole events `frame` completes (their `id:` lines are [`Log::append`]'s). A comment (a ping)
     /// is no event: it is not kept, and the response's own heartbeat stands in for it.
     fn cut(&mut self, frame: Bytes) -> Vec<Bytes> {
-        self.partial.extend_from_slice(&frame);
+        // Whole frames, the usual case, are cut without a copy.
+        let mut rest = if self.partial.is_empty() {
+            frame
+        } else {
+            self.partial.extend_from_slice(&frame);
+            self.partial.split().freeze()
+        };
         let mut events = Vec::new();
-        while let Some(end) = memchr::memmem::find(&self.partial, b"\n\n") {
-            let event = self.partial.split_to(end + 2).freeze();
+        while let Some(end) = memchr::memmem::find(&rest, b"\n\n") {
+            let event = rest.split_to(end + 2);
             if !event
                 .split(|byte| *byte == b'\n')
                 .all(|line| line.is_empty() || line[0] == b':')
@@ -363,6 +368,7 @@ impl EventCutter {
                 events.push(event);
             }
         }
+        self.partial.extend_from_slice(&rest);
         events
     }
 }
