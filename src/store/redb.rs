@@ -31,7 +31,6 @@ pub struct RedbStore {
     documents_swept: AtomicU64,
 }
 
-
 struct File {
     database: Database,
     path: PathBuf,

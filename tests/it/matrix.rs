@@ -15,7 +15,7 @@
 //! 7. the client going away mid-stream: the agent's work is cancelled;
 //! 8. a conversation outliving its proxy (issue 20): two turns, and an approval answered, with the proxy
 //!    killed and restarted on its redb file in between, or with the turns served by two replicas sharing
-//!    Redis ([`durable`]).
+//!    Redis, or behind nginx in front of those ([`crate::support::stores::Deployment`]).
 //!
 //! Each pair runs the same scenario functions ([`scenario`]); each protocol's client and scripted agent live
 //! in `tests/it/matrix/<protocol>.rs`, the shared vocabulary in `tests/it/matrix/peers.rs`. Where a pair
@@ -28,12 +28,11 @@ mod ag_kit;
 mod ag_ui;
 mod agentscope;
 mod cmdc;
-mod durable;
 mod peers;
 
-use durable::{Deployment, Topology};
 use peers::{Agent, Capabilities, Client, Protocol, Script, Seen};
 
+use crate::support::stores::{Deployment, Topology};
 use crate::support::{within, Proxy, Route, Upstream};
 
 /// Where a pair's route sends its turns.
@@ -632,10 +631,10 @@ macro_rules! cancel_pairs {
     )*};
 }
 
-/// A conversation outliving its proxy (8): two turns, for pairs whose inbound keeps its side of the
-/// conversation in the store.
-macro_rules! durable_turns {
-    ($($name:ident: $inbound:ident -> $outbound:ident;)*) => {$(
+/// A conversation outliving its proxy (8): `$scenario` (two turns, or an answered approval) for pairs whose
+/// inbound keeps its side of the conversation in the store, in every [`Topology`].
+macro_rules! durable_pairs {
+    ($scenario:ident; $($name:ident: $inbound:ident -> $outbound:ident;)*) => {$(
         mod $name {
             use super::*;
 
@@ -646,47 +645,17 @@ macro_rules! durable_turns {
 
             #[tokio::test]
             async fn across_a_kill_and_restart_on_redb() {
-                scenario::two_turns_between(PAIR, Topology::Restarted).await
+                scenario::$scenario(PAIR, Topology::Restarted).await
             }
 
             #[tokio::test]
             async fn on_two_replicas_sharing_redis() {
-                scenario::two_turns_between(PAIR, Topology::Replicas).await
+                scenario::$scenario(PAIR, Topology::Replicas).await
             }
 
             #[tokio::test]
             async fn through_nginx_in_front_of_two_replicas() {
-                scenario::two_turns_between(PAIR, Topology::Balanced).await
-            }
-        }
-    )*};
-}
-
-/// A conversation outliving its proxy (8): an approval answered, for pairs whose inbound keeps its pauses in
-/// the store.
-macro_rules! durable_approvals {
-    ($($name:ident: $inbound:ident -> $outbound:ident;)*) => {$(
-        mod $name {
-            use super::*;
-
-            const PAIR: Pair = Pair {
-                inbound: Protocol::$inbound,
-                outbound: Outbound::Agent(Protocol::$outbound),
-            };
-
-            #[tokio::test]
-            async fn after_a_kill_and_restart_on_redb() {
-                scenario::approval_between(PAIR, Topology::Restarted).await
-            }
-
-            #[tokio::test]
-            async fn on_the_other_replica() {
-                scenario::approval_between(PAIR, Topology::Replicas).await
-            }
-
-            #[tokio::test]
-            async fn through_nginx_in_front_of_two_replicas() {
-                scenario::approval_between(PAIR, Topology::Balanced).await
+                scenario::$scenario(PAIR, Topology::Balanced).await
             }
         }
     )*};
@@ -836,7 +805,8 @@ mod approval_cancelled_by_the_client_reaches_the_agent {
 mod two_turns_outlive_the_proxy {
     use super::*;
 
-    durable_turns! {
+    durable_pairs! {
+        two_turns_between;
         ag_ui_to_ag_ui: AgUi -> AgUi;
         ag_ui_to_a2a: AgUi -> A2a;
         ag_ui_to_agentscope: AgUi -> Agentscope;
@@ -863,7 +833,8 @@ mod two_turns_outlive_the_proxy {
 mod approval_outlives_the_proxy {
     use super::*;
 
-    durable_approvals! {
+    durable_pairs! {
+        approval_between;
         a2a_to_ag_ui: A2a -> AgUi;
         a2a_to_a2a: A2a -> A2a;
         a2a_to_agentscope: A2a -> Agentscope;

@@ -10,8 +10,8 @@ use toml::{Table, Value as Toml};
 
 use crate::support::a2a;
 use crate::support::ag_ui::{self, finished, input, started, text, user};
-use crate::support::binary::{agent_bridge, AgentBridge};
-use crate::support::stores::{RedisServer, TempDir};
+use crate::support::binary::{agent_bridge, serve_command, AgentBridge};
+use crate::support::stores::{Deployment, RedisServer, TempDir, Topology};
 use crate::support::{within, Reply, Route, Routes, Upstream, WAIT};
 
 const PATH: &str = "/chat";
@@ -32,15 +32,6 @@ fn write_config(folder: &TempDir, store: Toml, route: Route) -> std::path::PathB
     let path = folder.path().join("routes.toml");
     std::fs::write(&path, text).expect("write the routes file");
     path
-}
-
-fn serve_command(config: &std::path::Path) -> std::process::Command {
-    let mut command = agent_bridge();
-    command
-        .arg("--config")
-        .arg(config)
-        .args(["--listen", "127.0.0.1:0"]);
-    command
 }
 
 fn url(proxy: &AgentBridge) -> String {
@@ -278,92 +269,48 @@ async fn the_shipped_routes_keep_a_paused_question_across_a_kill_and_restart() {
     assert_eq!(ag_ui::text_of(&done), "You answered: Paris");
 }
 
-/// An A2A route to the echo agent, on one proxy with a redb file (`replicas` = 1, restarted between
-/// requests) or on two sharing Redis (requests alternate).
-struct A2aDeployment {
-    config: std::path::PathBuf,
-    proxies: Vec<AgentBridge>,
-    next: usize,
-    _folder: TempDir,
-    _redis: Option<RedisServer>,
+/// The next request's URL, on the other proxy: the other replica, or this one killed and started again.
+fn next(deployment: &mut Deployment) -> String {
+    deployment.between_turns();
+    deployment.url(PATH)
 }
 
-impl A2aDeployment {
-    fn start(shared: bool) -> A2aDeployment {
-        let folder = TempDir::new("a2a-tasks");
-        let (store, redis) = if shared {
-            let redis = RedisServer::start();
-            (redis_store(&redis.url()), Some(redis))
-        } else {
-            let mut store = Table::new();
-            store.insert("backend".into(), "redb".into());
-            store.insert("path".into(), "tasks.redb".into());
-            (Toml::Table(store), None)
-        };
-        let route = Route::new("tasks", PATH, "a2a", "echo");
-        let config = write_config(&folder, store, route);
-        let replicas = if shared { 2 } else { 1 };
-        let proxies = (0..replicas)
-            .map(|_| AgentBridge::start(serve_command(&config)))
-            .collect();
-        A2aDeployment {
-            config,
-            proxies,
-            next: 0,
-            _folder: folder,
-            _redis: redis,
-        }
-    }
-
-    /// The proxy for the next request: the other replica, or this one killed and started again.
-    fn next(&mut self) -> String {
-        if self.proxies.len() == 1 {
-            // Killed (SIGKILL, on drop) before the next one opens the file.
-            self.proxies.clear();
-            self.proxies
-                .push(AgentBridge::start(serve_command(&self.config)));
-        } else {
-            self.next += 1;
-        }
-        url(&self.proxies[self.next % self.proxies.len()])
-    }
-}
-
-async fn a2a_task_is_read_answered_and_cancelled_on_another_proxy(shared: bool) {
-    let mut deployment = A2aDeployment::start(shared);
-    let first = url(&deployment.proxies[0]);
+async fn a2a_task_is_read_answered_and_cancelled_on_another_proxy(topology: Topology) {
+    let route = Route::new("tasks", PATH, "a2a", "echo");
+    let mut deployment = Deployment::start(topology, route);
+    let first = deployment.url(PATH);
     let paused = a2a::send_message(&first, a2a::message("/ask Which city?")).await;
     assert_eq!(paused["status"]["state"], "input-required", "{paused}");
     let task_id = paused["id"].as_str().unwrap().to_owned();
 
-    let got = a2a::get_task(&deployment.next(), &task_id).await;
+    let got = a2a::get_task(&next(&mut deployment), &task_id).await;
     assert_eq!(got["status"]["state"], "input-required", "{got}");
     assert_eq!(got["contextId"], paused["contextId"]);
     assert_eq!(a2a::status_text(&got["status"]), "Which city?");
 
-    let done = a2a::send_message(&deployment.next(), a2a::answer_to(&paused, "Paris")).await;
+    let done = a2a::send_message(&next(&mut deployment), a2a::answer_to(&paused, "Paris")).await;
     assert_eq!(done["id"], paused["id"]);
     assert_eq!(done["status"]["state"], "completed", "{done}");
     assert_eq!(a2a::artifact_text(&done), "You answered: Paris");
-    let got = a2a::get_task(&deployment.next(), &task_id).await;
+    let got = a2a::get_task(&next(&mut deployment), &task_id).await;
     assert_eq!(got["status"]["state"], "completed", "{got}");
 
-    let asked = a2a::send_message(&deployment.next(), a2a::message("/ask Which day?")).await;
+    let asked = a2a::send_message(&next(&mut deployment), a2a::message("/ask Which day?")).await;
     let other = asked["id"].as_str().unwrap().to_owned();
-    let canceled = a2a::cancel_task(&deployment.next(), &other).await;
+    let canceled = a2a::cancel_task(&next(&mut deployment), &other).await;
     assert_eq!(canceled["status"]["state"], "canceled", "{canceled}");
-    let got = a2a::get_task(&deployment.next(), &other).await;
+    let got = a2a::get_task(&next(&mut deployment), &other).await;
     assert_eq!(got["status"]["state"], "canceled", "{got}");
 }
 
 #[tokio::test]
 async fn an_a2a_task_is_read_answered_and_canceled_after_kills_and_restarts_on_redb() {
-    a2a_task_is_read_answered_and_cancelled_on_another_proxy(false).await;
+    a2a_task_is_read_answered_and_cancelled_on_another_proxy(Topology::Restarted).await;
 }
 
 #[tokio::test]
 async fn an_a2a_task_is_read_answered_and_canceled_on_either_of_two_replicas() {
-    a2a_task_is_read_answered_and_cancelled_on_another_proxy(true).await;
+    a2a_task_is_read_answered_and_cancelled_on_another_proxy(Topology::Replicas).await;
 }
 
 /// An A2A route to an AG-UI agent that starts a run and never ends it.
@@ -397,22 +344,16 @@ async fn failed_within(url: &str, task_id: &str, limit: Duration) -> String {
 #[tokio::test]
 async fn an_a2a_task_cut_short_by_a_kill_reads_failed_after_the_restart_on_redb() {
     let agent = Upstream::serve([Reply::sse().event(started()).hang()]).await;
-    let folder = TempDir::new("a2a-killed-mid-run");
-    let mut store = Table::new();
-    store.insert("backend".into(), "redb".into());
-    store.insert("path".into(), "tasks.redb".into());
-    let config = write_config(&folder, Toml::Table(store), hanging_agent_route(&agent));
-    let proxy = AgentBridge::start(serve_command(&config));
-    let task_id = start_a_task_that_never_ends(&url(&proxy)).await;
+    let mut deployment = Deployment::start(Topology::Restarted, hanging_agent_route(&agent));
+    let task_id = start_a_task_that_never_ends(&deployment.url(PATH)).await;
     agent.wait_for("the run reaches the agent", |_| true).await;
-    let working = a2a::get_task(&url(&proxy), &task_id).await;
+    let working = a2a::get_task(&deployment.url(PATH), &task_id).await;
     assert_eq!(working["status"]["state"], "working", "{working}");
 
-    drop(proxy); // SIGKILL, mid-run
-    let restarted = AgentBridge::start(serve_command(&config));
-
-    // The file is this process's alone: a run it does not drive is dead at once.
-    let why = failed_within(&url(&restarted), &task_id, Duration::from_secs(1)).await;
+    // SIGKILL, mid-run, and a start on the same file. It is this process's alone: a run it does not drive
+    // is dead at once.
+    let restarted = next(&mut deployment);
+    let why = failed_within(&restarted, &task_id, Duration::from_secs(1)).await;
     assert!(why.contains("stopped before the task ended"), "{why}");
 }
 

@@ -2,7 +2,7 @@
 //! and the process ([`AgentBridge`]) with its standard error kept, killed on drop.
 
 use std::io::{BufRead, BufReader};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::Duration;
@@ -12,18 +12,33 @@ pub fn agent_bridge() -> Command {
     Command::new(env!("CARGO_BIN_EXE_agent-bridge"))
 }
 
+/// `agent-bridge serve` with the routes file `config`, listening on `127.0.0.1:0`.
+pub fn serve_command(config: &Path) -> Command {
+    let mut command = agent_bridge();
+    command
+        .arg("--config")
+        .arg(config)
+        .args(["--listen", "127.0.0.1:0"]);
+    command
+}
+
+/// A path under the temp directory, named `agent-bridge-<name>-...`, that no other test uses.
+pub fn unique_temp_path(name: &str) -> PathBuf {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |since| since.as_nanos());
+    std::env::temp_dir().join(format!(
+        "agent-bridge-{name}-{}-{nanos}",
+        std::process::id()
+    ))
+}
+
 /// A file under the temp directory with a name no other test uses; removed on drop.
 pub struct TempConfig(pub PathBuf);
 
 impl TempConfig {
     pub fn new(name: &str, text: &str) -> TempConfig {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.subsec_nanos());
-        let path = std::env::temp_dir().join(format!(
-            "agent-bridge-{name}-{}-{nanos}.toml",
-            std::process::id()
-        ));
+        let path = unique_temp_path(name).with_extension("toml");
         std::fs::write(&path, text).expect("write the temp config");
         TempConfig(path)
     }
