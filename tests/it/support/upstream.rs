@@ -206,11 +206,17 @@ impl Upstream {
         format!("http://{}/agent", self.addr)
     }
 
-    /// A URL on 127.0.0.1 where nothing listens (connections are refused).
+    /// A URL on 127.0.0.1 where nothing listens (connections are refused). Its port stays bound, never
+    /// listening, for the rest of the test binary: a port merely found free could be taken by a server
+    /// another test starts meanwhile, and the connection would not be refused.
     pub async fn refused_url() -> String {
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        let addr = listener.local_addr().expect("address");
-        drop(listener);
+        static HELD: Mutex<Vec<tokio::net::TcpSocket>> = Mutex::new(Vec::new());
+        let socket = tokio::net::TcpSocket::new_v4().expect("a socket");
+        socket
+            .bind("127.0.0.1:0".parse().expect("an address"))
+            .expect("bind");
+        let addr = socket.local_addr().expect("address");
+        HELD.lock().unwrap().push(socket);
         format!("http://{addr}/agent")
     }
 
