@@ -10,6 +10,10 @@
 //!   which cancels the upstream work. After its end the log is kept `detach_grace` longer.
 //! - A request naming a kept run follows it instead of starting another upstream run: from after its
 //!   `Last-Event-ID`, or from the start (the oldest kept event) when it sends none while the run is live.
+//! - Where the store keeps documents, the events are also appended to the run's log in the store
+//!   ([`crate::store::LogWriter`]): a client that comes back to another replica, or to this one after a
+//!   restart, follows the run from there. While it does, it holds a lease that the replica driving the run
+//!   counts as a follower.
 
 use std::collections::{HashMap, VecDeque};
 use std::fmt::Write;
@@ -19,6 +23,13 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 use futures_util::{Stream, StreamExt};
 use tokio::sync::{watch, Notify};
+
+use crate::store::{Documents, Followed};
+
+/// The kind of a detached run's log in the store.
+const LOG: &str = "detached-run";
+/// The kind of the lease a follower on another replica holds while it reads a run's log.
+const FOLLOWER: &str = "detached-follower";
 
 /// Which run a request names, as its inbound tells it: the tenant and the protocol's own ids.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -34,6 +45,11 @@ impl RunKey {
             run: ids.iter().map(|id| (*id).to_owned()).collect(),
         }
     }
+
+    /// The run's id in the store: its ids as a JSON array, so that no two runs share one.
+    fn id(&self) -> String {
+        serde_json::to_string(&self.run).unwrap_or_default()
+    }
 }
 
 /// One route's runs that may outlive their clients.
@@ -41,6 +57,8 @@ pub struct Detached {
     grace: Duration,
     max_bytes: usize,
     runs: Mutex<HashMap<RunKey, Arc<Log>>>,
+    /// Where the runs' events are kept for other replicas and restarts.
+    documents: Documents,
 }
 
 /// What a request gets: the frames of the run it follows.
@@ -58,17 +76,18 @@ pub fn last_event_id(headers: &http::HeaderMap) -> Option<u64> {
 }
 
 impl Detached {
-    pub fn new(grace: Duration, max_bytes: usize) -> Arc<Self> {
+    pub fn new(grace: Duration, max_bytes: usize, documents: Documents) -> Arc<Self> {
         Arc::new(Self {
             grace,
             max_bytes,
             runs: Mutex::new(HashMap::new()),
+            documents,
         })
     }
 
     /// The frames for a request naming `key`: the kept run's, from after `last_event_id` (or from its start
     /// while it is live), else those of a new run of `start`.
-    pub fn serve<S>(
+    pub async fn serve<S>(
         self: &Arc<Self>,
         key: RunKey,
         last_event_id: Option<u64>,
@@ -77,21 +96,64 @@ impl Detached {
     where
         S: Stream<Item = Bytes> + Send + Unpin + 'static,
     {
-        match self.resume(&key, last_event_id) {
+        match self.resume(&key, last_event_id).await {
             Some(frames) => frames,
             None => self.start(key, start()),
         }
     }
 
     /// The kept run `key`'s frames from after `last_event_id`, or from its start while it is live; `None`
-    /// when no run of that name is kept (or it ended and the request names no event).
-    pub fn resume(&self, key: &RunKey, last_event_id: Option<u64>) -> Option<Frames> {
-        let runs = lock(&self.runs);
-        let log = runs.get(key)?;
-        if last_event_id.is_none() && log.state().ended {
+    /// when no run of that name is kept (or it ended and the request names no event). A run this replica
+    /// does not hold is looked for in the store.
+    pub async fn resume(&self, key: &RunKey, last_event_id: Option<u64>) -> Option<Frames> {
+        if let Some(log) = lock(&self.runs).get(key) {
+            if last_event_id.is_none() && log.state().ended {
+                return None;
+            }
+            return Some(follow(Arc::clone(log), last_event_id.unwrap_or(0)));
+        }
+        self.resume_kept(key, last_event_id).await
+    }
+
+    /// The frames of run `key` as the store keeps them, from after `last_event_id` (from the start when
+    /// the run is live elsewhere and the request names no event), followed as they are appended.
+    async fn resume_kept(&self, key: &RunKey, last_event_id: Option<u64>) -> Option<Frames> {
+        if !self.documents.kept() {
             return None;
         }
-        Some(follow(Arc::clone(log), last_event_id.unwrap_or(0)))
+        let (tenant, id) = (key.tenant.as_str(), key.id());
+        let found = self.documents.read_log(LOG, tenant, &id, 0).await;
+        let page = match found {
+            Ok(page) => page?,
+            Err(error) => {
+                tracing::warn!("a detached run could not be looked for in the store: {error}");
+                return None;
+            }
+        };
+        let live = !page.ended
+            && self
+                .documents
+                .run_live(LOG, tenant, &id)
+                .await
+                .unwrap_or(false);
+        if last_event_id.is_none() && !live {
+            return None;
+        }
+        let follower = Arc::new(Holder(tokio::spawn({
+            let documents = self.documents.clone();
+            let (tenant, id) = (tenant.to_owned(), id.clone());
+            async move { documents.hold(FOLLOWER, &tenant, &id).await }
+        })));
+        let after = last_event_id.unwrap_or(0);
+        let events = self.documents.follow_log(LOG, tenant, &id, after);
+        Some(Box::pin(events.filter_map(move |followed| {
+            let _holding = &follower;
+            std::future::ready(match followed {
+                Followed::Event(id, event) => Some(with_id(id, &event)),
+                // The stream ends; the client's own protocol tells it the run did not finish.
+                Followed::Lost => None,
+            })
+        })))
     }
 
     /// Starts `run` as the run named `key` (replacing one that ended), and follows it.
@@ -117,6 +179,7 @@ impl Detached {
     ) {
         let mut run = run;
         let mut events = EventCutter::default();
+        let kept = self.documents.open_log(LOG, &key.tenant, &key.id()).await;
         // One wait across the whole run: the grace is not restarted by each event the run produces.
         let abandoned = log.abandoned(self.grace);
         tokio::pin!(abandoned);
@@ -125,19 +188,30 @@ impl Detached {
                 frame = run.next() => match frame {
                     Some(frame) => {
                         for event in events.cut(frame) {
+                            if let Some(kept) = &kept {
+                                kept.push(event.clone()).await;
+                            }
                             log.append(event).await;
                         }
                     }
                     None => break,
                 },
                 () = &mut abandoned => {
+                    if self.followed_elsewhere(&key).await {
+                        abandoned.set(log.abandoned(self.grace));
+                        continue;
+                    }
                     tracing::debug!("nobody followed a detached run for its grace; cancelled");
                     break;
                 }
             }
         }
-        // Dropping the run cancels what is left of it upstream.
+        // Dropping the run cancels what is left of it upstream. Its kept log ends first: a follower that saw
+        // the end here finds it ended anywhere.
         drop(run);
+        if let Some(kept) = kept {
+            kept.end().await;
+        }
         log.end();
         tokio::time::sleep(self.grace).await;
         let mut runs = lock(&self.runs);
@@ -145,6 +219,35 @@ impl Detached {
             runs.remove(&key);
         }
     }
+}
+
+impl Detached {
+    /// Whether a client follows run `key` from another replica (it holds the run's follower lease).
+    async fn followed_elsewhere(&self, key: &RunKey) -> bool {
+        let held = self
+            .documents
+            .is_held(FOLLOWER, &key.tenant, &key.id())
+            .await;
+        held.unwrap_or(false)
+    }
+}
+
+/// A task that holds a lease for as long as this lives.
+struct Holder(tokio::task::JoinHandle<()>);
+
+impl Drop for Holder {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// An event as a follower reads it: its `id:` first (a client that comes back sends the last one it read
+/// as `Last-Event-ID`), then the event.
+fn with_id(id: u64, event: &[u8]) -> Bytes {
+    let mut frame = BytesMut::with_capacity(event.len() + 24);
+    let _ = writeln!(frame, "id: {id}");
+    frame.extend_from_slice(event);
+    frame.freeze()
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {

@@ -47,7 +47,7 @@ impl Mount {
 
     /// The frames a request for `turn` gets: those of `start`'s run; with `detach_grace`, those of the run
     /// `key` names, kept or started now, which outlives its client (`last_event_id`: the client came back).
-    pub fn frames<S>(
+    pub async fn frames<S>(
         &self,
         turn: Turn,
         key: impl FnOnce(&Turn) -> RunKey,
@@ -59,7 +59,8 @@ impl Mount {
     {
         match &self.detached {
             Some(detached) => {
-                Either::Right(detached.serve(key(&turn), last_event_id, || start(turn)))
+                let frames = detached.serve(key(&turn), last_event_id, || start(turn));
+                Either::Right(frames.await)
             }
             None => Either::Left(start(turn)),
         }

@@ -59,11 +59,11 @@ impl Route {
                     timeout: config.body_timeout,
                 },
                 translator: Arc::new(translator),
-                documents,
                 detached: (!config.detach_grace.is_zero()).then(|| {
                     let run_buffer = config.run_buffer.unwrap_or(DEFAULT_RUN_BUFFER);
-                    Detached::new(config.detach_grace, run_buffer)
+                    Detached::new(config.detach_grace, run_buffer, documents.clone())
                 }),
+                documents,
                 access: Arc::new(Access::new(config)),
                 cors: Cors::new(&config.cors_origins),
             },

@@ -12,9 +12,11 @@ mod local;
 mod memory;
 mod redb;
 mod redis;
+mod runlog;
 
 use std::sync::Arc;
 
+use bytes::Bytes;
 use futures_util::future::BoxFuture;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -29,6 +31,7 @@ pub use self::local::{micros, now_micros};
 pub use self::memory::MemoryStore;
 pub use self::redb::RedbStore;
 pub use self::redis::RedisStore;
+pub use self::runlog::{Followed, LogWriter};
 
 /// Which conversation a record belongs to.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -213,6 +216,37 @@ pub trait Store: Send + Sync {
         bytes: Vec<u8>,
     ) -> BoxFuture<'a, Result<()>>;
     fn delete_document<'a>(&'a self, key: &'a DocumentKey) -> BoxFuture<'a, Result<()>>;
+    /// Appends `events` to the run log `key`, numbered from `after + 1` (`after` 0 starts the log afresh),
+    /// and with `end` marks the log ended. `durable`: on disk when this returns (redb); otherwise the next
+    /// durable append carries it. The memory backend keeps no log, as it keeps no document.
+    fn append_events<'a>(
+        &'a self,
+        _key: &'a DocumentKey,
+        _after: u64,
+        _events: Vec<Bytes>,
+        _end: bool,
+        _durable: bool,
+    ) -> BoxFuture<'a, Result<()>> {
+        Box::pin(std::future::ready(Ok(())))
+    }
+    /// At most `max` events of the run log `key` after its event `after`; `None` when no such log is kept.
+    fn read_events<'a>(
+        &'a self,
+        _key: &'a DocumentKey,
+        _after: u64,
+        _max: usize,
+    ) -> BoxFuture<'a, Result<Option<LogPage>>> {
+        Box::pin(std::future::ready(Ok(None)))
+    }
+}
+
+/// A part of a run log, as [`Store::read_events`] reads it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LogPage {
+    /// The events after the one asked for, in order.
+    pub events: Vec<Bytes>,
+    /// The log ended: no event comes after its last.
+    pub ended: bool,
 }
 
 /// One route's documents, for its inbound: the store it keeps them in, and the route's name.

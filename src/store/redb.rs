@@ -9,11 +9,14 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use ::redb::{Database, DatabaseError, ReadableDatabase, ReadableTable, TableDefinition};
+use ::redb::{
+    Database, DatabaseError, Durability, ReadableDatabase, ReadableTable, TableDefinition,
+};
+use bytes::Bytes;
 use futures_util::future::BoxFuture;
 
 use super::local::{micros, now_micros, Bodies, Local, Meta, SWEEP_INTERVAL};
-use super::{codec, DocumentKey, Key, Record, Store};
+use super::{codec, DocumentKey, Key, LogPage, Record, Store};
 use crate::config::StoreConfig;
 use crate::error::{Error, Result};
 
@@ -22,6 +25,11 @@ const RECORDS: TableDefinition<(&str, &str, &str), &[u8]> = TableDefinition::new
 /// (kind, route, tenant, id) -> an inbound's stored document.
 const DOCUMENTS: TableDefinition<(&str, &str, &str, &str), &[u8]> =
     TableDefinition::new("documents");
+/// Run logs: (kind, route, tenant, id, number) to an event. Number 0 is the log's header ([`LogHeader`]).
+const EVENTS: TableDefinition<(&str, &str, &str, &str, u64), &[u8]> =
+    TableDefinition::new("run_events");
+
+type EventKey<'a> = (&'a str, &'a str, &'a str, &'a str, u64);
 
 /// The records in a redb file, and the inbounds' documents beside them.
 pub struct RedbStore {
@@ -113,6 +121,7 @@ impl File {
         let mut known = HashMap::new();
         {
             write.open_table(DOCUMENTS).map_err(|e| self.failed(e))?;
+            write.open_table(EVENTS).map_err(|e| self.failed(e))?;
             let table = write.open_table(RECORDS).map_err(|e| self.failed(e))?;
             for entry in table.iter().map_err(|e| self.failed(e))? {
                 let (key, bytes) = entry.map_err(|e| self.failed(e))?;
@@ -212,6 +221,11 @@ impl File {
                             .is_some_and(|header| now.saturating_sub(header.touched) < idle_ttl)
                     })
                     .map_err(|e| self.failed(e))?;
+                sweep_logs(
+                    &mut write.open_table(EVENTS).map_err(|e| self.failed(e))?,
+                    idle_ttl,
+                )
+                .map_err(|e| self.failed(e))?;
             }
             match put {
                 Some(bytes) => table.insert(document_parts(key), bytes).map(drop),
@@ -220,6 +234,130 @@ impl File {
             .map_err(|e| self.failed(e))?;
         }
         write.commit().map_err(|e| self.failed(e))
+    }
+}
+
+/// A run log's number 0: whether it ended, and when it was last appended to (µs since the epoch).
+struct LogHeader {
+    ended: bool,
+    touched: u64,
+}
+
+impl LogHeader {
+    fn encode(&self) -> [u8; 9] {
+        let mut bytes = [0; 9];
+        bytes[0] = u8::from(self.ended);
+        bytes[1..].copy_from_slice(&self.touched.to_le_bytes());
+        bytes
+    }
+
+    fn decode(bytes: &[u8]) -> Option<Self> {
+        let (&ended, touched) = bytes.split_first()?;
+        Some(Self {
+            ended: ended != 0,
+            touched: u64::from_le_bytes(touched.try_into().ok()?),
+        })
+    }
+}
+
+fn event_key(key: &DocumentKey, number: u64) -> EventKey<'_> {
+    (key.kind, &key.route, &key.tenant, &key.id, number)
+}
+
+/// Drops the run logs last appended to `idle_ttl` ago or more.
+fn sweep_logs(
+    table: &mut ::redb::Table<EventKey<'static>, &'static [u8]>,
+    idle_ttl: u64,
+) -> std::result::Result<(), ::redb::StorageError> {
+    let now = now_micros();
+    let mut stale = std::collections::HashSet::new();
+    for entry in table.iter()? {
+        let (key, bytes) = entry?;
+        let (kind, route, tenant, id, number) = key.value();
+        let old = LogHeader::decode(bytes.value())
+            .is_none_or(|header| now.saturating_sub(header.touched) >= idle_ttl);
+        if number == 0 && old {
+            stale.insert(log_name(kind, route, tenant, id));
+        }
+    }
+    if stale.is_empty() {
+        return Ok(());
+    }
+    table.retain(|(kind, route, tenant, id, _), _| {
+        !stale.contains(&log_name(kind, route, tenant, id))
+    })
+}
+
+fn log_name(kind: &str, route: &str, tenant: &str, id: &str) -> [String; 4] {
+    [kind, route, tenant, id].map(str::to_owned)
+}
+
+impl File {
+    fn append_events(
+        &self,
+        key: &DocumentKey,
+        after: u64,
+        events: &[Bytes],
+        end: bool,
+        durable: bool,
+    ) -> Result<()> {
+        let mut write = self.database.begin_write().map_err(|e| self.failed(e))?;
+        if !durable {
+            // Batches as the run streams; the run's end (or a pause) commits them to disk.
+            write
+                .set_durability(Durability::None)
+                .map_err(|e| self.failed(e))?;
+        }
+        {
+            let mut table = write.open_table(EVENTS).map_err(|e| self.failed(e))?;
+            if after == 0 {
+                table
+                    .retain_in(event_key(key, 0)..=event_key(key, u64::MAX), |_, _| false)
+                    .map_err(|e| self.failed(e))?;
+            }
+            for (number, event) in (after + 1..).zip(events) {
+                table
+                    .insert(event_key(key, number), event.as_ref())
+                    .map_err(|e| self.failed(e))?;
+            }
+            let header = LogHeader {
+                ended: end,
+                touched: now_micros(),
+            };
+            table
+                .insert(event_key(key, 0), header.encode().as_slice())
+                .map_err(|e| self.failed(e))?;
+        }
+        write.commit().map_err(|e| self.failed(e))
+    }
+
+    fn read_events(
+        &self,
+        key: &DocumentKey,
+        after: u64,
+        max: usize,
+        idle_ttl: u64,
+    ) -> Result<Option<LogPage>> {
+        let read = self.database.begin_read().map_err(|e| self.failed(e))?;
+        let table = read.open_table(EVENTS).map_err(|e| self.failed(e))?;
+        let header = table.get(event_key(key, 0)).map_err(|e| self.failed(e))?;
+        let Some(header) = header
+            .and_then(|bytes| LogHeader::decode(bytes.value()))
+            .filter(|header| now_micros().saturating_sub(header.touched) < idle_ttl)
+        else {
+            return Ok(None);
+        };
+        let last = after.saturating_add(max as u64);
+        let mut events = Vec::new();
+        for entry in table
+            .range(event_key(key, after + 1)..=event_key(key, last))
+            .map_err(|e| self.failed(e))?
+        {
+            let (_, bytes) = entry.map_err(|e| self.failed(e))?;
+            events.push(Bytes::copy_from_slice(bytes.value()));
+        }
+        let ended = header.ended && events.len() < max;
+        Ok(Some(LogPage { events, ended }))
     }
 }
 
@@ -255,6 +393,32 @@ impl Store for RedbStore {
     fn delete_document<'a>(&'a self, key: &'a DocumentKey) -> BoxFuture<'a, Result<()>> {
         let key = key.clone();
         self.blocking(move |local| local.bodies.write_document(&key, None, None))
+    }
+
+    fn append_events<'a>(
+        &'a self,
+        key: &'a DocumentKey,
+        after: u64,
+        events: Vec<Bytes>,
+        end: bool,
+        durable: bool,
+    ) -> BoxFuture<'a, Result<()>> {
+        let key = key.clone();
+        self.blocking(move |local| {
+            local
+                .bodies
+                .append_events(&key, after, &events, end, durable)
+        })
+    }
+
+    fn read_events<'a>(
+        &'a self,
+        key: &'a DocumentKey,
+        after: u64,
+        max: usize,
+    ) -> BoxFuture<'a, Result<Option<LogPage>>> {
+        let (key, idle_ttl) = (key.clone(), self.idle_ttl);
+        self.blocking(move |local| local.bodies.read_events(&key, after, max, idle_ttl))
     }
 
     fn load<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, Result<Option<Record>>> {

@@ -8,6 +8,8 @@
 //!   keeps them on one node.
 //! - `agent-bridge:{route/tenant}:idle` and `...:paused`: the tenant's conversations by when they were last
 //!   saved, for its conversations quota, which is counted here and so across replicas.
+//! - `agent-bridge:{route/tenant/kind/id}:document`: an inbound's document (a lease is one too).
+//! - `agent-bridge:{route/tenant/kind/id}:events` (a list) and `...:ended`: a run log.
 //!
 //! `store.max_bytes` is Redis's own `maxmemory` here; start-up warns when its policy may evict a record
 //! (an evicted paused run is a lost conversation). When Redis cannot be reached a turn fails at once with
@@ -17,10 +19,11 @@ use std::time::Duration;
 
 use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use ::redis::{Client, FromRedisValue, Pipeline, RedisError};
+use bytes::Bytes;
 use futures_util::future::BoxFuture;
 
 use super::local::{micros, now_micros};
-use super::{codec, fit_record, not_kept, DocumentKey, Key, Record, Store};
+use super::{codec, fit_record, not_kept, DocumentKey, Key, LogPage, Record, Store};
 use crate::config::StoreConfig;
 use crate::error::{Error, Result};
 
@@ -259,6 +262,92 @@ fn tenant_key(key: &Key, list: &str) -> String {
     )
 }
 
+/// A run log's events (a list) and its end mark: `agent-bridge:{route/tenant/kind/id}:events` and
+/// `...:ended`, one hash tag.
+fn log_keys(key: &DocumentKey) -> [String; 2] {
+    let tag = format!(
+        "agent-bridge:{{{}/{}/{}/{}}}",
+        escape(&key.route),
+        escape(&key.tenant),
+        escape(key.kind),
+        escape(&key.id)
+    );
+    [format!("{tag}:events"), format!("{tag}:ended")]
+}
+
+impl RedisStore {
+    /// One atomic step: the log started afresh when `after` is 0, the events pushed, the end marked, and
+    /// both keys' expiry renewed. Redis's own persistence decides durability.
+    async fn append_events(
+        &self,
+        key: &DocumentKey,
+        after: u64,
+        events: Vec<Bytes>,
+        end: bool,
+    ) -> Result<()> {
+        let [events_key, ended_key] = log_keys(key);
+        let mut pipeline = ::redis::pipe();
+        pipeline.atomic();
+        if after == 0 {
+            pipeline
+                .cmd("DEL")
+                .arg(&events_key)
+                .arg(&ended_key)
+                .ignore();
+        }
+        if !events.is_empty() {
+            let mut push = ::redis::cmd("RPUSH");
+            push.arg(&events_key);
+            for event in &events {
+                push.arg(event.as_ref());
+            }
+            pipeline.add_command(push).ignore();
+        }
+        if end {
+            pipeline
+                .cmd("SET")
+                .arg(&ended_key)
+                .arg(1)
+                .arg("PX")
+                .arg(self.ttl_ms())
+                .ignore();
+        }
+        pipeline
+            .cmd("PEXPIRE")
+            .arg(&events_key)
+            .arg(self.ttl_ms())
+            .ignore();
+        self.run(&pipeline).await
+    }
+
+    async fn read_events(
+        &self,
+        key: &DocumentKey,
+        after: u64,
+        max: usize,
+    ) -> Result<Option<LogPage>> {
+        let [events_key, ended_key] = log_keys(key);
+        let first = isize::try_from(after).unwrap_or(isize::MAX);
+        let last = first.saturating_add(isize::try_from(max).unwrap_or(isize::MAX) - 1);
+        let mut pipeline = ::redis::pipe();
+        pipeline.atomic();
+        pipeline.cmd("LRANGE").arg(&events_key).arg(first).arg(last);
+        pipeline.cmd("EXISTS").arg(&events_key);
+        pipeline.cmd("EXISTS").arg(&ended_key);
+        let mut connection = self.connection.clone();
+        let (events, exists, ended): (Vec<Vec<u8>>, bool, bool) = pipeline
+            .query_async(&mut connection)
+            .await
+            .map_err(unavailable)?;
+        if !exists && !ended {
+            return Ok(None);
+        }
+        let ended = ended && events.len() < max;
+        let events = events.into_iter().map(Bytes::from).collect();
+        Ok(Some(LogPage { events, ended }))
+    }
+}
+
 /// An inbound's document: `agent-bridge:{route/tenant/kind/id}:document`.
 fn document_key(key: &DocumentKey) -> String {
     format!(
@@ -296,6 +385,26 @@ impl Store for RedisStore {
 
     fn delete_document<'a>(&'a self, key: &'a DocumentKey) -> BoxFuture<'a, Result<()>> {
         Box::pin(async move { self.query(::redis::cmd("DEL").arg(document_key(key))).await })
+    }
+
+    fn append_events<'a>(
+        &'a self,
+        key: &'a DocumentKey,
+        after: u64,
+        events: Vec<Bytes>,
+        end: bool,
+        _durable: bool,
+    ) -> BoxFuture<'a, Result<()>> {
+        Box::pin(self.append_events(key, after, events, end))
+    }
+
+    fn read_events<'a>(
+        &'a self,
+        key: &'a DocumentKey,
+        after: u64,
+        max: usize,
+    ) -> BoxFuture<'a, Result<Option<LogPage>>> {
+        Box::pin(self.read_events(key, after, max))
     }
 
     fn load<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, Result<Option<Record>>> {

@@ -10,8 +10,8 @@ use http_body_util::Full;
 use serde_json::{json, Value};
 
 use crate::support;
-use crate::support::ag_ui::{finished, started, text, text_run};
-use crate::support::{post_json, send, within, Proxy, Reply, Route, Routes, Upstream};
+use crate::support::ag_ui::{self, text_run};
+use crate::support::{post_json, send, within, Proxy, Route, Routes, Upstream};
 
 const PATH: &str = "/agents/a2a";
 
@@ -27,18 +27,6 @@ async fn echo_proxy() -> Proxy {
 /// An A2A route to a scripted AG-UI upstream.
 async fn agui_proxy(upstream: &Upstream) -> Proxy {
     Proxy::start(Route::new("a2a-agui", PATH, "a2a", "ag-ui").upstream(&upstream.url())).await
-}
-
-/// An AG-UI upstream that streams "Hel", waits for `release`, then streams "lo" and finishes.
-async fn held_upstream() -> Upstream {
-    Reply::sse()
-        .event(started())
-        .events(text("m1", &["Hel"]))
-        .gate()
-        .events(text("m2", &["lo"]))
-        .event(finished())
-        .serve()
-        .await
 }
 
 fn message(text: &str) -> Value {
@@ -419,7 +407,7 @@ async fn a2a_echo_ask_resumes_from_the_context_id_alone_on_message_send() {
 
 #[tokio::test]
 async fn a2a_tasks_get_shows_a_running_task_and_then_its_result() {
-    let upstream = held_upstream().await;
+    let upstream = ag_ui::held_agent().await;
     let proxy = agui_proxy(&upstream).await;
     let task = rpc(
         &proxy,
@@ -456,7 +444,7 @@ async fn a2a_tasks_get_shows_a_running_task_and_then_its_result() {
 
 #[tokio::test]
 async fn a2a_tasks_cancel_stops_the_upstream_and_cancels_the_task() {
-    let upstream = held_upstream().await;
+    let upstream = ag_ui::held_agent().await;
     let proxy = agui_proxy(&upstream).await;
     let task = rpc(
         &proxy,
@@ -494,7 +482,7 @@ async fn a2a_tasks_cancel_stops_the_upstream_and_cancels_the_task() {
 
 #[tokio::test]
 async fn a2a_resubscribe_to_a_running_task_gets_the_later_events() {
-    let upstream = held_upstream().await;
+    let upstream = ag_ui::held_agent().await;
     let proxy = agui_proxy(&upstream).await;
     let task = rpc(
         &proxy,
@@ -532,7 +520,7 @@ async fn a2a_resubscribe_to_a_running_task_gets_the_later_events() {
 
 #[tokio::test]
 async fn a2a_stream_client_disconnect_cancels_the_task_and_the_upstream() {
-    let upstream = held_upstream().await;
+    let upstream = ag_ui::held_agent().await;
     let proxy = agui_proxy(&upstream).await;
     let response = post_json(
         &proxy.url(PATH),
@@ -602,7 +590,7 @@ async fn a2a_http_refusals_have_their_status_and_a_json_rpc_body() {
 
 #[tokio::test]
 async fn a2a_blocking_send_client_disconnect_cancels_the_upstream_run() {
-    let upstream = held_upstream().await;
+    let upstream = ag_ui::held_agent().await;
     let proxy = agui_proxy(&upstream).await;
     let body = request("message/send", json!({"message": message("hi")}));
     let left = tokio::time::timeout(

@@ -68,7 +68,9 @@ impl Answer {
 }
 
 async fn serve(inbound: &Inbound, body: &str, events: Vec<Event>) -> Answer {
-    let response = inbound.serve(body.as_bytes(), "", None, move |_turn| stream::iter(events));
+    let response = inbound
+        .serve(body.as_bytes(), "", None, move |_turn| stream::iter(events))
+        .await;
     let status = response.status().as_u16();
     let content_type = response
         .headers()
@@ -153,7 +155,9 @@ async fn bad_requests_get_the_runtimes_exact_answer() {
 async fn a_second_request_for_a_running_session_gets_the_runtimes_lock_error() {
     let inbound = inbound();
     let body = request(json!([user("hi")])).to_string();
-    let running = inbound.serve(body.as_bytes(), "", None, |_| stream::pending::<Event>());
+    let running = inbound
+        .serve(body.as_bytes(), "", None, |_| stream::pending::<Event>())
+        .await;
     let second = serve(&inbound, &body, Vec::new()).await;
     assert_eq!(second.status, 200);
     assert_eq!(
@@ -513,10 +517,12 @@ async fn the_request_becomes_a_full_history_turn_and_an_approval_answer_its_resu
         ],
         "session_id": "s9", "model": "qwen-max", "temperature": 0.2, "max_tokens": 64
     });
-    let response = inbound.serve(body.to_string().as_bytes(), "", None, move |turn| {
-        seen.lock().unwrap().push(turn);
-        stream::iter(run(Vec::new(), finished(Outcome::Completed)))
-    });
+    let response = inbound
+        .serve(body.to_string().as_bytes(), "", None, move |turn| {
+            seen.lock().unwrap().push(turn);
+            stream::iter(run(Vec::new(), finished(Outcome::Completed)))
+        })
+        .await;
     let _ = response.into_body().collect().await.unwrap();
     let turns = turns.lock().unwrap();
     let turn = &turns[0];

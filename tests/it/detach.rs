@@ -1,7 +1,9 @@
 //! Runs that outlive their client (`detach_grace`), on each inbound that resumes by `Last-Event-ID` (AG-UI,
 //! AG-Kit, AgentScope): a client that reconnects with it gets every event exactly once and in order, without
 //! a second upstream run; the same request without it replays the live run from its start; a client that
-//! does not come back within the grace cancels the upstream work.
+//! does not come back within the grace cancels the upstream work. A client that comes back to the other
+//! replica (two on one Redis) follows the run from the store, live; one that comes back after a `kill -9`
+//! and a restart on redb gets the rest of a run that ended.
 
 use std::time::Duration;
 
@@ -12,6 +14,7 @@ use http_body_util::Full;
 use serde_json::{json, Value};
 
 use crate::support::ag_ui::{self, finished, input, started, text, user};
+use crate::support::stores::{Deployment, Topology};
 use crate::support::{agentscope, send, within, Proxy, Reply, Route, SseStream, Upstream};
 
 const PATH: &str = "/chat";
@@ -63,7 +66,11 @@ impl Inbound {
     }
 
     fn url(self, proxy: &Proxy) -> String {
-        proxy.url(&format!("{PATH}{}", self.endpoint))
+        proxy.url(&self.path())
+    }
+
+    fn path(self) -> String {
+        format!("{PATH}{}", self.endpoint)
     }
 }
 
@@ -220,6 +227,57 @@ async fn a_client_that_does_not_come_back_within_the_grace_cancels_the_upstream_
     assert!(agent.client_left_within(Duration::from_secs(5)).await);
 }
 
+/// The events before a blip on one proxy, the rest after it on `deployment`'s next (the other replica,
+/// or this one killed and restarted); `settle` runs between the two.
+async fn the_events_around_a_move(
+    inbound: Inbound,
+    deployment: &mut Deployment,
+    agent: &Upstream,
+) -> Vec<(u64, Value)> {
+    let mut first = post(&deployment.url(&inbound.path()), &(inbound.request)(), None).await;
+    until_two(inbound, &mut first).await;
+    let mut events = received(&first.raw);
+    let last = events.last().expect("events before the blip").0;
+    drop(first);
+    agent.release();
+    if matches!(deployment.topology(), Topology::Restarted) {
+        // The run ends on this proxy (read to its end from here), then the proxy is killed.
+        let mut here = post(
+            &deployment.url(&inbound.path()),
+            &(inbound.request)(),
+            Some(last),
+        )
+        .await;
+        rest(&mut here).await;
+    }
+    deployment.between_turns();
+    let mut again = post(
+        &deployment.url(&inbound.path()),
+        &(inbound.request)(),
+        Some(last),
+    )
+    .await;
+    rest(&mut again).await;
+    events.extend(received(&again.raw));
+    events
+}
+
+async fn a_client_that_comes_back_to_another_proxy_gets_every_event_once_in_order(
+    inbound: Inbound,
+    topology: Topology,
+) {
+    let agent = paused_agent().await;
+    let mut deployment = Deployment::start(topology, inbound.route(&agent, "10s"));
+    let events = the_events_around_a_move(inbound, &mut deployment, &agent).await;
+
+    let all = ids(&events);
+    let expected: Vec<u64> = (1..=all.len() as u64).collect();
+    assert_eq!(all, expected, "{}: each id once, in order", inbound.name);
+    let events: Vec<Value> = events.into_iter().map(|(_, event)| event).collect();
+    assert_eq!((inbound.text)(&events), "one two three four", "{events:#?}");
+    assert_eq!(agent.received().len(), 1, "one upstream run");
+}
+
 macro_rules! inbounds {
     ($($name:ident: $inbound:ident;)*) => {$(
         mod $name {
@@ -233,6 +291,24 @@ macro_rules! inbounds {
             #[tokio::test]
             async fn the_same_request_without_last_event_id_replays_the_live_run() {
                 the_same_request_without_last_event_id_replays_the_live_run_from_its_start($inbound).await
+            }
+
+            #[tokio::test]
+            async fn coming_back_to_the_other_replica_follows_the_run_from_the_store() {
+                a_client_that_comes_back_to_another_proxy_gets_every_event_once_in_order(
+                    $inbound,
+                    Topology::Replicas,
+                )
+                .await
+            }
+
+            #[tokio::test]
+            async fn coming_back_after_a_kill_and_restart_on_redb_gets_the_rest_of_the_ended_run() {
+                a_client_that_comes_back_to_another_proxy_gets_every_event_once_in_order(
+                    $inbound,
+                    Topology::Restarted,
+                )
+                .await
             }
 
             #[tokio::test]

@@ -382,3 +382,85 @@ async fn an_a2a_task_whose_replica_died_reads_failed_on_the_other_once_its_lease
     let why = failed_within(&url(&other), &task_id, Duration::from_secs(20)).await;
     assert!(why.contains("stopped before the task ended"), "{why}");
 }
+
+/// Two replicas on one Redis, and an A2A route to an agent whose run waits after its first words.
+struct ResubscribeSetup {
+    _redis: RedisServer,
+    _folder: TempDir,
+    agent: Upstream,
+    running: AgentBridge,
+    other: AgentBridge,
+    task_id: String,
+}
+
+async fn a_task_under_way_on_one_of_two_replicas(name: &str, agent: Upstream) -> ResubscribeSetup {
+    let redis = RedisServer::start();
+    let folder = TempDir::new(name);
+    let route = hanging_agent_route(&agent);
+    let config = write_config(&folder, redis_store(&redis.url()), route);
+    let running = AgentBridge::start(serve_command(&config));
+    let other = AgentBridge::start(serve_command(&config));
+    let task_id = start_a_task_that_never_ends(&url(&running)).await;
+    agent.wait_for("the run reaches the agent", |_| true).await;
+    ResubscribeSetup {
+        _redis: redis,
+        _folder: folder,
+        agent,
+        running,
+        other,
+        task_id,
+    }
+}
+
+/// `tasks/resubscribe` to `task_id` at `url`: the results as they come.
+async fn resubscribe(url: &str, task_id: &str) -> crate::support::SseStream {
+    let request = json!({"jsonrpc": "2.0", "id": "r1", "method": "tasks/resubscribe",
+                         "params": {"id": task_id}});
+    let response = crate::support::post_json(url, &request).await;
+    assert_eq!(response.header("content-type"), "text/event-stream");
+    response.sse()
+}
+
+#[tokio::test]
+async fn an_a2a_resubscribe_on_the_other_replica_follows_the_running_task_live() {
+    let setup =
+        a_task_under_way_on_one_of_two_replicas("a2a-resubscribe", ag_ui::held_agent().await).await;
+    let mut followed = resubscribe(&url(&setup.other), &setup.task_id).await;
+    // The run so far, from the replica that does not drive it, before the agent says more.
+    let mut results = Vec::new();
+    while a2a::streamed_text(&results) != "Hel" {
+        let mut next = followed.next().await.expect("the run so far");
+        results.push(next["result"].take());
+    }
+    setup.agent.release();
+    while let Some(mut next) = followed.next().await {
+        results.push(next["result"].take());
+    }
+    assert!(results
+        .iter()
+        .all(|r| r["taskId"] == setup.task_id.as_str()));
+    assert_eq!(a2a::streamed_text(&results), "Hello", "{results:#?}");
+    let last = results.last().unwrap();
+    assert_eq!(last["status"]["state"], "completed", "{results:#?}");
+    assert_eq!(last["final"], true);
+    let got = a2a::get_task(&url(&setup.other), &setup.task_id).await;
+    assert_eq!(got["status"]["state"], "completed", "{got}");
+    drop(setup.running);
+}
+
+#[tokio::test]
+async fn an_a2a_resubscribe_on_the_other_replica_ends_failed_when_the_running_replica_dies() {
+    let agent = Upstream::serve([Reply::sse().event(started()).hang()]).await;
+    let setup = a_task_under_way_on_one_of_two_replicas("a2a-resubscribe-lost", agent).await;
+    let mut followed = resubscribe(&url(&setup.other), &setup.task_id).await;
+    drop(setup.running); // SIGKILL
+    let mut last = Value::Null;
+    // The lease lapses within 10 s of the last renewal.
+    while let Some(next) = followed.next_within(Duration::from_secs(20)).await {
+        last = next;
+    }
+    assert_eq!(last["result"]["status"]["state"], "failed", "{last}");
+    assert_eq!(last["result"]["final"], true);
+    let why = a2a::status_text(&last["result"]["status"]);
+    assert!(why.contains("stopped before the task ended"), "{why}");
+}

@@ -572,3 +572,16 @@ fn no_nulls(value: &Value, path: &str) -> Result<(), String> {
         _ => Ok(()),
     }
 }
+
+/// An AG-UI upstream that streams "Hel", waits for [`super::Upstream::release`], then streams "lo" and
+/// finishes.
+pub async fn held_agent() -> super::Upstream {
+    Reply::sse()
+        .event(started())
+        .events(text("m1", &["Hel"]))
+        .gate()
+        .events(text("m2", &["lo"]))
+        .event(finished())
+        .serve()
+        .await
+}

@@ -12,7 +12,9 @@ use hyper_util::client::legacy::{Builder, Client};
 use hyper_util::rt::TokioExecutor;
 use serde_json::Value;
 
-use super::within;
+use std::time::Duration;
+
+use super::{within, within_for, WAIT};
 
 /// Sends a request; fails the test if no response head arrives in time.
 pub async fn send(request: Request<Full<Bytes>>) -> Response {
@@ -113,9 +115,18 @@ impl SseStream {
         self.next_data().await.map(|data| parse(&data))
     }
 
+    /// [`SseStream::next`], waiting up to `limit` for each part of it rather than [`WAIT`].
+    pub async fn next_within(&mut self, limit: Duration) -> Option<Value> {
+        self.data_within(limit).await.map(|data| parse(&data))
+    }
+
     /// The joined `data:` lines of the next frame, as text (for payloads that are not JSON, such as
     /// `[DONE]`), or `None` when the stream ended.
     pub async fn next_data(&mut self) -> Option<String> {
+        self.data_within(WAIT).await
+    }
+
+    async fn data_within(&mut self, limit: Duration) -> Option<String> {
         loop {
             if let Some(end) = find(&self.buf, b"\n\n") {
                 let frame: Vec<u8> = self.buf.drain(..end + 2).collect();
@@ -132,7 +143,7 @@ impl SseStream {
                 );
                 return None;
             }
-            match within("the next SSE bytes", self.body.frame()).await {
+            match within_for(limit, "the next SSE bytes", self.body.frame()).await {
                 Some(Ok(frame)) => {
                     if let Ok(data) = frame.into_data() {
                         self.buf.extend_from_slice(&data);

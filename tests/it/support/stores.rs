@@ -324,6 +324,10 @@ impl Deployment {
         format!("http://{address}{path}")
     }
 
+    pub fn topology(&self) -> Topology {
+        self.topology
+    }
+
     /// Kills and restarts the proxy, or moves on to the other replica.
     pub fn between_turns(&mut self) {
         match self.topology {

@@ -7,9 +7,10 @@
 //! A message becomes a [`Turn`] (`conversation` = contextId, `run_id` = task id, the one message as a delta);
 //! the run's events are consumed by a spawned runner that owns the event stream, keeps the task in the
 //! route's [`Registry`] and feeds the client: `message/stream` directly (a bounded channel, so a slow client
-//! slows the upstream read), `tasks/resubscribe` through the run's fan-out, a blocking `message/send` by
-//! waiting for the final status. Dropping the event stream cancels the upstream work: `tasks/cancel` and a
-//! disconnecting `message/stream` or blocking `message/send` client do that, and the task becomes `canceled`.
+//! slows the upstream read), `tasks/resubscribe` through the run's fan-out (or, for a task another replica
+//! runs, through the run's log in the store), a blocking `message/send` by waiting for the final status.
+//! Dropping the event stream cancels the upstream work: `tasks/cancel` and a disconnecting `message/stream`
+//! or blocking `message/send` client do that, and the task becomes `canceled`.
 //!
 //! Errors (choices within §4.3):
 //! - HTTP-level refusals on the JSON-RPC paths carry a JSON-RPC error body (-32600, `id: null`) with the
@@ -50,8 +51,7 @@ use tokio::sync::mpsc;
 use super::card::{self, CardTemplate, CardVersion};
 use super::rpc::{self, Envelope, RpcError};
 use super::tasks::{
-    self, Bounds, Cancel, Lease, Registry, Snapshot, Started, Subscription, CONTEXT_DOCUMENT,
-    LEASE_DOCUMENT, TASK_DOCUMENT,
+    self, Bounds, Cancel, Registry, Started, Subscription, CONTEXT_DOCUMENT, EVENTS_LOG,
 };
 use super::wire::{self, RequestId, StreamResult};
 use super::InboundOptions;
@@ -63,10 +63,10 @@ use crate::face::{InboundFace, RequestDecoder};
 use crate::model::{Event, History, Resume, ResumeStatus, Turn};
 use crate::mount::Mount;
 use crate::sse;
-use crate::store::{now_micros, Documents};
+use crate::store::{Documents, Followed};
 use decode::{check_message, turn_for};
 use encode::CancelReason;
-use runner::{forward, Runner};
+use runner::{forward, recall_task, Runner};
 
 /// How many results may wait for a slow `message/stream` client before the upstream read pauses.
 const EVENT_BUFFER: usize = 16;
@@ -189,7 +189,7 @@ impl Inbound {
                 Ok(task) => json_result(&id, &task),
                 Err(error) => json_error(&id, &error),
             },
-            "tasks/resubscribe" => match self.resubscribe(&id, tenant, params) {
+            "tasks/resubscribe" => match self.resubscribe(&id, tenant, documents, params) {
                 Ok(frames) => sse_reply(frames),
                 Err(error) => sse_error(&id, &error),
             },
@@ -233,23 +233,10 @@ impl Inbound {
                 }
                 (None, None) => None,
             };
-            let Some(task_id) = task_id.filter(|id| !self.tasks.runs_here(tenant, id)) else {
-                return Ok(());
-            };
-            let Some(snapshot) = documents
-                .load::<Snapshot>(TASK_DOCUMENT, tenant, &task_id)
-                .await?
-            else {
-                return Ok(());
-            };
-            let state = snapshot.task.status.state;
-            let running = !state.is_terminal() && !state.is_paused();
-            let orphaned = running && !lease_holds(documents, tenant, &task_id).await?;
-            self.tasks.adopt(tenant, snapshot);
-            if orphaned && self.tasks.fail_orphan(tenant, &task_id) {
-                runner::keep(&self.tasks, documents, tenant, &task_id).await;
+            match task_id {
+                Some(task_id) => recall_task(&self.tasks, documents, tenant, &task_id).await,
+                None => Ok(()),
             }
-            Ok::<_, crate::error::Error>(())
         };
         if let Err(error) = recalled.await {
             // Served from what this replica knows; the turn itself meets the store's failure.
@@ -301,6 +288,7 @@ impl Inbound {
             documents: documents.clone(),
             tenant: tenant.to_owned(),
             final_kept: false,
+            log: None,
             encoder: Encoder::new(&task_id, &context_id, self.options),
             task_id: task_id.clone(),
             generation,
@@ -439,16 +427,29 @@ impl Inbound {
         )))
     }
 
-    /// `tasks/resubscribe`: a running task's later results; otherwise its status as one final update.
+    /// `tasks/resubscribe`: a running task's later results; otherwise its status as one final update. A task
+    /// that runs on another replica (its lease holds in a store replicas share) is followed through its run
+    /// log, from the run's first result.
     fn resubscribe(
         &self,
         id: &RequestId,
         tenant: &str,
+        documents: &Documents,
         params: Option<Value>,
     ) -> Result<impl Stream<Item = Bytes> + Send + 'static, RpcError> {
         let wire::TaskIdParams { id: task_id } = rpc::params(params)?;
         let (sender, mut receiver) = mpsc::channel::<Bytes>(EVENT_BUFFER);
         match self.tasks.subscribe(tenant, &task_id)? {
+            Subscription::Finished(update) if documents.shared() && is_running(&update) => {
+                tokio::spawn(follow_elsewhere(
+                    Arc::clone(&self.tasks),
+                    documents.clone(),
+                    tenant.to_owned(),
+                    task_id,
+                    id.clone(),
+                    sender,
+                ));
+            }
             Subscription::Finished(update) => {
                 let frame = result_frame(id, &StreamResult::StatusUpdate(*update));
                 // A fresh channel has room for one.
@@ -471,20 +472,48 @@ impl Inbound {
     }
 }
 
-/// Whether a replica still drives the task's run: its lease holds in a store replicas share. In a store this
-/// process owns alone, a run it does not drive was cut short when an earlier process stopped.
-async fn lease_holds(
-    documents: &Documents,
-    tenant: &str,
-    task_id: &str,
-) -> crate::error::Result<bool> {
-    if !documents.shared() {
-        return Ok(false);
+/// Whether a status shows a run going on (submitted, working).
+fn is_running(update: &wire::TaskStatusUpdateEvent) -> bool {
+    let state = update.status.state;
+    !state.is_terminal() && !state.is_paused()
+}
+
+/// Feeds a `tasks/resubscribe` client the results of a run another replica drives, from its run log, until
+/// the final status. A run whose replica stopped ends with the task failed, as any replica then reads it.
+async fn follow_elsewhere(
+    tasks: Arc<Registry>,
+    documents: Documents,
+    tenant: String,
+    task_id: String,
+    id: RequestId,
+    sender: mpsc::Sender<Bytes>,
+) {
+    let log = documents.follow_log(EVENTS_LOG, &tenant, &task_id, 0);
+    tokio::pin!(log);
+    loop {
+        let followed = tokio::select! {
+            followed = log.next() => followed,
+            () = sender.closed() => return,
+        };
+        let Some(Followed::Event(_, bytes)) = followed else {
+            break;
+        };
+        let Ok(result) = serde_json::from_slice::<StreamResult>(&bytes) else {
+            continue;
+        };
+        if sender.send(result_frame(&id, &result)).await.is_err() || tasks::is_final(&result) {
+            return;
+        }
     }
-    let lease = documents
-        .load::<Lease>(LEASE_DOCUMENT, tenant, task_id)
-        .await?;
-    Ok(lease.is_some_and(|lease| lease.until > now_micros()))
+    // Lost, or ended without a final status kept in the log: the task as the store keeps it now.
+    if let Err(error) = recall_task(&tasks, &documents, &tenant, &task_id).await {
+        tracing::warn!(%task_id, "a2a: a kept task could not be read: {error}");
+    }
+    if let Ok(Subscription::Finished(update)) = tasks.subscribe(&tenant, &task_id) {
+        let _ = sender
+            .send(result_frame(&id, &StreamResult::StatusUpdate(*update)))
+            .await;
+    }
 }
 
 /// A message the registry took, its run started.

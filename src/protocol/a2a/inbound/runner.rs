@@ -14,11 +14,10 @@ use super::result_frame;
 use crate::face::EventEncoder;
 use crate::model::Event;
 use crate::protocol::a2a::tasks::{
-    self, Lease, Registry, Snapshot, Update, CONTEXT_DOCUMENT, LEASE, LEASE_DOCUMENT,
-    LEASE_RENEWAL, TASK_DOCUMENT,
+    self, Registry, Snapshot, Update, CONTEXT_DOCUMENT, EVENTS_LOG, TASK_DOCUMENT,
 };
 use crate::protocol::a2a::wire::{RequestId, StreamResult};
-use crate::store::{micros, now_micros, Documents};
+use crate::store::{now_micros, Documents, LogWriter};
 
 /// Consumes one run: encodes its events, stores them in the task and passes them on.
 pub(super) struct Runner {
@@ -28,6 +27,8 @@ pub(super) struct Runner {
     pub(super) tenant: String,
     /// The final status was kept in the store as it was published.
     pub(super) final_kept: bool,
+    /// The run's results for followers on other replicas, in a store replicas share.
+    pub(super) log: Option<LogWriter>,
     pub(super) encoder: Encoder,
     pub(super) task_id: String,
     pub(super) generation: u64,
@@ -42,27 +43,22 @@ impl Runner {
     /// Keeps the task as it starts, drives the run, and keeps it as it ended (a final status is also kept
     /// before the client hears it: see [`Runner::publish`]).
     pub(super) async fn run<S: Stream<Item = Event> + Unpin>(mut self, events: S) {
-        if !self.documents.shared() {
-            self.keep().await;
-            self.drive(events).await;
-        } else {
-            let lease = LeaseHolder {
-                documents: self.documents.clone(),
-                tenant: self.tenant.clone(),
-                task_id: self.task_id.clone(),
-            };
-            // Taken before the task shows a run: a reader never finds one with no lease.
-            lease.renew().await;
-            self.keep().await;
-            tokio::select! {
-                () = self.drive(events) => {}
-                () = lease.hold() => {}
-            }
-            lease.release().await;
+        if self.documents.shared() {
+            // Opened (its lease taken) before the task shows a run: a reader never finds one with no lease.
+            self.log = self
+                .documents
+                .open_log(EVENTS_LOG, &self.tenant, &self.task_id)
+                .await;
         }
+        self.keep().await;
+        self.drive(events).await;
         if !self.final_kept {
             // Ended without a final status (failed by the registry), or canceled before it was kept.
             self.keep().await;
+        }
+        // The log ends, and the lease goes, once the task is kept as it ended.
+        if let Some(log) = self.log.take() {
+            log.end().await;
         }
     }
 
@@ -135,6 +131,12 @@ impl Runner {
                     self.final_kept = true;
                 }
             }
+            if let Some(log) = &self.log {
+                log.push(Bytes::from(
+                    serde_json::to_vec(&*result).unwrap_or_default(),
+                ))
+                .await;
+            }
             self.tasks
                 .apply(&self.task_id, self.generation, &result, interrupt_id);
             let Some(primary) = &self.primary else {
@@ -154,6 +156,34 @@ impl Runner {
         }
         Ok(())
     }
+}
+
+/// Takes in `tenant`'s task as the store keeps it, when another replica, or this one before a restart, kept a
+/// newer revision of it than the registry holds; a task running here is known best here. A task the store
+/// shows running, with no replica driving its run any more, is failed (and kept so).
+pub(super) async fn recall_task(
+    tasks: &Registry,
+    documents: &Documents,
+    tenant: &str,
+    task_id: &str,
+) -> crate::error::Result<()> {
+    if tasks.runs_here(tenant, task_id) {
+        return Ok(());
+    }
+    let Some(snapshot) = documents
+        .load::<Snapshot>(TASK_DOCUMENT, tenant, task_id)
+        .await?
+    else {
+        return Ok(());
+    };
+    let state = snapshot.task.status.state;
+    let running = !state.is_terminal() && !state.is_paused();
+    let orphaned = running && !documents.run_live(EVENTS_LOG, tenant, task_id).await?;
+    tasks.adopt(tenant, snapshot);
+    if orphaned && tasks.fail_orphan(tenant, task_id) {
+        keep(tasks, documents, tenant, task_id).await;
+    }
+    Ok(())
 }
 
 /// Writes the task's document, and its context's, where documents are kept.
@@ -183,44 +213,6 @@ async fn save(documents: &Documents, tenant: &str, snapshot: &Snapshot) {
     };
     if let Err(error) = kept {
         tracing::warn!(task_id = %task.id, "a2a: the task could not be kept in the store: {error}");
-    }
-}
-
-/// The lease of a task's run in a store replicas share: renewed while the run goes on, so that a replica
-/// that dies leaves a run others can tell is dead.
-struct LeaseHolder {
-    documents: Documents,
-    tenant: String,
-    task_id: String,
-}
-
-impl LeaseHolder {
-    async fn renew(&self) {
-        let lease = Lease {
-            until: now_micros().saturating_add(micros(LEASE)),
-        };
-        let renewed = self
-            .documents
-            .save(LEASE_DOCUMENT, &self.tenant, &self.task_id, &lease)
-            .await;
-        if let Err(error) = renewed {
-            tracing::warn!(task_id = %self.task_id, "a2a: the task's lease could not be renewed: {error}");
-        }
-    }
-
-    /// Renews the lease until dropped.
-    async fn hold(&self) {
-        loop {
-            tokio::time::sleep(LEASE_RENEWAL).await;
-            self.renew().await;
-        }
-    }
-
-    async fn release(&self) {
-        let _ = self
-            .documents
-            .delete(LEASE_DOCUMENT, &self.tenant, &self.task_id)
-            .await;
     }
 }
 

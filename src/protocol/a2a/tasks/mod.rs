@@ -6,7 +6,9 @@
 //! - Per tenant: another tenant's task is not found (-32001), even when a client chose its id, and contexts
 //!   are looked up per tenant.
 //! - In memory, per route: tasks are the inbound's own bookkeeping, not conversation state an upstream needs,
-//!   and a live run (its cancel handle, its subscribers) cannot outlive the process anyway.
+//!   and a live run (its cancel handle, its subscribers) cannot outlive the process anyway. Where the store
+//!   keeps documents, each task is also kept there ([`Snapshot`]) for other replicas and restarts, and in a
+//!   store replicas share each run's results go to its log ([`EVENTS_LOG`]).
 //! - Bounded: an entry expires after [`IDLE_TTL`] without use, and the registry holds at most [`MAX_TASKS`];
 //!   when full, the least recently used task that is not running makes room (running tasks are never
 //!   dropped; when every task runs, a new one is refused with -32603). The new task's tenant's own tasks go
@@ -143,18 +145,10 @@ pub const TASK_DOCUMENT: &str = "a2a-task";
 /// The kind of the store document that names the latest task of a context (by the context's id).
 pub const CONTEXT_DOCUMENT: &str = "a2a-context";
 
-/// The kind of the store document that says a replica still drives a task's run (by the task's id), in a
-/// store replicas share. A run whose lease lapsed lost its replica: it is failed by whoever finds it.
-pub const LEASE_DOCUMENT: &str = "a2a-lease";
-/// How long a lease holds without renewal, and how often the replica driving the run renews it.
-pub const LEASE: Duration = Duration::from_secs(10);
-pub const LEASE_RENEWAL: Duration = Duration::from_secs(3);
-
-/// Until when (µs since the epoch) a replica drives the task's run.
-#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
-pub struct Lease {
-    pub until: u64,
-}
+/// The kind of the run log that keeps a task's results as they stream, in a store replicas share: a
+/// `tasks/resubscribe` on another replica follows it, and its lease tells a run another replica drives from
+/// one whose replica died.
+pub const EVENTS_LOG: &str = "a2a-events";
 
 /// A task as its store document keeps it.
 #[derive(Debug, Clone, Serialize, Deserialize)]

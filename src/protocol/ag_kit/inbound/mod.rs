@@ -83,7 +83,11 @@ impl Inbound {
         // from (`Last-Event-ID`), is picked up instead of starting another.
         let key = RunKey::new(&turn.tenant, &[&turn.conversation]);
         let detached = mount.detached.as_ref();
-        let frames = match detached.and_then(|runs| runs.resume(&key, last_event_id)) {
+        let resumed = match detached {
+            Some(runs) => runs.resume(&key, last_event_id).await,
+            None => None,
+        };
+        let frames = match resumed {
             Some(frames) => Either::Left(frames),
             None => {
                 let frames = frames(translator.start(turn)).await?;

@@ -48,10 +48,12 @@ impl Inbound {
         };
         // A run is named by its thread and its own id: the same two posted again pick it up.
         let key = |turn: &Turn| RunKey::new(&turn.tenant, &[&turn.conversation, &turn.run_id]);
-        let frames = mount.frames(turn, key, last_event_id, |turn| {
-            let encoder = Encoder::new(&turn, &self.options);
-            encode_frames(mount.translator.start(turn), encoder)
-        });
+        let frames = mount
+            .frames(turn, key, last_event_id, |turn| {
+                let encoder = Encoder::new(&turn, &self.options);
+                encode_frames(mount.translator.start(turn), encoder)
+            })
+            .await;
         Ok(sse::stream_response(frames, sse::EVENT_STREAM, sse::PING))
     }
 }

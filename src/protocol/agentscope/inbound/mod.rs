@@ -72,7 +72,7 @@ impl Inbound {
     /// (RunStarted first, one terminal last; dropping the stream cancels the run): the route's translator,
     /// or a script in tests. `resumed`: the route's runs that outlive their clients and the request's
     /// `Last-Event-ID`, with `detach_grace`.
-    pub fn serve<F, S>(
+    pub async fn serve<F, S>(
         &self,
         body: &[u8],
         tenant: &str,
@@ -95,9 +95,11 @@ impl Inbound {
         // A run is named by its session: the session's live run, or the one the client read from
         // (`Last-Event-ID`), is picked up instead of refused as running.
         let key = detach::RunKey::new(tenant, &[&accepted.user_id, &accepted.session_id]);
-        if let Some(frames) =
-            resumed.and_then(|(runs, last_event_id)| runs.resume(&key, last_event_id))
-        {
+        let kept = match resumed {
+            Some((runs, last_event_id)) => runs.resume(&key, last_event_id).await,
+            None => None,
+        };
+        if let Some(frames) = kept {
             return sse::stream_response(frames, sse::EVENT_STREAM_UTF8, sse::PING);
         }
         let run = format!("{}:{}", accepted.user_id, accepted.session_id);
@@ -254,6 +256,7 @@ impl InboundFace for Inbound {
         self.serve(&bytes, &caller.tenant, resumed, move |turn| {
             translator.start(turn)
         })
+        .await
     }
 }
 
@@ -296,8 +299,12 @@ mod tests {
     async fn a_second_run_of_the_same_session_is_refused_until_the_first_ends() {
         let inbound = inbound();
         let body = br#"{"input":[],"session_id":"s1","user_id":"u1"}"#;
-        let first = inbound.serve(body, "acme", None, |_| stream::pending::<Event>());
-        let second = inbound.serve(body, "acme", None, |_| stream::empty::<Event>());
+        let first = inbound
+            .serve(body, "acme", None, |_| stream::pending::<Event>())
+            .await;
+        let second = inbound
+            .serve(body, "acme", None, |_| stream::empty::<Event>())
+            .await;
         assert_eq!(
             second.headers()[CONTENT_TYPE],
             "text/event-stream; charset=utf-8"
@@ -306,7 +313,6 @@ mod tests {
             body_text(second).await,
             "data: {\"error\": \"Task u1:s1 is already in RUNNING state.\"}\n\n"
         );
-        // Another tenant's same user and session is another run.
         let finished = || {
             stream::iter([
                 Event::RunStarted,
@@ -316,36 +322,19 @@ mod tests {
                 },
             ])
         };
-        let tenants = inbound.serve(body, "globex", None, |_| finished());
+        // Another tenant's same user and session is another run.
+        let tenants = inbound.serve(body, "globex", None, |_| finished()).await;
         assert!(body_text(tenants)
             .await
             .contains("\"status\":\"completed\""));
         // Another user of the same session is another key.
-        let other = inbound.serve(
-            br#"{"input":[],"session_id":"s1","user_id":"u2"}"#,
-            "acme",
-            None,
-            |_| {
-                stream::iter([
-                    Event::RunStarted,
-                    Event::RunFinished {
-                        outcome: Outcome::Completed,
-                        usage: None,
-                    },
-                ])
-            },
-        );
+        let other_user = br#"{"input":[],"session_id":"s1","user_id":"u2"}"#;
+        let other = inbound
+            .serve(other_user, "acme", None, |_| finished())
+            .await;
         assert!(body_text(other).await.contains("\"status\":\"completed\""));
         drop(first);
-        let third = inbound.serve(body, "acme", None, |_| {
-            stream::iter([
-                Event::RunStarted,
-                Event::RunFinished {
-                    outcome: Outcome::Completed,
-                    usage: None,
-                },
-            ])
-        });
+        let third = inbound.serve(body, "acme", None, |_| finished()).await;
         assert!(body_text(third).await.contains("\"status\":\"completed\""));
     }
 }

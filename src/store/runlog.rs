@@ -1,0 +1,447 @@
+//! A run's events kept in the store as they stream, so that a client on another replica, or on this one
+//! after a restart, can follow the run: an A2A `tasks/resubscribe`, a client of a detached run coming back.
+//! It knows no protocol: an event is the bytes its inbound chose to keep.
+//!
+//! - The writer ([`LogWriter`]) hands events to a task of its own, which appends whatever has gathered in
+//!   one call: the run never waits on a store round trip per event. On redb those appends are not synced;
+//!   a [`LogWriter::durable`] point and the end of the log are.
+//! - In a store replicas share, the writer holds the run's lease while the log is open (renewed every
+//!   [`LEASE_RENEWAL`]); a follower of a log that stopped growing and whose lease lapsed knows the replica
+//!   driving the run is gone ([`Followed::Lost`]). In a store one process owns, a log that is not ended and
+//!   that this process does not write was cut short by an earlier process.
+//! - A log keeps at most [`MAX_LOG_BYTES`]: past them events are no longer kept (logged), and a follower
+//!   reading from the store ends where the kept events end.
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures_util::Stream;
+use serde::{Deserialize, Serialize};
+use tokio::sync::mpsc;
+
+use super::{micros, now_micros, DocumentKey, Documents, LogPage};
+
+/// How long a run's lease holds without renewal, and how often the replica driving the run renews it.
+const LEASE: Duration = Duration::from_secs(10);
+const LEASE_RENEWAL: Duration = Duration::from_secs(3);
+/// The most a run log keeps.
+const MAX_LOG_BYTES: usize = 16 << 20;
+/// The kind of the document that holds a run's lease (its id: the log's kind and id).
+const LEASE_DOCUMENT: &str = "run-lease";
+/// How many events one append or one read takes at most.
+const BATCH: usize = 256;
+/// How many events may wait for the writer before the run waits for it.
+const PENDING: usize = 1024;
+/// How often a follower looks for new events of a run another replica drives.
+const POLL: Duration = Duration::from_millis(100);
+
+/// Until when (µs since the epoch) a replica drives the run.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+struct Lease {
+    until: u64,
+}
+
+/// Appends a run's events to its log; the log ends when this is dropped (or [`LogWriter::end`]ed).
+pub struct LogWriter {
+    sender: mpsc::Sender<Entry>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+enum Entry {
+    Event(Bytes),
+    /// What was appended so far is to be on disk.
+    Durable,
+}
+
+/// What a follower of a run log reads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Followed {
+    /// The event numbered so, and its bytes.
+    Event(u64, Bytes),
+    /// The replica driving the run stopped before the log ended (or the store could not be read).
+    Lost,
+}
+
+impl LogWriter {
+    /// Keeps `event` as the log's next; waits only when the store is `PENDING` events behind.
+    pub async fn push(&self, event: Bytes) {
+        let _ = self.sender.send(Entry::Event(event)).await;
+    }
+
+    /// Makes what was pushed so far durable (a run that pauses for its user).
+    pub async fn durable(&self) {
+        let _ = self.sender.send(Entry::Durable).await;
+    }
+
+    /// Ends the log, and returns once what was pushed is kept, durably.
+    pub async fn end(self) {
+        let Self { sender, task } = self;
+        drop(sender);
+        let _ = task.await;
+    }
+}
+
+impl Documents {
+    fn lease_key(&self, kind: &'static str, tenant: &str, id: &str) -> DocumentKey {
+        self.key(LEASE_DOCUMENT, tenant, &format!("{kind}/{id}"))
+    }
+
+    /// Starts the run log `kind`/`id` of `tenant` afresh and returns its writer, with the run's lease taken
+    /// (in a store replicas share) before this returns. `None` where no log is kept (the memory backend).
+    pub async fn open_log(&self, kind: &'static str, tenant: &str, id: &str) -> Option<LogWriter> {
+        if !self.kept() {
+            return None;
+        }
+        let lease = self.shared().then(|| self.lease_key(kind, tenant, id));
+        if let Some(lease) = &lease {
+            self.renew(lease).await;
+        }
+        let (sender, receiver) = mpsc::channel(PENDING);
+        let writer = Writer {
+            documents: self.clone(),
+            key: self.key(kind, tenant, id),
+            lease,
+            after: 0,
+            bytes: 0,
+            broken: false,
+        };
+        let task = tokio::spawn(writer.run(receiver));
+        Some(LogWriter { sender, task })
+    }
+
+    /// Whether a replica still drives the run of log `kind`/`id`: its lease holds in a store replicas share.
+    /// In a store this process owns alone, a run it does not drive was cut short when an earlier process
+    /// stopped.
+    pub async fn run_live(
+        &self,
+        kind: &'static str,
+        tenant: &str,
+        id: &str,
+    ) -> crate::error::Result<bool> {
+        self.is_held(LEASE_DOCUMENT, tenant, &format!("{kind}/{id}"))
+            .await
+    }
+
+    /// Holds the lease `kind`/`id` of `tenant` in a store replicas share, renewing it every
+    /// `LEASE_RENEWAL` until dropped (it then lapses within `LEASE`). Never resolves.
+    pub async fn hold(&self, kind: &'static str, tenant: &str, id: &str) {
+        if !self.shared() {
+            return std::future::pending().await;
+        }
+        let lease = self.key(kind, tenant, id);
+        loop {
+            self.renew(&lease).await;
+            tokio::time::sleep(LEASE_RENEWAL).await;
+        }
+    }
+
+    /// Whether someone holds the lease `kind`/`id` of `tenant` ([`Documents::hold`]); never, in a store
+    /// this process owns alone.
+    pub async fn is_held(
+        &self,
+        kind: &'static str,
+        tenant: &str,
+        id: &str,
+    ) -> crate::error::Result<bool> {
+        if !self.shared() {
+            return Ok(false);
+        }
+        let lease = self.load::<Lease>(kind, tenant, id).await?;
+        Ok(lease.is_some_and(|lease| lease.until > now_micros()))
+    }
+
+    /// Up to a batch of the events of log `kind`/`id` after `after`; `None` when no such log is kept.
+    pub async fn read_log(
+        &self,
+        kind: &'static str,
+        tenant: &str,
+        id: &str,
+        after: u64,
+    ) -> crate::error::Result<Option<LogPage>> {
+        self.store
+            .read_events(&self.key(kind, tenant, id), after, BATCH)
+            .await
+    }
+
+    /// The events of log `kind`/`id` after `after` as they are appended, until the log ends, or
+    /// [`Followed::Lost`] once it stops growing with no replica driving its run.
+    pub fn follow_log(
+        &self,
+        kind: &'static str,
+        tenant: &str,
+        id: &str,
+        after: u64,
+    ) -> impl Stream<Item = Followed> + Send + 'static {
+        let follower = Follower {
+            documents: self.clone(),
+            kind,
+            tenant: tenant.to_owned(),
+            id: id.to_owned(),
+            after,
+            ready: VecDeque::new(),
+            ended: false,
+        };
+        futures_util::stream::unfold(follower, |mut follower| async move {
+            let next = follower.next().await?;
+            Some((next, follower))
+        })
+    }
+
+    async fn renew(&self, lease: &DocumentKey) {
+        let until = now_micros().saturating_add(micros(LEASE));
+        let bytes = super::codec::encode(&Lease { until }, now_micros(), false);
+        if let Err(error) = self.store.save_document(lease, bytes).await {
+            tracing::warn!(run = %lease.id, "a run's lease could not be renewed: {error}");
+        }
+    }
+}
+
+/// The task that appends a run's events.
+struct Writer {
+    documents: Documents,
+    key: DocumentKey,
+    lease: Option<DocumentKey>,
+    /// The number of the last event appended.
+    after: u64,
+    bytes: usize,
+    /// An append failed: later events would be numbered wrong, so none is kept; the end still is.
+    broken: bool,
+}
+
+impl Writer {
+    async fn run(mut self, mut receiver: mpsc::Receiver<Entry>) {
+        let mut renewal = tokio::time::interval(LEASE_RENEWAL);
+        renewal.tick().await;
+        loop {
+            let first = tokio::select! {
+                entry = receiver.recv() => entry,
+                _ = renewal.tick(), if self.lease.is_some() => {
+                    if let Some(lease) = &self.lease {
+                        self.documents.renew(lease).await;
+                    }
+                    continue;
+                }
+            };
+            let mut batch = Vec::new();
+            let mut durable = false;
+            let mut end = true;
+            if let Some(entry) = first {
+                end = false;
+                self.take(entry, &mut batch, &mut durable);
+                while batch.len() < BATCH {
+                    match receiver.try_recv() {
+                        Ok(entry) => self.take(entry, &mut batch, &mut durable),
+                        Err(mpsc::error::TryRecvError::Empty) => break,
+                        Err(mpsc::error::TryRecvError::Disconnected) => {
+                            end = true;
+                            break;
+                        }
+                    }
+                }
+            }
+            self.append(batch, end, durable || end).await;
+            if end {
+                if let Some(lease) = &self.lease {
+                    let _ = self.documents.store.delete_document(lease).await;
+                }
+                return;
+            }
+        }
+    }
+
+    fn take(&mut self, entry: Entry, batch: &mut Vec<Bytes>, durable: &mut bool) {
+        match entry {
+            Entry::Durable => *durable = true,
+            Entry::Event(event) if self.bytes + event.len() <= MAX_LOG_BYTES => {
+                self.bytes += event.len();
+                batch.push(event);
+            }
+            Entry::Event(_) => {
+                if self.bytes <= MAX_LOG_BYTES {
+                    self.bytes = MAX_LOG_BYTES + 1;
+                    tracing::warn!(
+                        run = %self.key.id,
+                        "a run log reached {MAX_LOG_BYTES} bytes; its later events are not kept"
+                    );
+                }
+            }
+        }
+    }
+
+    async fn append(&mut self, mut batch: Vec<Bytes>, end: bool, durable: bool) {
+        if self.broken {
+            batch.clear();
+        }
+        if batch.is_empty() && !end && !durable {
+            return;
+        }
+        let count = batch.len() as u64;
+        let appended = self
+            .documents
+            .store
+            .append_events(&self.key, self.after, batch, end, durable)
+            .await;
+        match appended {
+            Ok(()) => self.after += count,
+            // Followers elsewhere then see the run stop and, once its lease lapses, lost.
+            Err(error) => {
+                tracing::warn!(run = %self.key.id, "a run's events could not be kept: {error}")
+            }
+        }
+    }
+}
+
+/// One follower's place in a run log.
+struct Follower {
+    documents: Documents,
+    kind: &'static str,
+    tenant: String,
+    id: String,
+    after: u64,
+    ready: VecDeque<Bytes>,
+    ended: bool,
+}
+
+impl Follower {
+    async fn next(&mut self) -> Option<Followed> {
+        loop {
+            if let Some(event) = self.ready.pop_front() {
+                self.after += 1;
+                return Some(Followed::Event(self.after, event));
+            }
+            if self.ended {
+                return None;
+            }
+            match self.read().await {
+                Some(true) => continue,
+                Some(false) => {}
+                None => return self.lost(),
+            }
+            let (kind, tenant, id) = (self.kind, self.tenant.as_str(), self.id.as_str());
+            let live = self.documents.run_live(kind, tenant, id).await;
+            if live.unwrap_or(false) {
+                tokio::time::sleep(POLL).await;
+                continue;
+            }
+            // The run may have ended between the read and the look at its lease.
+            if self.read().await != Some(true) {
+                return self.lost();
+            }
+        }
+    }
+
+    fn lost(&mut self) -> Option<Followed> {
+        self.ended = true;
+        Some(Followed::Lost)
+    }
+
+    /// Reads what was appended after `after`: whether there was anything (events, or the end). `None` is
+    /// the store's failure, after which the run reads as lost.
+    async fn read(&mut self) -> Option<bool> {
+        let (kind, tenant, id) = (self.kind, self.tenant.as_str(), self.id.as_str());
+        match self.documents.read_log(kind, tenant, id, self.after).await {
+            Ok(page) => {
+                let page = page.unwrap_or_default();
+                self.ended = page.ended;
+                let any = !page.events.is_empty() || page.ended;
+                self.ready.extend(page.events);
+                Some(any)
+            }
+            Err(error) => {
+                tracing::warn!(run = %id, "a run log could not be read: {error}");
+                None
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use futures_util::StreamExt;
+
+    use super::*;
+    use crate::config::{StoreBackend, StoreConfig};
+    use crate::store::RedbStore;
+
+    /// The store in `folder`, once the last process (or writer task) holding it let go (bounded).
+    async fn redb(folder: &std::path::Path) -> Documents {
+        let config = StoreConfig {
+            backend: StoreBackend::Redb,
+            path: Some(folder.join("store.redb")),
+            idle_ttl: Duration::from_secs(60),
+            ..StoreConfig::default()
+        };
+        for _ in 0..100 {
+            if let Ok(store) = RedbStore::open(&config) {
+                return Documents::new(Arc::new(store), "route");
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("the store is still held");
+    }
+
+    fn folder(name: &str) -> std::path::PathBuf {
+        std::env::temp_dir().join(format!(
+            "agent-bridge-runlog-{name}-{}-{}",
+            std::process::id(),
+            now_micros()
+        ))
+    }
+
+    async fn followed(documents: &Documents, id: &str, after: u64) -> Vec<Followed> {
+        documents
+            .follow_log("kind", "acme", id, after)
+            .collect()
+            .await
+    }
+
+    fn event(n: u64) -> Followed {
+        Followed::Event(n, Bytes::from(format!("event {n}")))
+    }
+
+    #[tokio::test]
+    async fn an_ended_log_is_read_whole_after_a_restart_and_a_new_run_starts_it_afresh() {
+        let folder = folder("ended");
+        let documents = redb(&folder).await;
+        let writer = documents.open_log("kind", "acme", "run").await.unwrap();
+        for n in 1..=3 {
+            writer.push(Bytes::from(format!("event {n}"))).await;
+        }
+        drop(writer);
+        // The writer's task ends the log and lets go of the file.
+        drop(documents);
+
+        let documents = redb(&folder).await;
+        assert_eq!(
+            followed(&documents, "run", 0).await,
+            [event(1), event(2), event(3)]
+        );
+        assert_eq!(followed(&documents, "run", 2).await, [event(3)]);
+        assert_eq!(
+            documents.read_log("kind", "other", "run", 0).await.unwrap(),
+            None,
+            "another tenant's log is another log"
+        );
+
+        let writer = documents.open_log("kind", "acme", "run").await.unwrap();
+        writer.push(Bytes::from_static(b"event 1")).await;
+        writer.durable().await;
+        for _ in 0..100 {
+            let page = documents.read_log("kind", "acme", "run", 0).await.unwrap();
+            if page.is_some_and(|page| !page.ended) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        // Not ended, and in a store one process owns, this one not driving it: lost after what was kept.
+        assert_eq!(
+            followed(&documents, "run", 0).await,
+            [event(1), Followed::Lost]
+        );
+        drop((writer, documents));
+        let _ = std::fs::remove_dir_all(folder);
+    }
+}
