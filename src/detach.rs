@@ -124,19 +124,22 @@ impl Detached {
         let (tenant, id) = (key.tenant.as_str(), key.id());
         let found = self.documents.read_log(LOG, tenant, &id, 0).await;
         let page = match found {
-            Ok(page) => page?,
+            Ok(page) => page,
             Err(error) => {
                 tracing::warn!("a detached run could not be looked for in the store: {error}");
                 return None;
             }
         };
-        let live = !page.ended
+        // Its lease is taken before any client reads its first event; the events may reach the store
+        // after a client read them.
+        let ended = page.as_ref().is_some_and(|page| page.ended);
+        let live = !ended
             && self
                 .documents
                 .run_live(LOG, tenant, &id)
                 .await
                 .unwrap_or(false);
-        if last_event_id.is_none() && !live {
+        if !live && (page.is_none() || last_event_id.is_none()) {
             return None;
         }
         let follower = Arc::new(Holder(tokio::spawn({

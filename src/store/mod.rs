@@ -216,8 +216,9 @@ pub trait Store: Send + Sync {
         bytes: Vec<u8>,
     ) -> BoxFuture<'a, Result<()>>;
     fn delete_document<'a>(&'a self, key: &'a DocumentKey) -> BoxFuture<'a, Result<()>>;
-    /// Appends `events` to the run log `key`, numbered from `after + 1` (`after` 0 starts the log afresh),
-    /// and with `end` marks the log ended. `durable`: on disk when this returns (redb); otherwise the next
+    /// Appends `events` to the run log `key`, numbered from `after + 1` (`after` 0 starts the log afresh;
+    /// [`APPEND`]: after whatever it holds, for a log several processes add to), and with `end` marks the
+    /// log ended. `durable`: on disk when this returns (redb); otherwise the next
     /// durable append carries it. The memory backend keeps no log, as it keeps no document.
     fn append_events<'a>(
         &'a self,
@@ -239,6 +240,9 @@ pub trait Store: Send + Sync {
         Box::pin(std::future::ready(Ok(None)))
     }
 }
+
+/// The `after` of [`Store::append_events`] that appends after whatever the log holds.
+pub const APPEND: u64 = u64::MAX;
 
 /// A part of a run log, as [`Store::read_events`] reads it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -16,7 +16,7 @@ use bytes::Bytes;
 use futures_util::future::BoxFuture;
 
 use super::local::{micros, now_micros, Bodies, Local, Meta, SWEEP_INTERVAL};
-use super::{codec, DocumentKey, Key, LogPage, Record, Store};
+use super::{codec, DocumentKey, Key, LogPage, Record, Store, APPEND};
 use crate::config::StoreConfig;
 use crate::error::{Error, Result};
 
@@ -310,11 +310,24 @@ impl File {
         }
         {
             let mut table = write.open_table(EVENTS).map_err(|e| self.failed(e))?;
-            if after == 0 {
-                table
-                    .retain_in(event_key(key, 0)..=event_key(key, u64::MAX), |_, _| false)
-                    .map_err(|e| self.failed(e))?;
-            }
+            let after = match after {
+                0 => {
+                    table
+                        .retain_in(event_key(key, 0)..=event_key(key, u64::MAX), |_, _| false)
+                        .map_err(|e| self.failed(e))?;
+                    0
+                }
+                APPEND => {
+                    let mut kept = table
+                        .range(event_key(key, 0)..=event_key(key, u64::MAX))
+                        .map_err(|e| self.failed(e))?;
+                    match kept.next_back() {
+                        Some(last) => last.map_err(|e| self.failed(e))?.0.value().4,
+                        None => 0,
+                    }
+                }
+                after => after,
+            };
             for (number, event) in (after + 1..).zip(events) {
                 table
                     .insert(event_key(key, number), event.as_ref())

@@ -46,6 +46,8 @@ struct Lease {
 pub struct LogWriter {
     sender: mpsc::Sender<Entry>,
     task: tokio::task::JoinHandle<()>,
+    /// [`LogWriter::try_push`] found the writer too far behind: the log keeps nothing more.
+    overflowed: std::sync::atomic::AtomicBool,
 }
 
 enum Entry {
@@ -69,6 +71,19 @@ impl LogWriter {
         let _ = self.sender.send(Entry::Event(event)).await;
     }
 
+    /// [`LogWriter::push`] for a run that cannot wait: when the store is `PENDING` events behind, the log
+    /// keeps nothing more (logged) rather than a run with a hole in it.
+    pub fn try_push(&self, event: Bytes) {
+        use std::sync::atomic::Ordering;
+        if self.overflowed.load(Ordering::Relaxed) {
+            return;
+        }
+        if self.sender.try_send(Entry::Event(event)).is_err() {
+            self.overflowed.store(true, Ordering::Relaxed);
+            tracing::warn!("a run log fell too far behind its run; its later events are not kept");
+        }
+    }
+
     /// Makes what was pushed so far durable (a run that pauses for its user).
     pub async fn durable(&self) {
         let _ = self.sender.send(Entry::Durable).await;
@@ -76,7 +91,7 @@ impl LogWriter {
 
     /// Ends the log, and returns once what was pushed is kept, durably.
     pub async fn end(self) {
-        let Self { sender, task } = self;
+        let Self { sender, task, .. } = self;
         drop(sender);
         let _ = task.await;
     }
@@ -107,7 +122,11 @@ impl Documents {
             broken: false,
         };
         let task = tokio::spawn(writer.run(receiver));
-        Some(LogWriter { sender, task })
+        Some(LogWriter {
+            sender,
+            task,
+            overflowed: std::sync::atomic::AtomicBool::new(false),
+        })
     }
 
     /// Whether a replica still drives the run of log `kind`/`id`: its lease holds in a store replicas share.
@@ -149,6 +168,21 @@ impl Documents {
         }
         let lease = self.load::<Lease>(kind, tenant, id).await?;
         Ok(lease.is_some_and(|lease| lease.until > now_micros()))
+    }
+
+    /// Adds `event` to the log `kind`/`id` of `tenant` that another process writes (a request it is to act
+    /// on), after whatever the log holds.
+    pub async fn push_to_log(
+        &self,
+        kind: &'static str,
+        tenant: &str,
+        id: &str,
+        event: Bytes,
+    ) -> crate::error::Result<()> {
+        let key = self.key(kind, tenant, id);
+        self.store
+            .append_events(&key, super::APPEND, vec![event], false, false)
+            .await
     }
 
     /// Up to a batch of the events of log `kind`/`id` after `after`; `None` when no such log is kept.

@@ -8,10 +8,10 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 use toml::{Table, Value as Toml};
 
-use crate::support::a2a;
 use crate::support::ag_ui::{self, finished, input, started, text, user};
 use crate::support::binary::{agent_bridge, serve_command, AgentBridge};
 use crate::support::stores::{Deployment, RedisServer, TempDir, Topology};
+use crate::support::{a2a, cmdc, CmdcClient};
 use crate::support::{within, Reply, Route, Routes, Upstream, WAIT};
 
 const PATH: &str = "/chat";
@@ -463,4 +463,81 @@ async fn an_a2a_resubscribe_on_the_other_replica_ends_failed_when_the_running_re
     assert_eq!(last["result"]["final"], true);
     let why = a2a::status_text(&last["result"]["status"]);
     assert!(why.contains("stopped before the task ended"), "{why}");
+}
+
+/// The CMDC gateway's client on the proxy that serves `deployment`'s next request.
+fn cmdc_on(deployment: &Deployment) -> CmdcClient {
+    CmdcClient::new(deployment.url("/gw"))
+}
+
+#[tokio::test]
+async fn a_cmdc_session_is_prompted_on_one_replica_followed_and_answered_on_the_other() {
+    let route = Route::new("cmdc", "/gw", "cmdc", "echo");
+    let mut deployment = Deployment::start(Topology::Replicas, route);
+    let session = cmdc_on(&deployment).create(json!({"model": "m"})).await;
+    deployment.between_turns();
+    // The other replica drives the run; this one follows it and takes the answer.
+    let accepted = cmdc_on(&deployment)
+        .prompt(&session, "/ask Which city?")
+        .await;
+    assert_eq!(accepted["queued"], false, "{accepted}");
+    deployment.between_turns();
+    let follower = cmdc_on(&deployment);
+    let mut events = follower.subscribe(&session).await;
+    let asked = cmdc::until(&mut events, "ask_user").await;
+    let ask = &asked.last().unwrap().1;
+    assert_eq!(ask["question"], "Which city?");
+    follower.wait_state(&session, "waiting_input").await;
+    let reference = ask["ref"].as_str().unwrap();
+    let answered = follower.respond(&session, reference, "Paris").await;
+    assert_eq!(answered.status, 200);
+
+    let seen = cmdc::all(&mut events).await;
+    assert_eq!(
+        cmdc::names(&seen)
+            .iter()
+            .filter(|name| **name == "prompt_received")
+            .count(),
+        1,
+        "the whole run, once: {seen:?}"
+    );
+    assert_eq!(cmdc::streamed_text(&seen), "You answered: Paris");
+    assert_eq!(cmdc::names(&seen).last(), Some(&"agent_end"), "{seen:?}");
+    let idle = follower.wait_state(&session, "idle").await;
+    assert_eq!(idle["turns"], 1, "{idle}");
+    let messages = follower.messages(&session).await;
+    let texts: Vec<&str> = messages["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|message| message["content"].as_str())
+        .collect();
+    assert_eq!(texts.last(), Some(&"You answered: Paris"), "{messages}");
+}
+
+#[tokio::test]
+async fn a_cmdc_run_that_ended_on_one_replica_is_replayed_once_to_a_subscriber_on_the_other() {
+    let route = Route::new("cmdc", "/gw", "cmdc", "echo");
+    let mut deployment = Deployment::start(Topology::Replicas, route);
+    let session = cmdc_on(&deployment).create(json!({"model": "m"})).await;
+    cmdc_on(&deployment).prompt(&session, "hello there").await;
+    cmdc_on(&deployment).wait_state(&session, "idle").await;
+    deployment.between_turns();
+    // cmdc-sdk posts the prompt before it opens the events: the run it missed, from its start.
+    let mut events = cmdc_on(&deployment).subscribe(&session).await;
+    let seen = cmdc::all(&mut events).await;
+    assert_eq!(
+        cmdc::names(&seen).first(),
+        Some(&"prompt_received"),
+        "{seen:?}"
+    );
+    assert_eq!(cmdc::streamed_text(&seen), "hello there");
+    assert_eq!(cmdc::names(&seen).last(), Some(&"agent_end"), "{seen:?}");
+
+    // Read once: the next subscriber waits for the next run, which the other replica drives.
+    let mut next = cmdc_on(&deployment).subscribe(&session).await;
+    deployment.between_turns();
+    cmdc_on(&deployment).prompt(&session, "again").await;
+    let seen = cmdc::all(&mut next).await;
+    assert_eq!(cmdc::streamed_text(&seen), "again", "{seen:?}");
 }

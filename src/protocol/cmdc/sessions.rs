@@ -1,6 +1,7 @@
 //! The sessions of one CMDC inbound route: an in-memory registry per (tenant, session id), each session with
 //! its state, its queue of prompts, its callback tools, its message log and the event buffer of its current
-//! run.
+//! run. Where the store keeps documents, each session is kept there too ([`Kept`]), and its runs' events go to
+//! a run log ([`RUN_LOG`]), so that other replicas (or this one after a restart) serve it.
 //!
 //! A run's events are appended to the run's buffer and every subscriber reads the buffer with a cursor of
 //! its own (`specs/cmdc.md` §4.2 #1): a subscriber that attaches after the prompt (cmdc-sdk posts `/prompt`
@@ -19,6 +20,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio::runtime::Handle;
 use tokio::sync::{mpsc, watch};
@@ -27,6 +29,7 @@ use super::wire::{self, CallbackTool, Event};
 use crate::egress::Requester;
 use crate::model::Resume;
 use crate::size::json_len;
+use crate::store::{now_micros, LogWriter};
 
 /// How long a finished run's buffer waits for a subscriber to read it.
 pub const FINISHED_RUN_TTL: Duration = Duration::from_secs(300);
@@ -116,6 +119,22 @@ impl Sessions {
         Ok(session)
     }
 
+    /// The tenant's session `id` as another replica made it (the store keeps it), unless this one knows it.
+    pub fn adopt(&self, tenant: &str, id: &str, kept: Kept) -> Arc<Session> {
+        let mut sessions = lock(&self.sessions);
+        let key = (tenant.to_owned(), id.to_owned());
+        let session = sessions.entry(key).or_insert_with(|| {
+            Arc::new(Session::from_kept(
+                tenant,
+                id,
+                kept.clone(),
+                self.run_buffer,
+            ))
+        });
+        session.take_in(kept);
+        Arc::clone(session)
+    }
+
     /// The tenant's session `id`; another tenant's sessions are invisible.
     pub fn get(&self, tenant: &str, id: &str) -> Option<Arc<Session>> {
         let session = lock(&self.sessions)
@@ -162,7 +181,8 @@ pub fn add(total: &mut wire::TokenUsage, usage: wire::TokenUsage) {
 }
 
 /// A session's `state`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Status {
     #[default]
     Idle,
@@ -183,7 +203,7 @@ impl Status {
 }
 
 /// An interrupt the paused run waits on.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Pending {
     pub id: String,
     pub approval: bool,
@@ -196,6 +216,65 @@ pub struct Queued {
     pub api_key: String,
 }
 
+/// A session as the store keeps it (kind [`SESSION_DOCUMENT`]), so that any replica serves it: what its
+/// handlers show and what a run driven on any replica needs.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Kept {
+    pub conversation: String,
+    pub model: String,
+    /// When it was created, in µs since the epoch.
+    pub created: u64,
+    pub status: Status,
+    pub turns: u64,
+    pub tool_calls: u64,
+    pub usage: wire::TokenUsage,
+    pub system_prompt: Option<String>,
+    pub pending: Vec<Pending>,
+    pub tools: Vec<KeptTool>,
+    pub messages: Vec<Value>,
+    pub messages_logged: u64,
+    /// A run goes on (running or paused), on the replica whose run log ([`RUN_LOG`]) holds its lease.
+    pub busy: bool,
+    /// How many runs the session had; the latest one's events are its run log.
+    pub runs: u64,
+}
+
+/// A callback tool as the store keeps it, with the client that registered it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct KeptTool {
+    pub tool: CallbackTool,
+    pub peer: std::net::IpAddr,
+    pub local: std::net::SocketAddr,
+}
+
+/// The kind of a session's store document (by the session's id).
+pub const SESSION_DOCUMENT: &str = "cmdc-session";
+/// The kind of the run log of a session's latest run (by the session's id): its events as WebSocket frames.
+pub const RUN_LOG: &str = "cmdc-run";
+/// The kind of the log through which other replicas hand the replica running a session's run what their
+/// clients asked of it (by the session's id; [`Control`]).
+pub const CONTROL_LOG: &str = "cmdc-control";
+/// The kind of the document that says which of a session's runs a subscriber on some replica read to its end.
+pub const READ_DOCUMENT: &str = "cmdc-read";
+
+/// What a client asked of a session whose run goes on on another replica, handed there.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Control {
+    Prompt { text: String, api_key: String },
+    Answer(Resume),
+    Abort,
+    Close,
+}
+
+/// Why an answer was not taken.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Unanswered {
+    /// The session's run waits on no such interrupt.
+    NotPending,
+    RunEnded,
+}
+
 /// One session.
 pub struct Session {
     pub id: String,
@@ -205,7 +284,8 @@ pub struct Session {
     pub tenant: String,
     pub model: String,
     run_buffer: usize,
-    created: Instant,
+    /// µs since the epoch.
+    created: u64,
     used: Mutex<Instant>,
     state: Mutex<State>,
     current: watch::Sender<Current>,
@@ -240,12 +320,15 @@ pub struct State {
     messages_bytes: usize,
     /// Every message logged, kept or not (`agent_end.message_count`).
     pub messages_logged: u64,
-    /// Whether a run is going on (running or paused).
+    /// Whether a run is going on (running or paused) on this replica.
     pub busy: bool,
+    /// Whether a run goes on on another replica, as the store last said.
+    pub elsewhere: bool,
+    /// How many runs the session had, on any replica, as far as this one knows.
+    pub runs: u64,
     /// The runtime of the latest subscriber. A run is driven there, on the thread that streams its events,
     /// rather than on the one its prompt came in on: its events then cross no thread (src/workers.rs).
     pub subscriber_runtime: Option<Handle>,
-    next_run: u64,
 }
 
 impl State {
@@ -278,18 +361,43 @@ impl Session {
         system_prompt: Option<String>,
         run_buffer: usize,
     ) -> Self {
+        let conversation = format!("{id}:{}", crate::model::random_hex());
+        let session = Self::with(tenant, id, conversation, model, now_micros(), run_buffer);
+        session.state().system_prompt = system_prompt;
+        session
+    }
+
+    /// The session another replica made, as the store keeps it.
+    fn from_kept(tenant: &str, id: &str, kept: Kept, run_buffer: usize) -> Self {
+        let session = Self::with(
+            tenant,
+            id,
+            kept.conversation.clone(),
+            kept.model.clone(),
+            kept.created,
+            run_buffer,
+        );
+        session.take_in(kept);
+        session
+    }
+
+    fn with(
+        tenant: &str,
+        id: &str,
+        conversation: String,
+        model: String,
+        created: u64,
+        run_buffer: usize,
+    ) -> Self {
         Self {
             id: id.to_owned(),
-            conversation: format!("{id}:{}", crate::model::random_hex()),
+            conversation,
             tenant: tenant.to_owned(),
             model,
             run_buffer,
-            created: Instant::now(),
+            created,
             used: Mutex::new(Instant::now()),
-            state: Mutex::new(State {
-                system_prompt,
-                ..State::default()
-            }),
+            state: Mutex::new(State::default()),
             current: watch::channel(Current::default()).0,
             cancel: watch::channel(false).0,
         }
@@ -304,13 +412,73 @@ impl Session {
     }
 
     pub fn uptime_ms(&self) -> u64 {
-        u64::try_from(self.created.elapsed().as_millis()).unwrap_or(u64::MAX)
+        now_micros().saturating_sub(self.created) / 1000
+    }
+
+    /// The session as the store keeps it.
+    pub fn kept(&self) -> Kept {
+        let state = self.state();
+        Kept {
+            conversation: self.conversation.clone(),
+            model: self.model.clone(),
+            created: self.created,
+            status: state.status,
+            turns: state.turns,
+            tool_calls: state.tool_calls,
+            usage: state.usage,
+            system_prompt: state.system_prompt.clone(),
+            pending: state.pending.clone(),
+            tools: state
+                .tools
+                .iter()
+                .map(|registered| KeptTool {
+                    tool: registered.tool.clone(),
+                    peer: registered.requester.peer,
+                    local: registered.requester.local,
+                })
+                .collect(),
+            messages: state.messages.clone(),
+            messages_logged: state.messages_logged,
+            busy: state.busy || state.elsewhere,
+            runs: state.runs,
+        }
+    }
+
+    /// Takes in the session as the store keeps it, unless a run goes on here (then this replica knows
+    /// it best).
+    pub fn take_in(&self, kept: Kept) {
+        let mut state = self.state();
+        if state.busy {
+            return;
+        }
+        state.status = kept.status;
+        state.turns = kept.turns;
+        state.tool_calls = kept.tool_calls;
+        state.usage = kept.usage;
+        state.system_prompt = kept.system_prompt;
+        state.pending = kept.pending;
+        state.tools = kept
+            .tools
+            .into_iter()
+            .map(|kept| RegisteredTool {
+                tool: kept.tool,
+                requester: Requester {
+                    peer: kept.peer,
+                    local: kept.local,
+                },
+            })
+            .collect();
+        state.messages_bytes = kept.messages.iter().map(json_len).sum();
+        state.messages = kept.messages;
+        state.messages_logged = kept.messages_logged;
+        state.elsewhere = kept.busy;
+        state.runs = state.runs.max(kept.runs);
     }
 
     /// Starts the buffer of a new run and makes it the one subscribers attach to.
     pub fn new_run(&self, state: &mut State) -> Arc<Run> {
-        state.next_run += 1;
-        let run = Arc::new(Run::new(state.next_run, self.run_buffer));
+        state.runs += 1;
+        let run = Arc::new(Run::new(state.runs, self.run_buffer));
         self.current
             .send_modify(|current| current.run = Some(Arc::clone(&run)));
         run
@@ -347,6 +515,20 @@ impl Session {
                 stale
             });
         });
+    }
+
+    /// Hands an answer to the run paused here.
+    pub fn answer(&self, resume: Resume) -> Result<(), Unanswered> {
+        let mut state = self.state();
+        let position = state
+            .pending
+            .iter()
+            .position(|p| p.id == resume.interrupt_id);
+        let (Some(position), Some(answers)) = (position, state.answers.clone()) else {
+            return Err(Unanswered::NotPending);
+        };
+        state.pending.remove(position);
+        answers.send(resume).map_err(|_| Unanswered::RunEnded)
     }
 
     /// Ends the session: its run is cancelled, and subscribers end once they read what is buffered.
@@ -409,6 +591,8 @@ pub struct Run {
     len: watch::Sender<usize>,
     /// Set by `POST …/abort`.
     aborted: watch::Sender<bool>,
+    /// The run's log in the store, while the run goes on (for subscribers on other replicas).
+    log: Mutex<Option<LogWriter>>,
 }
 
 /// The run's latest events, within `limit` bytes: the events from index `first` on, each with its cost.
@@ -454,6 +638,23 @@ impl Run {
             buffer: Mutex::new(buffer),
             len: watch::channel(0).0,
             aborted: watch::channel(false).0,
+            log: Mutex::new(None),
+        }
+    }
+
+    /// Keeps the run's events from now on in its log in the store too; its terminal event ends the log.
+    pub fn keep_in(&self, log: LogWriter) {
+        *lock(&self.log) = Some(log);
+    }
+
+    /// Hands `event` to the run's log, if kept; the log ends with the terminal event.
+    fn log(&self, event: &Event) {
+        let mut log = lock(&self.log);
+        if let Some(writer) = log.as_ref() {
+            writer.try_push(bytes::Bytes::from(event.to_frame()));
+        }
+        if event.is_terminal() {
+            log.take();
         }
     }
 
@@ -479,6 +680,7 @@ impl Run {
                 return;
             }
             buffer.done = event.is_terminal();
+            self.log(&event);
             let cost = kept_bytes(&event);
             buffer.bytes += cost;
             buffer.events.push_back((event, cost));
@@ -501,6 +703,11 @@ impl Run {
 
     pub fn is_done(&self) -> bool {
         lock(&self.buffer).done
+    }
+
+    /// The run's number within its session.
+    pub fn seq(&self) -> u64 {
+        self.seq
     }
 
     fn is_consumed(&self) -> bool {

@@ -7,7 +7,10 @@
 //! - `rate_limit` counts every `/v1` request and every WebSocket action (`prompt`, `approve`, `reject`,
 //!   `respond`); an action over the limit is answered `{"error":"rate_limited","message","retryAfter"}` and
 //!   not carried out;
-//! - sessions live in memory per route and tenant; another tenant's session is a 404;
+//! - sessions live per route and tenant; another tenant's session is a 404. Where the store keeps documents
+//!   they are kept there too, and with a store replicas share any replica serves any request of a session:
+//!   what a client asks of a run another replica drives is handed there (`run::Runner::hand_over`), and an
+//!   `/events` subscriber follows that run from its log in the store;
 //! - `queued:true` prompts run after the current run, each a run of its own;
 //! - `POST …/abort` (gateway 0.2; cmdc-sdk 0.1.0 only has `DELETE`) ends the running run with
 //!   `agent_abort {reason:"user_cancelled"}`, cancelling its upstream work, and keeps the session;
@@ -26,7 +29,7 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 use bytes::{Bytes, BytesMut};
-use futures_util::stream;
+use futures_util::{stream, StreamExt};
 use http::header::CONTENT_TYPE;
 use http::{Method, Request, Response, StatusCode};
 use hyper::body::Incoming;
@@ -35,7 +38,10 @@ use serde_json::{json, Value};
 use tokio_tungstenite::tungstenite::Message as WsMessage;
 
 use super::run::{self, Runner};
-use super::sessions::{CreateError, RegisteredTool, Session, Sessions};
+use super::sessions::{
+    self, Control, CreateError, RegisteredTool, Session, Sessions, Unanswered, READ_DOCUMENT,
+    RUN_LOG, SESSION_DOCUMENT,
+};
 use super::wire;
 use crate::auth::{self, Caller, KeySources};
 use crate::body::{self, Body, BodyLimit};
@@ -45,10 +51,13 @@ use crate::error::Error;
 use crate::face::{InboundFace, RequestDecoder};
 use crate::mount::Mount;
 use crate::sse;
+use crate::store::Followed;
 use decode::is_blank;
 use socket::{upgrade, SocketClient, SocketLimits};
 
 const HEARTBEAT_FRAME: &[u8] = b": heartbeat\n\n";
+/// How often a subscriber waiting for a session's next run looks for one another replica started.
+const ELSEWHERE_POLL: std::time::Duration = std::time::Duration::from_millis(200);
 /// The gateway version `GET /healthz` reports.
 const VERSION: &str = "0.1.0";
 /// The meter key of clients of an open route that sent no key.
@@ -178,6 +187,7 @@ impl Inbound {
                 sessions: Sessions::new(self.run_buffer, self.sessions_per_tenant),
                 translator: Arc::clone(&mount.translator),
                 callbacks: self.callbacks.clone(),
+                documents: mount.documents.clone(),
             })
         }))
     }
@@ -209,24 +219,22 @@ impl Inbound {
         match (&method, &segments[2..]) {
             (&Method::POST, []) => create(&runner, &caller, request, mount.body_limit).await,
             (&Method::GET, [id]) => {
-                let session = find(&runner, &caller, id)?;
+                let session = find(&runner, &caller, id).await?;
                 Ok(ok(info(&session)))
             }
             (&Method::DELETE, [id]) => {
-                find(&runner, &caller, id)?;
-                if let Some(session) = runner.sessions.remove(&caller.tenant, id) {
-                    session.close();
-                }
+                let session = find(&runner, &caller, id).await?;
+                delete(&runner, &session).await?;
                 Ok(ok(json!({"sessionId": id, "status": "deleted"})))
             }
             (&Method::POST, [id, "prompt"]) => {
-                let session = find(&runner, &caller, id)?;
+                let session = find(&runner, &caller, id).await?;
                 let prompt: wire::Prompt = read_json(request, mount.body_limit).await?;
                 let text = prompt
                     .text
                     .filter(|t| !t.is_empty())
                     .ok_or_else(|| ApiError::bad_request("Missing 'text' field"))?;
-                let queued = runner.prompt(&session, text, meter_key(&caller));
+                let queued = accept_prompt(&runner, &session, text, meter_key(&caller)).await?;
                 let accepted = wire::PromptAccepted {
                     request_id: request_id(),
                     session_id: session.id.clone(),
@@ -235,27 +243,32 @@ impl Inbound {
                 Ok(json(StatusCode::ACCEPTED, to_vec(&accepted)))
             }
             (&Method::POST, [id, action @ ("approve" | "reject")]) => {
-                let session = find(&runner, &caller, id)?;
+                let session = find(&runner, &caller, id).await?;
                 let decision: wire::Decision = read_json(request, mount.body_limit).await?;
                 let approval_id = decision
                     .approval_id
                     .filter(|a| !a.is_empty())
                     .ok_or_else(|| ApiError::bad_request("Missing 'approvalId' field"))?;
                 let approved = *action == "approve";
-                answer(&session, run::approval_answer(&approval_id, approved))?;
+                answer(
+                    &runner,
+                    &session,
+                    run::approval_answer(&approval_id, approved),
+                )
+                .await?;
                 Ok(ok(
                     json!({"ok": true, "action": action, "approvalId": approval_id}),
                 ))
             }
             (&Method::POST, [id, "respond"]) => {
-                let session = find(&runner, &caller, id)?;
+                let session = find(&runner, &caller, id).await?;
                 let reply: wire::Answer = read_json(request, mount.body_limit).await?;
                 let (Some(reference), Some(response)) =
                     (reply.reference.filter(|r| !r.is_empty()), reply.response)
                 else {
                     return Err(ApiError::bad_request("Missing 'ref' or 'response' field"));
                 };
-                answer(&session, run::text_answer(&reference, &response))?;
+                answer(&runner, &session, run::text_answer(&reference, &response)).await?;
                 Ok(ok(
                     json!({"ok": true, "action": "respond", "ref": reference}),
                 ))
@@ -263,39 +276,44 @@ impl Inbound {
             (&Method::POST, [id, "abort"]) => {
                 // Gateway 0.2+: ends the running run (`agent_abort {reason:"user_cancelled"}`) and keeps the
                 // session; the body (`reason`, `kill_tools`) changes nothing here.
-                let session = find(&runner, &caller, id)?;
+                let session = find(&runner, &caller, id).await?;
                 let _: Value = read_json(request, mount.body_limit).await?;
-                if let Some(run) = session.current_run() {
+                if elsewhere(&session) {
+                    runner.hand_over(&session, &Control::Abort).await?;
+                } else if let Some(run) = session.current_run() {
                     run.abort();
                 }
                 let aborted = json!({"ok": true, "action": "abort", "sessionId": session.id});
                 Ok(json(StatusCode::ACCEPTED, to_vec(&aborted)))
             }
             (&Method::POST, [id, "tools"]) => {
-                let session = find(&runner, &caller, id)?;
-                register_tool(&session, request, mount.body_limit, self.callbacks.policy()).await
+                let session = find(&runner, &caller, id).await?;
+                let policy = self.callbacks.policy();
+                let registered = register_tool(&session, request, mount.body_limit, policy).await;
+                runner.keep(&session).await;
+                registered
             }
             (&Method::GET, [id, "events"]) => {
-                let session = find(&runner, &caller, id)?;
-                Ok(events(&session))
+                let session = find(&runner, &caller, id).await?;
+                Ok(events(&runner, &session).await)
             }
             (&Method::GET, [id, "stats"]) => {
-                let session = find(&runner, &caller, id)?;
+                let session = find(&runner, &caller, id).await?;
                 Ok(ok(stats(&runner, &caller, &session)))
             }
             (&Method::GET, [id, "messages"]) => {
-                let session = find(&runner, &caller, id)?;
+                let session = find(&runner, &caller, id).await?;
                 let messages = session.state().messages.clone();
                 Ok(ok(json!({"sessionId": session.id, "messages": messages})))
             }
             (&Method::GET, [id, "ws"]) => {
                 mount.cors.check_websocket(request.headers())?;
-                let session = runner.sessions.get(&caller.tenant, id).ok_or_else(|| {
-                    ApiError::new(
-                        StatusCode::NOT_FOUND,
-                        "session_not_found",
-                        format!("Session {id} not found"),
-                    )
+                let session = find(&runner, &caller, id).await.map_err(|error| {
+                    if error.status == StatusCode::NOT_FOUND {
+                        ApiError::new(error.status, "session_not_found", error.message)
+                    } else {
+                        error
+                    }
                 })?;
                 let client = SocketClient {
                     caller,
@@ -321,11 +339,32 @@ impl Inbound {
     }
 }
 
-fn find(runner: &Runner, caller: &Caller, id: &str) -> Result<Arc<Session>, ApiError> {
-    runner
-        .sessions
-        .get(&caller.tenant, id)
-        .ok_or_else(|| ApiError::session_not_found(id))
+/// The caller's session `id`. Where the store keeps sessions, one no run of which goes on here is brought up
+/// to date from the store (another replica, or this one before a restart, may have changed or made it).
+async fn find(runner: &Runner, caller: &Caller, id: &str) -> Result<Arc<Session>, ApiError> {
+    let local = runner.sessions.get(&caller.tenant, id);
+    if !runner.documents.kept() || local.as_ref().is_some_and(|s| s.state().busy) {
+        return local.ok_or_else(|| ApiError::session_not_found(id));
+    }
+    match runner.recall(&caller.tenant, id).await {
+        Ok(Some(kept)) => Ok(runner.sessions.adopt(&caller.tenant, id, kept)),
+        Ok(None) => {
+            // Deleted on another replica, or expired.
+            if let Some(session) = runner.sessions.remove(&caller.tenant, id) {
+                session.close();
+            }
+            Err(ApiError::session_not_found(id))
+        }
+        Err(error) => {
+            tracing::warn!(session = %id, "cmdc: a kept session could not be read: {error}");
+            local.ok_or_else(|| ApiError::from(error))
+        }
+    }
+}
+
+/// Whether a run of the session goes on on another replica: what its clients ask is handed there.
+fn elsewhere(session: &Session) -> bool {
+    session.state().elsewhere
 }
 
 async fn create(
@@ -361,16 +400,21 @@ async fn create(
     if !kernel.is_empty() || create.max_turns.is_some() || create.max_tokens.is_some() {
         tracing::debug!(session = %id, ?kernel, "CMDC kernel fields have no upstream equivalent; ignored");
     }
+    let create_failed =
+        |reason| ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "create_failed", reason);
+    if runner.documents.kept() && runner.recall(&caller.tenant, &id).await?.is_some() {
+        return Err(create_failed(":already_started"));
+    }
     let session = runner
         .sessions
         .create(&caller.tenant, &id, model, create.system_prompt)
         .map_err(|error| {
-            let reason = match error {
+            create_failed(match error {
                 CreateError::Exists => ":already_started",
                 CreateError::Full => ":too_many_sessions",
-            };
-            ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "create_failed", reason)
+            })
         })?;
+    runner.keep(&session).await;
     let created = wire::SessionCreated {
         session_id: session.id.clone(),
         status: "created".into(),
@@ -407,23 +451,71 @@ fn stats(runner: &Runner, caller: &Caller, session: &Session) -> Value {
     body
 }
 
-/// Hands an answer to the paused run; unknown ids are a 404.
-fn answer(session: &Session, resume: crate::model::Resume) -> Result<(), ApiError> {
-    let mut state = session.state();
-    let position = state
-        .pending
-        .iter()
-        .position(|p| p.id == resume.interrupt_id);
-    let (Some(position), Some(answers)) = (position, state.answers.clone()) else {
-        return Err(ApiError::not_found(format!(
+/// Hands an answer to the paused run, here or on the replica that runs it; unknown ids are a 404.
+async fn answer(
+    runner: &Runner,
+    session: &Session,
+    resume: crate::model::Resume,
+) -> Result<(), ApiError> {
+    let not_pending = || {
+        ApiError::not_found(format!(
             "No pending request {} in session {}",
             resume.interrupt_id, session.id
-        )));
+        ))
     };
-    state.pending.remove(position);
-    answers
-        .send(resume)
-        .map_err(|_| ApiError::not_found("The run waiting for this answer has ended"))
+    if !elsewhere(session) {
+        return session.answer(resume.clone()).map_err(|why| match why {
+            Unanswered::NotPending => not_pending(),
+            Unanswered::RunEnded => {
+                ApiError::not_found("The run waiting for this answer has ended")
+            }
+        });
+    }
+    let pending = session
+        .state()
+        .pending
+        .iter()
+        .any(|p| p.id == resume.interrupt_id);
+    if !pending {
+        return Err(not_pending());
+    }
+    runner.hand_over(session, &Control::Answer(resume)).await?;
+    Ok(())
+}
+
+/// Runs the prompt here, or queues it here or on the replica that runs the session's run. Whether it
+/// was queued.
+async fn accept_prompt(
+    runner: &Arc<Runner>,
+    session: &Arc<Session>,
+    text: String,
+    api_key: &str,
+) -> Result<bool, ApiError> {
+    if !elsewhere(session) {
+        return Ok(runner.prompt(session, text, api_key).await);
+    }
+    let api_key = api_key.to_owned();
+    runner
+        .hand_over(session, &Control::Prompt { text, api_key })
+        .await?;
+    Ok(true)
+}
+
+/// Deletes the session, here and in the store; a run of it on another replica is ended there.
+async fn delete(runner: &Runner, session: &Session) -> Result<(), ApiError> {
+    if elsewhere(session) {
+        runner.hand_over(session, &Control::Close).await?;
+    }
+    if let Some(local) = runner.sessions.remove(&session.tenant, &session.id) {
+        local.close();
+    }
+    if runner.documents.kept() {
+        runner
+            .documents
+            .delete(SESSION_DOCUMENT, &session.tenant, &session.id)
+            .await?;
+    }
+    Ok(())
 }
 
 /// `POST …/tools`: a callback URL its literal host already shows to be refused by the route's policy is
@@ -471,15 +563,113 @@ async fn register_tool(
 }
 
 /// `GET …/events`: the current run (replayed from its start), then live; closes after its terminal event.
-fn events(session: &Arc<Session>) -> Response<Body> {
-    let follower = session.subscribe_run();
-    let frames = stream::unfold(follower, |mut follower| async move {
-        let event = follower.next().await?;
+async fn events(runner: &Arc<Runner>, session: &Arc<Session>) -> Response<Body> {
+    let frames: Frames = match kept_run(runner, session).await {
+        Some(frames) => Box::pin(frames),
+        None if runner.documents.shared() => next_run_anywhere(runner, session),
+        None => local_run(session.subscribe_run(), None),
+    };
+    sse::stream_response(frames, sse::EVENT_STREAM_UTF8, HEARTBEAT_FRAME)
+}
+
+type Frames = std::pin::Pin<Box<dyn futures_util::Stream<Item = Bytes> + Send>>;
+
+/// A run of this replica's, as `follower` reads it (after `first`, already read).
+fn local_run(follower: sessions::Follower, first: Option<wire::Event>) -> Frames {
+    let first = stream::iter(first);
+    let rest = stream::unfold(follower, |mut follower| async move {
+        Some((follower.next().await?, follower))
+    });
+    Box::pin(first.chain(rest).map(|event| {
         let mut frame = BytesMut::new();
         event.write_sse(&mut frame);
-        Some((frame.freeze(), follower))
-    });
-    sse::stream_response(frames, sse::EVENT_STREAM_UTF8, HEARTBEAT_FRAME)
+        frame.freeze()
+    }))
+}
+
+/// The session's next run, in a store replicas share: this replica's, or one the store shows another
+/// replica started (looked for every [`ELSEWHERE_POLL`]).
+fn next_run_anywhere(runner: &Arc<Runner>, session: &Arc<Session>) -> Frames {
+    let (runner, session) = (Arc::clone(runner), Arc::clone(session));
+    let mut follower = session.subscribe_run();
+    let known = session.state().runs;
+    let next = async move {
+        let elsewhere = async {
+            loop {
+                tokio::time::sleep(ELSEWHERE_POLL).await;
+                let kept = runner.recall(&session.tenant, &session.id).await;
+                match kept {
+                    Ok(Some(kept)) if kept.runs > known => {
+                        session.take_in(kept);
+                        return kept_run(&runner, &session).await;
+                    }
+                    Ok(None) => return None,
+                    _ => {}
+                }
+            }
+        };
+        tokio::select! {
+            first = follower.next() => local_run(follower, first),
+            frames = elsewhere => frames.map_or_else(|| Box::pin(stream::empty()) as Frames, |f| Box::pin(f)),
+        }
+    };
+    Box::pin(stream::once(next).flatten())
+}
+
+/// The frames of the session's latest run from its log in the store, when another replica runs it, or ran
+/// it and no subscriber read it yet: from its first event, then live. A run whose replica died ends with an
+/// `error` and `agent_abort {reason:"error"}`.
+async fn kept_run(
+    runner: &Runner,
+    session: &Session,
+) -> Option<impl futures_util::Stream<Item = Bytes> + Send + 'static> {
+    let documents = &runner.documents;
+    if !documents.kept() {
+        return None;
+    }
+    let (tenant, id) = (session.tenant.clone(), session.id.clone());
+    let (elsewhere, runs) = {
+        let state = session.state();
+        (state.elsewhere, state.runs)
+    };
+    if !elsewhere {
+        let ran_here = session.current_run().is_some_and(|run| run.seq() == runs);
+        let read = documents.load::<u64>(READ_DOCUMENT, &tenant, &id).await;
+        if runs == 0 || ran_here || read.ok().flatten() >= Some(runs) {
+            return None;
+        }
+        documents.read_log(RUN_LOG, &tenant, &id, 0).await.ok()??;
+    }
+    let log = documents.follow_log(RUN_LOG, &tenant, &id, 0);
+    let documents = documents.clone();
+    Some(log.then(move |followed| {
+        let events = match followed {
+            Followed::Event(_, bytes) => serde_json::from_slice::<wire::Event>(&bytes)
+                .into_iter()
+                .collect(),
+            Followed::Lost => vec![
+                wire::Event::Error {
+                    reason: "the proxy running this run stopped before the run ended".into(),
+                },
+                wire::Event::AgentAbort {
+                    reason: "error".into(),
+                },
+            ],
+        };
+        let mut frame = BytesMut::new();
+        for event in &events {
+            event.write_sse(&mut frame);
+        }
+        let read = events.iter().any(wire::Event::is_terminal);
+        let (documents, tenant, id) = (documents.clone(), tenant.clone(), id.clone());
+        async move {
+            if read {
+                // Read to its end: the session's next subscriber waits for its next run.
+                let _ = documents.save(READ_DOCUMENT, &tenant, &id, &runs).await;
+            }
+            frame.freeze()
+        }
+    }))
 }
 
 /// A JSON body: declared `application/json` (with any parameters, or a `+json` type), or empty with no

@@ -18,7 +18,7 @@ use tokio_tungstenite::tungstenite::Error as WsError;
 use tokio_tungstenite::tungstenite::Message as WsMessage;
 use tokio_tungstenite::WebSocketStream;
 
-use super::{answer, meter_key, Answer, ApiError};
+use super::{accept_prompt, answer, meter_key, Answer, ApiError};
 use crate::auth::{Access, Caller};
 use crate::body;
 use crate::protocol::cmdc::run::{self, Runner};
@@ -106,9 +106,11 @@ async fn serve_socket<S>(
             incoming = socket.next() => {
                 silence.as_mut().reset(tokio::time::Instant::now() + idle);
                 match incoming {
-                    Some(Ok(WsMessage::Text(text))) => action(&runner, &session, &client, text.as_str()),
+                    Some(Ok(WsMessage::Text(text))) => {
+                        action(&runner, &session, &client, text.as_str()).await
+                    }
                     Some(Ok(WsMessage::Binary(bytes))) => {
-                        action(&runner, &session, &client, &String::from_utf8_lossy(&bytes))
+                        action(&runner, &session, &client, &String::from_utf8_lossy(&bytes)).await
                     }
                     Some(Err(WsError::Capacity(error))) => {
                         break Some(close_frame(CloseCode::Size, &error.to_string()))
@@ -139,7 +141,7 @@ fn close_frame(code: CloseCode, reason: &str) -> CloseFrame {
 }
 
 /// One WebSocket action, and its ack or error frame.
-fn action(
+async fn action(
     runner: &Arc<Runner>,
     session: &Arc<Session>,
     client: &SocketClient,
@@ -153,7 +155,7 @@ fn action(
             }
             Some(action) => {
                 let name = action.as_str().unwrap_or_default().to_owned();
-                match ws_action(runner, session, client, &name, &frame) {
+                match ws_action(runner, session, client, &name, &frame).await {
                     Ok(()) => json!({"ok": true, "action": name}),
                     Err(Some(error)) => return error.frame(),
                     Err(None) => json!({"error": "unknown_action", "action": action}),
@@ -165,7 +167,7 @@ fn action(
 }
 
 /// `Err(None)`: not an action of ours. Each action of ours is a request against the rate limit.
-fn ws_action(
+async fn ws_action(
     runner: &Arc<Runner>,
     session: &Arc<Session>,
     client: &SocketClient,
@@ -189,13 +191,17 @@ fn ws_action(
             let text = field("text")
                 .or_else(|| field("prompt"))
                 .ok_or_else(|| Some(ApiError::bad_request("Missing 'text' field")))?;
-            runner.prompt(session, text.to_owned(), meter_key(&client.caller));
-            Ok(())
+            let api_key = meter_key(&client.caller);
+            accept_prompt(runner, session, text.to_owned(), api_key)
+                .await
+                .map(drop)
+                .map_err(Some)
         }
         "approve" | "reject" => {
             let id = field("approvalId")
                 .ok_or_else(|| Some(ApiError::bad_request("Missing 'approvalId' field")))?;
-            answer(session, run::approval_answer(id, name == "approve")).map_err(Some)
+            let resume = run::approval_answer(id, name == "approve");
+            answer(runner, session, resume).await.map_err(Some)
         }
         "respond" => {
             let (Some(reference), Some(response)) = (field("ref"), frame.get("response")) else {
@@ -207,7 +213,8 @@ fn ws_action(
                 Value::String(text) => text.clone(),
                 other => other.to_string(),
             };
-            answer(session, run::text_answer(reference, &response)).map_err(Some)
+            let resume = run::text_answer(reference, &response);
+            answer(runner, session, resume).await.map_err(Some)
         }
         _ => Err(None),
     }

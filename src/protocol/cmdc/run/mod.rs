@@ -14,10 +14,12 @@ use futures_util::StreamExt;
 use http::Uri;
 use http_body_util::{BodyExt, Limited};
 use serde_json::{json, Value};
+use tokio::runtime::Handle;
 use tokio::sync::mpsc;
 
 use super::sessions::{
-    self, Pending, Queued, RegisteredTool, Session, Sessions, Status, FINISHED_RUN_TTL,
+    self, Control, Kept, Pending, Queued, RegisteredTool, Session, Sessions, Status, CONTROL_LOG,
+    FINISHED_RUN_TTL, RUN_LOG, SESSION_DOCUMENT,
 };
 use super::wire::{self, CallbackAnswer, CallbackTool, Event as Cmdc, ToolCallback};
 use crate::egress::Egress;
@@ -26,6 +28,7 @@ use crate::model::{
     new_id, Event, GenerationOptions, History, InterruptKind, Message, Resume, ResumeStatus, Role,
     Tool, Turn,
 };
+use crate::store::{Documents, Followed};
 use crate::translate::Translator;
 
 mod encode;
@@ -46,29 +49,33 @@ pub struct Runner {
     pub translator: Arc<Translator>,
     /// The client for callback tools (the URL is each tool's own, checked against the route's policy).
     pub callbacks: Egress,
+    /// Where sessions, their runs' events and what other replicas ask of them are kept.
+    pub documents: Documents,
 }
 
 impl Runner {
     /// Accepts a prompt: runs it now, or queues it behind the running one. Returns whether it was queued.
-    pub fn prompt(self: &Arc<Self>, session: &Arc<Session>, text: String, api_key: &str) -> bool {
+    /// A run started is kept in the store as going on (its log's lease taken, the session's control log
+    /// followed) before this returns: the client's next request may reach another replica.
+    pub async fn prompt(
+        self: &Arc<Self>,
+        session: &Arc<Session>,
+        text: String,
+        api_key: &str,
+    ) -> bool {
         self.sessions.count_prompt(api_key);
         let queued = Queued {
             text,
             api_key: api_key.to_owned(),
         };
-        let mut state = session.state();
-        if state.busy {
-            state.queue.push_back(queued);
+        let Some((run, runtime)) = Self::begin(session, queued.clone()) else {
             return true;
-        }
-        state.busy = true;
-        state.status = Status::Working;
-        let run = session.new_run(&mut state);
-        let runtime = state.subscriber_runtime.clone();
-        drop(state);
+        };
+        let control = self.take_control(session).await;
+        self.start(session, &run).await;
         let runner = Arc::clone(self);
         let session = Arc::clone(session);
-        let drive = async move { runner.drive(session, run, queued).await };
+        let drive = async move { runner.drive(session, run, queued, control).await };
         match runtime {
             Some(runtime) => runtime.spawn(drive),
             None => tokio::spawn(drive),
@@ -76,32 +83,172 @@ impl Runner {
         false
     }
 
-    /// Runs prompts one after the other until the queue is empty.
+    /// Runs prompts one after the other until the queue is empty. Meanwhile, in a store replicas share,
+    /// what other replicas' clients ask of the session reaches it through its control log.
     async fn drive(
         self: Arc<Self>,
         session: Arc<Session>,
         first: Arc<sessions::Run>,
         prompt: Queued,
+        control: Option<ControlGuard>,
     ) {
         let mut next = Some((first, prompt));
         while let Some((run, prompt)) = next.take() {
             self.run(&session, &run, prompt).await;
             session.expire_unread(&run, FINISHED_RUN_TTL);
-            let mut state = session.state();
-            state.pending.clear();
-            state.answers = None;
-            if session.is_closed() {
-                state.queue.clear();
+            next = Self::next_prompt(&session);
+            match &next {
+                Some((run, _)) => self.start(&session, run).await,
+                None => self.keep(&session).await,
             }
-            match state.queue.pop_front() {
-                Some(queued) => {
-                    state.status = Status::Working;
-                    next = Some((session.new_run(&mut state), queued));
+        }
+        drop(control);
+    }
+
+    /// Keeps `run`'s events in its log in the store (its lease taken), then the session as running it.
+    async fn start(&self, session: &Session, run: &sessions::Run) {
+        if let Some(log) = self
+            .documents
+            .open_log(RUN_LOG, &session.tenant, &session.id)
+            .await
+        {
+            run.keep_in(log);
+        }
+        self.keep(session).await;
+    }
+
+    /// The new run of a prompt, and where to drive it; `None` when it was queued behind the running one.
+    fn begin(session: &Session, queued: Queued) -> Option<(Arc<sessions::Run>, Option<Handle>)> {
+        let mut state = session.state();
+        if state.busy {
+            state.queue.push_back(queued);
+            return None;
+        }
+        state.busy = true;
+        state.status = Status::Working;
+        let run = session.new_run(&mut state);
+        Some((run, state.subscriber_runtime.clone()))
+    }
+
+    /// After a run: the next queued prompt and its run, or the session idle.
+    fn next_prompt(session: &Session) -> Option<(Arc<sessions::Run>, Queued)> {
+        let mut state = session.state();
+        state.pending.clear();
+        state.answers = None;
+        if session.is_closed() {
+            state.queue.clear();
+        }
+        let Some(queued) = state.queue.pop_front() else {
+            state.busy = false;
+            state.status = Status::Idle;
+            return None;
+        };
+        state.status = Status::Working;
+        Some((session.new_run(&mut state), queued))
+    }
+
+    /// Keeps the session in the store, where the store keeps documents.
+    pub async fn keep(&self, session: &Session) {
+        if !self.documents.kept() {
+            return;
+        }
+        let kept = self
+            .documents
+            .save(
+                SESSION_DOCUMENT,
+                &session.tenant,
+                &session.id,
+                &session.kept(),
+            )
+            .await;
+        if let Err(error) = kept {
+            tracing::warn!(session = %session.id, "cmdc: the session could not be kept: {error}");
+        }
+    }
+
+    /// The session as the store keeps it; a run it shows going on whose replica is gone (its lease lapsed)
+    /// is over, and the session is kept so. `None`: no such session (or it expired).
+    pub async fn recall(&self, tenant: &str, id: &str) -> crate::error::Result<Option<Kept>> {
+        let Some(mut kept) = self
+            .documents
+            .load::<Kept>(SESSION_DOCUMENT, tenant, id)
+            .await?
+        else {
+            return Ok(None);
+        };
+        if kept.busy && !self.documents.run_live(RUN_LOG, tenant, id).await? {
+            tracing::warn!(session = %id, "cmdc: the proxy running the session's run stopped; the run is over");
+            kept.busy = false;
+            kept.status = Status::Idle;
+            kept.pending.clear();
+            self.documents
+                .save(SESSION_DOCUMENT, tenant, id, &kept)
+                .await?;
+        }
+        Ok(Some(kept))
+    }
+
+    /// Hands `control` to the replica running the session's run.
+    pub async fn hand_over(
+        &self,
+        session: &Session,
+        control: &Control,
+    ) -> crate::error::Result<()> {
+        let bytes = Bytes::from(serde_json::to_vec(control).unwrap_or_default());
+        self.documents
+            .push_to_log(CONTROL_LOG, &session.tenant, &session.id, bytes)
+            .await
+    }
+
+    /// In a store replicas share: starts the session's control log afresh and carries out what comes
+    /// through it until the returned guard drops.
+    async fn take_control(self: &Arc<Self>, session: &Arc<Session>) -> Option<ControlGuard> {
+        if !self.documents.shared() {
+            return None;
+        }
+        let (tenant, id) = (&session.tenant, &session.id);
+        let log = self.documents.open_log(CONTROL_LOG, tenant, id).await?;
+        let requests = self.documents.follow_log(CONTROL_LOG, tenant, id, 0);
+        let (runner, session) = (Arc::clone(self), Arc::clone(session));
+        let task = tokio::spawn(async move {
+            tokio::pin!(requests);
+            while let Some(Followed::Event(_, bytes)) = requests.next().await {
+                match serde_json::from_slice::<Control>(&bytes) {
+                    Ok(control) => runner.carry_out(&session, control),
+                    Err(error) => tracing::warn!("cmdc: an unreadable control request: {error}"),
                 }
-                None => {
-                    state.busy = false;
-                    state.status = Status::Idle;
+            }
+        });
+        Some(ControlGuard { _log: log, task })
+    }
+
+    /// What another replica's client asked of the session, as if asked here.
+    fn carry_out(&self, session: &Session, control: Control) {
+        match control {
+            Control::Prompt { text, api_key } => {
+                // Handed over while a run goes on here: queued behind it. The run ending meanwhile (the
+                // other replica saw it going on) leaves the prompt to the client's retry.
+                self.sessions.count_prompt(&api_key);
+                let mut state = session.state();
+                if state.busy {
+                    state.queue.push_back(Queued { text, api_key });
+                } else {
+                    tracing::warn!(session = %session.id, "cmdc: a handed-over prompt came after the run ended; dropped");
                 }
+            }
+            Control::Answer(resume) => {
+                if let Err(why) = session.answer(resume) {
+                    tracing::debug!(session = %session.id, ?why, "cmdc: a handed-over answer was not taken");
+                }
+            }
+            Control::Abort => {
+                if let Some(run) = session.current_run() {
+                    run.abort();
+                }
+            }
+            Control::Close => {
+                self.sessions.remove(&session.tenant, &session.id);
+                session.close();
             }
         }
     }
@@ -169,6 +316,8 @@ impl Runner {
                             approval,
                         });
                         run.push(interrupt_event(&interrupt.id, interrupt.kind));
+                        // Any replica may take the answer.
+                        self.keep(session).await;
                     }
                     Some(event) => {
                         encoder.encode(event, &mut encoded);
@@ -196,6 +345,7 @@ impl Runner {
                     {
                         Ok(resume) => {
                             session.state().status = Status::Working;
+                            self.keep(session).await;
                             let tools = session.state().tools.clone();
                             turn = self.turn(session, &tools, Vec::new(), resume);
                         }
@@ -444,6 +594,18 @@ impl Runner {
             message["isError"] = json!(is_error);
             state.log_message(message);
         }
+    }
+}
+
+/// The session's control log, held open, and the task carrying out what comes through it.
+struct ControlGuard {
+    _log: crate::store::LogWriter,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for ControlGuard {
+    fn drop(&mut self) {
+        self.task.abort();
     }
 }
 
