@@ -183,6 +183,7 @@ mod scenario {
             &second,
             &you_said(&["my name is Ada", "what is my name?"]),
         );
+        deployment.assert_every_replica_served();
     }
 
     /// (8b) The agent asks approval; the proxy is killed and restarted, or the answer goes to the other
@@ -204,6 +205,7 @@ mod scenario {
         let heard = agent.hears(2).await;
         let expected = [said(CLEAN_UP), decision_heard(pair, "yes", true)];
         assert_eq!(heard, expected, "{pair:?}: what the agent was told");
+        deployment.assert_every_replica_served();
     }
 
     /// What the client says to make the Approval script ask.

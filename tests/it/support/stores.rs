@@ -158,7 +158,7 @@ fn ping(port: u16) -> bool {
 pub struct Balancer {
     process: Child,
     port: u16,
-    _folder: TempDir,
+    folder: TempDir,
 }
 
 impl Balancer {
@@ -170,15 +170,21 @@ impl Balancer {
         assert_eq!(replicas.len(), 2, "docker/nginx.conf names two replicas");
         for _ in 0..5 {
             let port = free_port();
+            let folder = TempDir::new("nginx");
+            // Which replica served each request, for the tests to check that both did.
+            let served = format!(
+                "http {{\n    log_format replica '$upstream_addr';\n    access_log {} replica;",
+                folder.path().join("logs/served.log").display()
+            );
             let conf = shipped
                 .replace("agent-bridge-1:8080", replicas[0])
                 .replace("agent-bridge-2:8080", replicas[1])
-                .replace("listen 8080;", &format!("listen 127.0.0.1:{port};"));
+                .replace("listen 8080;", &format!("listen 127.0.0.1:{port};"))
+                .replacen("http {", &served, 1);
             assert_ne!(
                 conf, shipped,
                 "docker/nginx.conf has the addresses replaced"
             );
-            let folder = TempDir::new("nginx");
             std::fs::create_dir_all(folder.path().join("logs")).expect("nginx's log folder");
             let file = folder.path().join("nginx.conf");
             std::fs::write(&file, conf).expect("write nginx.conf");
@@ -208,7 +214,7 @@ impl Balancer {
                     return Balancer {
                         process,
                         port,
-                        _folder: folder,
+                        folder,
                     };
                 }
                 std::thread::sleep(Duration::from_millis(20));
@@ -222,6 +228,16 @@ impl Balancer {
     /// `127.0.0.1:PORT`.
     pub fn address(&self) -> String {
         format!("127.0.0.1:{}", self.port)
+    }
+
+    /// The replicas that served a request so far, by address (nginx writes a request's line as it ends).
+    pub fn served(&self) -> std::collections::BTreeSet<String> {
+        let log =
+            std::fs::read_to_string(self.folder.path().join("logs/served.log")).unwrap_or_default();
+        log.lines()
+            .flat_map(|line| line.split(", "))
+            .map(str::to_owned)
+            .collect()
     }
 }
 
@@ -322,6 +338,24 @@ impl Deployment {
             None => self.proxies[self.turn % self.proxies.len()].address.clone(),
         };
         format!("http://{address}{path}")
+    }
+
+    /// Through the balancer: checks that each replica served at least one request.
+    pub fn assert_every_replica_served(&self) {
+        let Some(balancer) = &self.balancer else {
+            return;
+        };
+        let replicas: std::collections::BTreeSet<String> =
+            self.proxies.iter().map(|p| p.address.clone()).collect();
+        let deadline = Instant::now() + WAIT;
+        while balancer.served() != replicas {
+            assert!(
+                Instant::now() < deadline,
+                "nginx sent requests to {:?}, not to each of {replicas:?}",
+                balancer.served()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 
     pub fn topology(&self) -> Topology {
