@@ -37,6 +37,7 @@ use crate::error::{Error, Result};
 use crate::model::{Event, History, Turn};
 use crate::mount::Mount;
 use crate::sse::SseEvent;
+use crate::store::Documents;
 use crate::translate::{Agent, RunContext};
 use crate::upstream::Upstream;
 
@@ -127,6 +128,10 @@ pub trait OutboundFace: Send + Sync + 'static {
         false
     }
 
+    /// Hands it the route's documents, where what it holds between the upstream's calls must reach
+    /// another replica (CMDC callbacks).
+    fn keep_in(&self, _documents: &Documents) {}
+
     /// Answers a call of the upstream back into the proxy, at a path it [serves](Self::serves_callback).
     fn serve_callback(
         &self,
@@ -150,12 +155,18 @@ impl<F: OutboundFace> Agent for F {
 pub trait DynOutbound: Agent {
     fn serves_callback(&self, path: &str) -> bool;
 
+    fn keep_in(&self, documents: &Documents);
+
     fn serve_callback(&self, request: Request<Incoming>) -> BoxFuture<'_, Response<Body>>;
 }
 
 impl<F: OutboundFace> DynOutbound for F {
     fn serves_callback(&self, path: &str) -> bool {
         OutboundFace::serves_callback(self, path)
+    }
+
+    fn keep_in(&self, documents: &Documents) {
+        OutboundFace::keep_in(self, documents);
     }
 
     fn serve_callback(&self, request: Request<Incoming>) -> BoxFuture<'_, Response<Body>> {

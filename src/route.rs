@@ -39,6 +39,7 @@ impl Route {
     ) -> Result<Self> {
         let outbound = registry::outbound(config, local)?;
         let documents = Documents::new(Arc::clone(&store), &config.name);
+        outbound.keep_in(&documents);
         let translator = Translator::new(
             config.name.clone(),
             Arc::clone(&outbound) as Arc<dyn Agent>,

@@ -112,14 +112,23 @@ impl Documents {
         if let Some(lease) = &lease {
             self.renew(lease).await;
         }
+        let key = self.key(kind, tenant, id);
+        // Afresh now, not at the first append: another process may add to the log first (a control log),
+        // and a follower must not read the last run's events as this one's.
+        let started = self
+            .store
+            .append_events(&key, 0, Vec::new(), false, false)
+            .await;
+        if let Err(error) = &started {
+            tracing::warn!(run = %id, "a run log could not be started: {error}");
+        }
         let (sender, receiver) = mpsc::channel(PENDING);
         let writer = Writer {
             documents: self.clone(),
-            key: self.key(kind, tenant, id),
+            key,
             lease,
-            after: 0,
             bytes: 0,
-            broken: false,
+            broken: started.is_err(),
         };
         let task = tokio::spawn(writer.run(receiver));
         Some(LogWriter {
@@ -216,10 +225,14 @@ impl Documents {
             ready: VecDeque::new(),
             ended: false,
         };
-        futures_util::stream::unfold(follower, |mut follower| async move {
-            let next = follower.next().await?;
-            Some((next, follower))
-        })
+        // Fused: a consumer that reads on past the end gets the end again.
+        futures_util::StreamExt::fuse(futures_util::stream::unfold(
+            follower,
+            |mut follower| async move {
+                let next = follower.next().await?;
+                Some((next, follower))
+            },
+        ))
     }
 
     async fn renew(&self, lease: &DocumentKey) {
@@ -236,8 +249,6 @@ struct Writer {
     documents: Documents,
     key: DocumentKey,
     lease: Option<DocumentKey>,
-    /// The number of the last event appended.
-    after: u64,
     bytes: usize,
     /// An append failed: later events would be numbered wrong, so none is kept; the end still is.
     broken: bool,
@@ -310,18 +321,15 @@ impl Writer {
         if batch.is_empty() && !end && !durable {
             return;
         }
-        let count = batch.len() as u64;
         let appended = self
             .documents
             .store
-            .append_events(&self.key, self.after, batch, end, durable)
+            .append_events(&self.key, super::APPEND, batch, end, durable)
             .await;
-        match appended {
-            Ok(()) => self.after += count,
-            // Followers elsewhere then see the run stop and, once its lease lapses, lost.
-            Err(error) => {
-                tracing::warn!(run = %self.key.id, "a run's events could not be kept: {error}")
-            }
+        if let Err(error) = appended {
+            // Later events would be numbered wrong: none is kept (followers see the run stop there).
+            self.broken = true;
+            tracing::warn!(run = %self.key.id, "a run's events could not be kept: {error}");
         }
     }
 }
@@ -465,7 +473,7 @@ mod tests {
         writer.durable().await;
         for _ in 0..100 {
             let page = documents.read_log("kind", "acme", "run", 0).await.unwrap();
-            if page.is_some_and(|page| !page.ended) {
+            if page.is_some_and(|page| page.events.len() == 1) {
                 break;
             }
             tokio::time::sleep(Duration::from_millis(10)).await;

@@ -541,3 +541,69 @@ async fn a_cmdc_run_that_ended_on_one_replica_is_replayed_once_to_a_subscriber_o
     let seen = cmdc::all(&mut next).await;
     assert_eq!(cmdc::streamed_text(&seen), "again", "{seen:?}");
 }
+
+#[tokio::test]
+async fn a_client_tool_called_back_on_the_other_replica_gets_the_clients_result_from_this_one() {
+    let redis = RedisServer::start();
+    let gateway = cmdc::Gateway::start(|_, _| {
+        vec![cmdc::call_tool(
+            "tc_bg",
+            "change_background",
+            json!({"color": "blue"}),
+            |result| cmdc::reply(&["Done: ", result]),
+        )]
+    })
+    .await;
+    let route = |proxy_url: Option<String>| {
+        let route = Route::new("pair", PATH, "ag-ui", "cmdc")
+            .upstream(&gateway.url())
+            .upstream_headers(&[("X-API-Key", cmdc::KEY)])
+            .translate("model", "m")
+            .translate("agui_interrupts", "tool");
+        match proxy_url {
+            Some(url) => route.translate("proxy_url", url.as_str()),
+            None => route,
+        }
+    };
+    // The replica the gateway calls back, started first so that the other's callback URLs can name it.
+    let called_folder = TempDir::new("cmdc-called-back");
+    let called_config = write_config(&called_folder, redis_store(&redis.url()), route(None));
+    let called = AgentBridge::start(serve_command(&called_config));
+    let driving_folder = TempDir::new("cmdc-driving");
+    let called_url = format!("http://{}", called.address);
+    let driving_config = write_config(
+        &driving_folder,
+        redis_store(&redis.url()),
+        route(Some(called_url.clone())),
+    );
+    let driving = AgentBridge::start(serve_command(&driving_config));
+
+    let mut history = vec![user("u1", "Make the background blue")];
+    let mut first = input("thread-1", "run-1", Value::Array(history.clone()));
+    first["tools"] = json!([ag_ui::tool("change_background")]);
+    let called_for = ag_ui::run(&url(&driving), &first).await;
+    assert_eq!(
+        ag_ui::calls(&called_for),
+        [(
+            "tc_bg".to_owned(),
+            "change_background".to_owned(),
+            json!({"color": "blue"})
+        )],
+        "{called_for:#?}"
+    );
+    let registered = gateway.wait_for_request("POST tools").await;
+    let callback = registered.body["callbackUrl"].as_str().unwrap_or_default();
+    assert!(callback.starts_with(&called_url), "{registered:?}");
+
+    // The result reaches the replica that read the run, not the one holding the gateway's call.
+    history.push(ag_ui::kept_call(&called_for, "tc_bg"));
+    history.push(ag_ui::tool_result("t1", "tc_bg", "Background is blue"));
+    let mut second = input("thread-1", "run-2", Value::Array(history));
+    second["tools"] = first["tools"].clone();
+    let events = ag_ui::run(&url(&driving), &second).await;
+    assert_eq!(
+        ag_ui::text_of(&events),
+        "Done: Background is blue",
+        "{events:#?}"
+    );
+}

@@ -21,11 +21,13 @@
 
 mod decode;
 mod encode;
+mod handover;
 #[cfg(test)]
 mod tests;
 
 pub use decode::Decoder;
 use encode::plan;
+use handover::{Accepts, Elsewhere, HandedAnswer};
 
 use std::collections::{BTreeSet, HashMap};
 use std::net::SocketAddr;
@@ -36,7 +38,6 @@ use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode, Uri};
 use hyper::body::Incoming;
 use serde::{Deserialize, Serialize};
-use subtle::ConstantTimeEq;
 use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, info};
 
@@ -48,7 +49,7 @@ use crate::face::{OutboundFace, UpstreamDecoder};
 use crate::model::{Event, History, Message, Outcome, Role, Turn, Usage};
 use crate::relay::{Next, UpstreamEvents};
 use crate::sse;
-use crate::store::{Record, UpstreamState};
+use crate::store::{Documents, Record, UpstreamState};
 use crate::translate::RunContext;
 use crate::upstream::{self, Upstream};
 
@@ -100,28 +101,15 @@ struct Callbacks {
     listening: Mutex<HashMap<String, Listener>>,
     /// Callbacks held open until the client answers, by call id.
     held: Mutex<HashMap<String, oneshot::Sender<wire::CallbackAnswer>>>,
+    /// The store replicas share, where the route has one: calls and results reaching another replica.
+    elsewhere: std::sync::OnceLock<Elsewhere>,
 }
 
 /// A step reading a session's run, and which callbacks it takes.
 #[derive(Clone)]
 struct Listener {
-    /// The token of the session's callback URLs; `None` while it has no callback tools.
-    token: Option<String>,
-    /// The session's callback tools.
-    tools: BTreeSet<String>,
+    accepts: Accepts,
     sender: mpsc::Sender<wire::ToolCallback>,
-}
-
-impl Listener {
-    /// Whether `call`, made with `token`, is one this step waits for. The token is compared in constant
-    /// time: a guess learns nothing from how long the refusal took.
-    fn takes(&self, token: &str, call: &wire::ToolCallback) -> bool {
-        let token_matches = self
-            .token
-            .as_ref()
-            .is_some_and(|expected| bool::from(expected.as_bytes().ct_eq(token.as_bytes())));
-        token_matches && self.tools.contains(&call.tool_name)
-    }
 }
 
 impl Callbacks {
@@ -240,22 +228,33 @@ impl Outbound {
         let listener = self
             .callbacks
             .listener(&call.session_id)
-            .filter(|listener| listener.takes(&token, &call))
-            .ok_or_else(|| Error::forbidden("no call of this tool is awaited with this token"))?;
+            .filter(|listener| listener.accepts.takes(&token, &call));
         let call_id = call.call_id.clone();
-        let answer = self
+        let handed = match (&listener, self.callbacks.elsewhere.get()) {
+            (None, Some(elsewhere)) => elsewhere.hand_call(&token, &call).await,
+            _ => None,
+        };
+        if listener.is_none() && handed.is_none() {
+            return Err(Error::forbidden(
+                "no call of this tool is awaited with this token",
+            ));
+        }
+        let held = self
             .callbacks
             .hold(&call_id)
             .ok_or_else(|| Error::forbidden("this call is held already"))?;
-        if listener.sender.send(call).await.is_err() {
-            self.callbacks.release(&call_id);
-            return Err(Error::cancelled("the client went away"));
+        if let Some(listener) = listener {
+            if listener.sender.send(call).await.is_err() {
+                self.callbacks.release(&call_id);
+                return Err(Error::cancelled("the client went away"));
+            }
         }
+        let answer = answered(held, handed);
         let answered = tokio::time::timeout(self.callback_timeout, answer).await;
         self.callbacks.release(&call_id);
         match answered {
-            Ok(Ok(answer)) => Ok(answer),
-            Ok(Err(_)) => Err(Error::cancelled(
+            Ok(Some(answer)) => Ok(answer),
+            Ok(None) => Err(Error::cancelled(
                 "the client moved on without running the tool",
             )),
             Err(_) => Err(Error::upstream_timeout(
@@ -384,9 +383,16 @@ impl Outbound {
         let mut reader = self.subscribe(session).await?;
         let (callback_sender, mut callbacks) = mpsc::channel(4);
         let conversation: Conversation = context.record.upstream_state();
-        let listener = Listener {
+        let accepts = Accepts {
             token: conversation.callback_token,
             tools: conversation.registered,
+        };
+        let mut handed = match self.callbacks.elsewhere.get() {
+            Some(elsewhere) => elsewhere.listen(session, &accepts).await,
+            None => None,
+        };
+        let listener = Listener {
+            accepts,
             sender: callback_sender,
         };
         self.callbacks.listen(session, listener);
@@ -417,7 +423,7 @@ impl Outbound {
         loop {
             let next = tokio::select! {
                 next = reader.next() => next,
-                Some(call) = callbacks.recv() => {
+                Some(call) = next_call(&mut callbacks, handed.as_mut()) => {
                     let waiting = decoder.callback(call, &mut out);
                     for event in out.drain(..) {
                         context.emit(event).await?;
@@ -499,7 +505,7 @@ impl Outbound {
     async fn act(&self, session: &str, action: &Action) -> Result<bool, StepError> {
         let (path, body) = match action {
             Action::Callback { call_id, answer } => {
-                self.answer_callback(call_id, answer);
+                self.answer_callback(call_id, answer).await;
                 return Ok(false);
             }
             action => request_of(action)?,
@@ -533,20 +539,56 @@ impl Outbound {
 
     /// Answers a held callback with the client's result (a callback the gateway stopped waiting for is
     /// gone: the agent went on without it).
-    fn answer_callback(&self, call_id: &str, answer: &CallbackAnswer) {
-        let Some(held) = self.callbacks.release(call_id) else {
-            return info!(call = %call_id, "the CMDC gateway no longer waits for this tool's result");
-        };
+    /// Another replica may hold it: then the result is handed over, and that replica answers it if the
+    /// gateway still waits.
+    async fn answer_callback(&self, call_id: &str, answer: &CallbackAnswer) {
         let answer = match answer {
             CallbackAnswer::Result(text) => wire::CallbackAnswer::Result(text.clone()),
             CallbackAnswer::Error(text) => wire::CallbackAnswer::Error(text.clone()),
         };
-        // The callback's request may have ended meanwhile (the gateway gave up).
-        let _ = held.send(answer);
+        match (
+            self.callbacks.release(call_id),
+            self.callbacks.elsewhere.get(),
+        ) {
+            // The callback's request may have ended meanwhile (the gateway gave up).
+            (Some(held), _) => drop(held.send(answer)),
+            (None, Some(elsewhere)) => elsewhere.answer(call_id, &answer).await,
+            (None, None) => {
+                info!(call = %call_id, "the CMDC gateway no longer waits for this tool's result");
+            }
+        }
     }
 
     fn session_uri(&self, session: &str, path: &str) -> Result<Uri> {
         self.upstream.join(&format!("/v1/sessions/{session}{path}"))
+    }
+}
+
+/// The next call for a step: from the gateway's request to this replica, or handed over by another.
+async fn next_call(
+    here: &mut mpsc::Receiver<wire::ToolCallback>,
+    handed: Option<&mut handover::HandedCalls>,
+) -> Option<wire::ToolCallback> {
+    match handed {
+        Some(handed) => tokio::select! {
+            call = here.recv() => call,
+            call = handed.next() => Some(call),
+        },
+        None => here.recv().await,
+    }
+}
+
+/// The client's result for a held call: given to this replica, or handed over by another.
+async fn answered(
+    held: oneshot::Receiver<wire::CallbackAnswer>,
+    handed: Option<HandedAnswer>,
+) -> Option<wire::CallbackAnswer> {
+    match handed {
+        Some(mut handed) => tokio::select! {
+            answer = held => answer.ok(),
+            answer = handed.next() => Some(answer),
+        },
+        None => held.await.ok(),
     }
 }
 
@@ -751,6 +793,12 @@ impl OutboundFace for Outbound {
 
     fn serves_callback(&self, path: &str) -> bool {
         path == self.callback_path
+    }
+
+    fn keep_in(&self, documents: &Documents) {
+        if let Some(elsewhere) = Elsewhere::new(documents.clone()) {
+            let _ = self.callbacks.elsewhere.set(elsewhere);
+        }
     }
 
     /// A call of a client tool by the gateway: handed to the step reading that session's run, and held

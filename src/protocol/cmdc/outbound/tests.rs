@@ -138,11 +138,9 @@ fn a_held_callback_is_answered_with_the_clients_tool_message() {
 #[test]
 fn a_callback_is_taken_only_with_the_sessions_token_and_for_its_tools() {
     let token = crate::model::random_hex();
-    let (sender, _) = mpsc::channel(1);
-    let listener = Listener {
+    let accepts = Accepts {
         token: Some(token.clone()),
         tools: BTreeSet::from(["paint".to_owned()]),
-        sender,
     };
     let call = |tool: &str| wire::ToolCallback {
         call_id: "tc_1".into(),
@@ -151,13 +149,13 @@ fn a_callback_is_taken_only_with_the_sessions_token_and_for_its_tools() {
         session_id: "s1".into(),
     };
     let query = format!("a=1&token={token}");
-    assert!(listener.takes(query_token(&query), &call("paint")));
-    assert!(!listener.takes(query_token(&query), &call("rm")));
-    assert!(!listener.takes(query_token("a=1"), &call("paint")));
-    assert!(!listener.takes(&token[1..], &call("paint")));
-    let without_tools = Listener {
+    assert!(accepts.takes(query_token(&query), &call("paint")));
+    assert!(!accepts.takes(query_token(&query), &call("rm")));
+    assert!(!accepts.takes(query_token("a=1"), &call("paint")));
+    assert!(!accepts.takes(&token[1..], &call("paint")));
+    let without_tools = Accepts {
         token: None,
-        ..listener
+        ..accepts
     };
     assert!(!without_tools.takes("", &call("paint")));
 }
