@@ -248,9 +248,13 @@ impl Drop for Holder {
 /// as `Last-Event-ID`), then the event.
 fn with_id(id: u64, event: &[u8]) -> Bytes {
     let mut frame = BytesMut::with_capacity(event.len() + 24);
+    write_with_id(&mut frame, id, event);
+    frame.freeze()
+}
+
+fn write_with_id(frame: &mut BytesMut, id: u64, event: &[u8]) {
     let _ = writeln!(frame, "id: {id}");
     frame.extend_from_slice(event);
-    frame.freeze()
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -368,9 +372,7 @@ impl Log {
         let mut frame = BytesMut::new();
         let mut last = after;
         for (id, event) in state.events.iter().filter(|(id, _)| *id > after) {
-            // Its `id:` first: a client that comes back sends the last one it read as `Last-Event-ID`.
-            let _ = writeln!(frame, "id: {id}");
-            frame.extend_from_slice(event);
+            write_with_id(&mut frame, *id, event);
             last = *id;
             if frame.len() >= MAX_FRAME_BYTES {
                 break;

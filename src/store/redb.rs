@@ -211,22 +211,11 @@ impl File {
         sweep: Option<u64>,
     ) -> Result<()> {
         let write = self.database.begin_write().map_err(|e| self.failed(e))?;
+        if let Some(idle_ttl) = sweep {
+            sweep_expired(&write, idle_ttl).map_err(|e| self.failed(e))?;
+        }
         {
             let mut table = write.open_table(DOCUMENTS).map_err(|e| self.failed(e))?;
-            if let Some(idle_ttl) = sweep {
-                let now = now_micros();
-                table
-                    .retain(|_, bytes| {
-                        codec::header(bytes)
-                            .is_some_and(|header| now.saturating_sub(header.touched) < idle_ttl)
-                    })
-                    .map_err(|e| self.failed(e))?;
-                sweep_logs(
-                    &mut write.open_table(EVENTS).map_err(|e| self.failed(e))?,
-                    idle_ttl,
-                )
-                .map_err(|e| self.failed(e))?;
-            }
             match put {
                 Some(bytes) => table.insert(document_parts(key), bytes).map(drop),
                 None => table.remove(document_parts(key)).map(drop),
@@ -262,6 +251,19 @@ impl LogHeader {
 
 fn event_key(key: &DocumentKey, number: u64) -> EventKey<'_> {
     (key.kind, &key.route, &key.tenant, &key.id, number)
+}
+
+/// Drops the documents and run logs last written `idle_ttl` ago or more.
+fn sweep_expired(
+    write: &::redb::WriteTransaction,
+    idle_ttl: u64,
+) -> std::result::Result<(), ::redb::Error> {
+    let now = now_micros();
+    write.open_table(DOCUMENTS)?.retain(|_, bytes| {
+        codec::header(bytes).is_some_and(|header| now.saturating_sub(header.touched) < idle_ttl)
+    })?;
+    sweep_logs(&mut write.open_table(EVENTS)?, idle_ttl)?;
+    Ok(())
 }
 
 /// Drops the run logs last appended to `idle_ttl` ago or more.
@@ -300,6 +302,7 @@ impl File {
         events: &[Bytes],
         end: bool,
         durable: bool,
+        sweep: Option<u64>,
     ) -> Result<()> {
         let mut write = self.database.begin_write().map_err(|e| self.failed(e))?;
         if !durable {
@@ -307,6 +310,9 @@ impl File {
             write
                 .set_durability(Durability::None)
                 .map_err(|e| self.failed(e))?;
+        }
+        if let Some(idle_ttl) = sweep {
+            sweep_expired(&write, idle_ttl).map_err(|e| self.failed(e))?;
         }
         {
             let mut table = write.open_table(EVENTS).map_err(|e| self.failed(e))?;
@@ -416,11 +422,11 @@ impl Store for RedbStore {
         end: bool,
         durable: bool,
     ) -> BoxFuture<'a, Result<()>> {
-        let key = key.clone();
+        let (key, sweep) = (key.clone(), self.sweep_due());
         self.blocking(move |local| {
             local
                 .bodies
-                .append_events(&key, after, &events, end, durable)
+                .append_events(&key, after, &events, end, durable, sweep)
         })
     }
 

@@ -13,7 +13,7 @@
 //!   reading from the store ends where the kept events end.
 
 use std::collections::VecDeque;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use futures_util::Stream;
@@ -158,9 +158,15 @@ impl Documents {
             return std::future::pending().await;
         }
         let lease = self.key(kind, tenant, id);
+        self.renew(&lease).await;
+        self.keep_held(&lease).await
+    }
+
+    /// Renews `lease`, taken already, every `LEASE_RENEWAL`. Never resolves.
+    async fn keep_held(&self, lease: &DocumentKey) {
         loop {
-            self.renew(&lease).await;
             tokio::time::sleep(LEASE_RENEWAL).await;
+            self.renew(lease).await;
         }
     }
 
@@ -224,6 +230,7 @@ impl Documents {
             after,
             ready: VecDeque::new(),
             ended: false,
+            failing_since: None,
         };
         // Fused: a consumer that reads on past the end gets the end again.
         futures_util::StreamExt::fuse(futures_util::stream::unfold(
@@ -256,18 +263,12 @@ struct Writer {
 
 impl Writer {
     async fn run(mut self, mut receiver: mpsc::Receiver<Entry>) {
-        let mut renewal = tokio::time::interval(LEASE_RENEWAL);
-        renewal.tick().await;
+        let holder = self.lease.clone().map(|lease| {
+            let documents = self.documents.clone();
+            tokio::spawn(async move { documents.keep_held(&lease).await })
+        });
         loop {
-            let first = tokio::select! {
-                entry = receiver.recv() => entry,
-                _ = renewal.tick(), if self.lease.is_some() => {
-                    if let Some(lease) = &self.lease {
-                        self.documents.renew(lease).await;
-                    }
-                    continue;
-                }
-            };
+            let first = receiver.recv().await;
             let mut batch = Vec::new();
             let mut durable = false;
             let mut end = true;
@@ -287,6 +288,9 @@ impl Writer {
             }
             self.append(batch, end, durable || end).await;
             if end {
+                if let Some(holder) = holder {
+                    holder.abort();
+                }
                 if let Some(lease) = &self.lease {
                     let _ = self.documents.store.delete_document(lease).await;
                 }
@@ -343,6 +347,8 @@ struct Follower {
     after: u64,
     ready: VecDeque<Bytes>,
     ended: bool,
+    /// Since when the store has failed to answer, if it does.
+    failing_since: Option<Instant>,
 }
 
 impl Follower {
@@ -355,21 +361,28 @@ impl Follower {
             if self.ended {
                 return None;
             }
-            match self.read().await {
+            let live = match self.read().await {
                 Some(true) => continue,
-                Some(false) => {}
-                None => return self.lost(),
+                Some(false) => {
+                    let (kind, tenant, id) = (self.kind, &self.tenant, &self.id);
+                    self.documents.run_live(kind, tenant, id).await
+                }
+                None => Err(crate::error::Error::store_unavailable("the run log")),
+            };
+            match live {
+                Ok(true) => self.failing_since = None,
+                // The run may have ended between the read and the look at its lease.
+                Ok(false) if self.read().await == Some(true) => continue,
+                Ok(false) => return self.lost(),
+                // A store that fails for a moment is no lost run; one that fails a lease long is.
+                Err(_) => {
+                    let since = *self.failing_since.get_or_insert_with(Instant::now);
+                    if since.elapsed() > LEASE {
+                        return self.lost();
+                    }
+                }
             }
-            let (kind, tenant, id) = (self.kind, self.tenant.as_str(), self.id.as_str());
-            let live = self.documents.run_live(kind, tenant, id).await;
-            if live.unwrap_or(false) {
-                tokio::time::sleep(POLL).await;
-                continue;
-            }
-            // The run may have ended between the read and the look at its lease.
-            if self.read().await != Some(true) {
-                return self.lost();
-            }
+            tokio::time::sleep(POLL).await;
         }
     }
 
@@ -379,7 +392,7 @@ impl Follower {
     }
 
     /// Reads what was appended after `after`: whether there was anything (events, or the end). `None` is
-    /// the store's failure, after which the run reads as lost.
+    /// the store's failure (logged).
     async fn read(&mut self) -> Option<bool> {
         let (kind, tenant, id) = (self.kind, self.tenant.as_str(), self.id.as_str());
         match self.documents.read_log(kind, tenant, id, self.after).await {

@@ -607,3 +607,48 @@ async fn a_client_tool_called_back_on_the_other_replica_gets_the_clients_result_
         "{events:#?}"
     );
 }
+
+#[tokio::test]
+async fn a_cmdc_sessions_later_runs_move_between_replicas_and_its_delete_holds_on_both() {
+    let route = Route::new("cmdc", "/gw", "cmdc", "echo");
+    let mut deployment = Deployment::start(Topology::Replicas, route);
+    let first = cmdc_on(&deployment);
+    let session = first.create(json!({"model": "m"})).await;
+    first.prompt(&session, "one").await;
+    first.wait_state(&session, "idle").await;
+    for (n, city) in ["Paris", "Rome"].into_iter().enumerate() {
+        // Each run is driven by one replica and answered on the other.
+        deployment.between_turns();
+        let driving = cmdc_on(&deployment);
+        driving.prompt(&session, "/ask Which city?").await;
+        let mut events = driving.subscribe(&session).await;
+        let asked = cmdc::until(&mut events, "ask_user").await;
+        let reference = asked.last().unwrap().1["ref"].as_str().unwrap().to_owned();
+        deployment.between_turns();
+        let answering = cmdc_on(&deployment);
+        answering.wait_state(&session, "waiting_input").await;
+        let answered = answering.respond(&session, &reference, city).await;
+        assert_eq!(answered.status, 200);
+        let seen = cmdc::all(&mut events).await;
+        assert_eq!(cmdc::streamed_text(&seen), format!("You answered: {city}"));
+        let idle = answering.wait_state(&session, "idle").await;
+        assert_eq!(idle["turns"], n + 2, "{idle}");
+        deployment.between_turns();
+    }
+
+    let deleted = cmdc_on(&deployment)
+        .call(
+            http::Method::DELETE,
+            &format!("/v1/sessions/{session}"),
+            None,
+        )
+        .await;
+    assert_eq!(deleted.status, 200);
+    for _ in 0..2 {
+        deployment.between_turns();
+        let gone = cmdc_on(&deployment)
+            .call(http::Method::GET, &format!("/v1/sessions/{session}"), None)
+            .await;
+        assert_eq!(gone.status, 404, "deleted on every replica");
+    }
+}

@@ -337,6 +337,11 @@ impl TaskState {
         matches!(self, Self::InputRequired | Self::AuthRequired)
     }
 
+    /// A run of the task goes on (submitted, working).
+    pub fn is_running(self) -> bool {
+        !self.is_terminal() && !self.is_paused()
+    }
+
     /// The spelling on the wire.
     pub fn as_str(self) -> &'static str {
         match self {

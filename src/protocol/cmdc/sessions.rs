@@ -233,7 +233,8 @@ pub struct Kept {
     pub tools: Vec<KeptTool>,
     pub messages: Vec<Value>,
     pub messages_logged: u64,
-    /// A run goes on (running or paused), on the replica whose run log ([`RUN_LOG`]) holds its lease.
+    /// A run goes on (running or paused), on the replica that holds the lease of the session's control log
+    /// ([`CONTROL_LOG`]).
     pub busy: bool,
     /// How many runs the session had; the latest one's events are its run log.
     pub runs: u64,
@@ -245,6 +246,26 @@ pub struct KeptTool {
     pub tool: CallbackTool,
     pub peer: std::net::IpAddr,
     pub local: std::net::SocketAddr,
+}
+
+impl KeptTool {
+    pub fn of(registered: &RegisteredTool) -> Self {
+        Self {
+            tool: registered.tool.clone(),
+            peer: registered.requester.peer,
+            local: registered.requester.local,
+        }
+    }
+
+    pub fn registered(self) -> RegisteredTool {
+        RegisteredTool {
+            tool: self.tool,
+            requester: Requester {
+                peer: self.peer,
+                local: self.local,
+            },
+        }
+    }
 }
 
 /// The kind of a session's store document (by the session's id).
@@ -262,6 +283,7 @@ pub const READ_DOCUMENT: &str = "cmdc-read";
 #[serde(rename_all = "snake_case")]
 pub enum Control {
     Prompt { text: String, api_key: String },
+    Tool(KeptTool),
     Answer(Resume),
     Abort,
     Close,
@@ -332,6 +354,12 @@ pub struct State {
 }
 
 impl State {
+    /// Registers a callback tool, replacing one of the same name.
+    pub fn register(&mut self, registered: RegisteredTool) {
+        self.tools.retain(|t| t.tool.name != registered.tool.name);
+        self.tools.push(registered);
+    }
+
     /// Adds a message to the session's log; beyond [`MESSAGE_LOG_BYTES`] the oldest go (never the latest).
     pub fn log_message(&mut self, message: Value) {
         self.messages_bytes += json_len(&message);
@@ -428,15 +456,7 @@ impl Session {
             usage: state.usage,
             system_prompt: state.system_prompt.clone(),
             pending: state.pending.clone(),
-            tools: state
-                .tools
-                .iter()
-                .map(|registered| KeptTool {
-                    tool: registered.tool.clone(),
-                    peer: registered.requester.peer,
-                    local: registered.requester.local,
-                })
-                .collect(),
+            tools: state.tools.iter().map(KeptTool::of).collect(),
             messages: state.messages.clone(),
             messages_logged: state.messages_logged,
             busy: state.busy || state.elsewhere,
@@ -457,17 +477,7 @@ impl Session {
         state.usage = kept.usage;
         state.system_prompt = kept.system_prompt;
         state.pending = kept.pending;
-        state.tools = kept
-            .tools
-            .into_iter()
-            .map(|kept| RegisteredTool {
-                tool: kept.tool,
-                requester: Requester {
-                    peer: kept.peer,
-                    local: kept.local,
-                },
-            })
-            .collect();
+        state.tools = kept.tools.into_iter().map(KeptTool::registered).collect();
         state.messages_bytes = kept.messages.iter().map(json_len).sum();
         state.messages = kept.messages;
         state.messages_logged = kept.messages_logged;
@@ -515,6 +525,11 @@ impl Session {
                 stale
             });
         });
+    }
+
+    /// Whether the session's run waits on interrupt `id`.
+    pub fn is_pending(&self, id: &str) -> bool {
+        self.state().pending.iter().any(|p| p.id == id)
     }
 
     /// Hands an answer to the run paused here.
@@ -642,19 +657,20 @@ impl Run {
         }
     }
 
-    /// Keeps the run's events from now on in its log in the store too; its terminal event ends the log.
+    /// Keeps the run's events from now on in its log in the store too, until [`Run::take_log`].
     pub fn keep_in(&self, log: LogWriter) {
         *lock(&self.log) = Some(log);
     }
 
-    /// Hands `event` to the run's log, if kept; the log ends with the terminal event.
+    /// The run's log in the store, for its driver to end once the run did.
+    pub fn take_log(&self) -> Option<LogWriter> {
+        lock(&self.log).take()
+    }
+
+    /// Hands `event` to the run's log, if kept.
     fn log(&self, event: &Event) {
-        let mut log = lock(&self.log);
-        if let Some(writer) = log.as_ref() {
+        if let Some(writer) = lock(&self.log).as_ref() {
             writer.try_push(bytes::Bytes::from(event.to_frame()));
-        }
-        if event.is_terminal() {
-            log.take();
         }
     }
 

@@ -440,7 +440,9 @@ impl Inbound {
         let wire::TaskIdParams { id: task_id } = rpc::params(params)?;
         let (sender, mut receiver) = mpsc::channel::<Bytes>(EVENT_BUFFER);
         match self.tasks.subscribe(tenant, &task_id)? {
-            Subscription::Finished(update) if documents.shared() && is_running(&update) => {
+            Subscription::Finished(update)
+                if documents.shared() && update.status.state.is_running() =>
+            {
                 tokio::spawn(follow_elsewhere(
                     Arc::clone(&self.tasks),
                     documents.clone(),
@@ -470,12 +472,6 @@ impl Inbound {
             receiver.poll_recv(cx)
         }))
     }
-}
-
-/// Whether a status shows a run going on (submitted, working).
-fn is_running(update: &wire::TaskStatusUpdateEvent) -> bool {
-    let state = update.status.state;
-    !state.is_terminal() && !state.is_paused()
 }
 
 /// Feeds a `tasks/resubscribe` client the results of a run another replica drives, from its run log, until

@@ -176,8 +176,7 @@ pub(super) async fn recall_task(
     else {
         return Ok(());
     };
-    let state = snapshot.task.status.state;
-    let running = !state.is_terminal() && !state.is_paused();
+    let running = snapshot.task.status.state.is_running();
     let orphaned = running && !documents.run_live(EVENTS_LOG, tenant, task_id).await?;
     tasks.adopt(tenant, snapshot);
     if orphaned && tasks.fail_orphan(tenant, task_id) {

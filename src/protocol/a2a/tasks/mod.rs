@@ -472,7 +472,7 @@ impl Registry {
             return false;
         };
         let state = entry.task.status.state;
-        if entry.run.is_some() || state.is_terminal() || state.is_paused() {
+        if entry.run.is_some() || !state.is_running() {
             return false;
         }
         tracing::warn!(%task_id, "a2a: the proxy running the task stopped; the task failed");

@@ -39,13 +39,14 @@ use tokio_tungstenite::tungstenite::Message as WsMessage;
 
 use super::run::{self, Runner};
 use super::sessions::{
-    self, Control, CreateError, RegisteredTool, Session, Sessions, Unanswered, READ_DOCUMENT,
-    RUN_LOG, SESSION_DOCUMENT,
+    self, Control, CreateError, KeptTool, RegisteredTool, Session, Sessions, Unanswered,
+    READ_DOCUMENT, RUN_LOG, SESSION_DOCUMENT,
 };
 use super::wire;
 use crate::auth::{self, Caller, KeySources};
 use crate::body::{self, Body, BodyLimit};
 use crate::config::{RouteConfig, DEFAULT_RUN_BUFFER, DEFAULT_WS_IDLE};
+use crate::detach::Frames;
 use crate::egress::{Egress, Policy, Requester};
 use crate::error::Error;
 use crate::face::{InboundFace, RequestDecoder};
@@ -289,9 +290,7 @@ impl Inbound {
             (&Method::POST, [id, "tools"]) => {
                 let session = find(&runner, &caller, id).await?;
                 let policy = self.callbacks.policy();
-                let registered = register_tool(&session, request, mount.body_limit, policy).await;
-                runner.keep(&session).await;
-                registered
+                register_tool(&runner, &session, request, mount.body_limit, policy).await
             }
             (&Method::GET, [id, "events"]) => {
                 let session = find(&runner, &caller, id).await?;
@@ -402,7 +401,9 @@ async fn create(
     }
     let create_failed =
         |reason| ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "create_failed", reason);
-    if runner.documents.kept() && runner.recall(&caller.tenant, &id).await?.is_some() {
+    let known = runner.sessions.get(&caller.tenant, &id).is_some()
+        || (runner.documents.kept() && runner.recall(&caller.tenant, &id).await?.is_some());
+    if known {
         return Err(create_failed(":already_started"));
     }
     let session = runner
@@ -471,12 +472,7 @@ async fn answer(
             }
         });
     }
-    let pending = session
-        .state()
-        .pending
-        .iter()
-        .any(|p| p.id == resume.interrupt_id);
-    if !pending {
+    if !session.is_pending(&resume.interrupt_id) {
         return Err(not_pending());
     }
     runner.hand_over(session, &Control::Answer(resume)).await?;
@@ -521,6 +517,7 @@ async fn delete(runner: &Runner, session: &Session) -> Result<(), ApiError> {
 /// `POST …/tools`: a callback URL its literal host already shows to be refused by the route's policy is
 /// refused now (422); the authoritative check is at each call, when names are resolved.
 async fn register_tool(
+    runner: &Runner,
     session: &Session,
     request: Request<Incoming>,
     limit: BodyLimit,
@@ -551,10 +548,15 @@ async fn register_tool(
         .check_literal(&uri, &requester)
         .map_err(|e| registration_failed(e.message().to_owned()))?;
     let name = tool.name.clone();
-    {
-        let mut state = session.state();
-        state.tools.retain(|t| t.tool.name != name);
-        state.tools.push(RegisteredTool { tool, requester });
+    let registered = RegisteredTool { tool, requester };
+    if elsewhere(session) {
+        // The replica running the session's run keeps it with the rest of the session.
+        let tool = KeptTool::of(&registered);
+        runner.hand_over(session, &Control::Tool(tool)).await?;
+        session.state().register(registered);
+    } else {
+        session.state().register(registered);
+        runner.keep(session).await;
     }
     Ok(json(
         StatusCode::CREATED,
@@ -571,8 +573,6 @@ async fn events(runner: &Arc<Runner>, session: &Arc<Session>) -> Response<Body> 
     };
     sse::stream_response(frames, sse::EVENT_STREAM_UTF8, HEARTBEAT_FRAME)
 }
-
-type Frames = std::pin::Pin<Box<dyn futures_util::Stream<Item = Bytes> + Send>>;
 
 /// A run of this replica's, as `follower` reads it (after `first`, already read).
 fn local_run(follower: sessions::Follower, first: Option<wire::Event>) -> Frames {
@@ -608,9 +608,14 @@ fn next_run_anywhere(runner: &Arc<Runner>, session: &Arc<Session>) -> Frames {
                 }
             }
         };
-        tokio::select! {
-            first = follower.next() => local_run(follower, first),
-            frames = elsewhere => frames.map_or_else(|| Box::pin(stream::empty()) as Frames, |f| Box::pin(f)),
+        let kept = tokio::select! {
+            first = follower.next() => return local_run(follower, first),
+            kept = elsewhere => kept,
+        };
+        match kept {
+            Some(frames) => Box::pin(frames) as Frames,
+            // The run the store shows is this replica's after all (or the session is gone).
+            None => local_run(follower, None),
         }
     };
     Box::pin(stream::once(next).flatten())

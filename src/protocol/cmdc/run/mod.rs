@@ -71,15 +71,21 @@ impl Runner {
         let Some((run, runtime)) = Self::begin(session, queued.clone()) else {
             return true;
         };
-        let control = self.take_control(session).await;
-        self.start(session, &run).await;
+        // Spawned before anything is awaited: a client that leaves now does not leave the session busy.
+        let (kept, started) = tokio::sync::oneshot::channel();
         let runner = Arc::clone(self);
         let session = Arc::clone(session);
-        let drive = async move { runner.drive(session, run, queued, control).await };
+        let drive = async move {
+            let control = runner.take_control(&session).await;
+            runner.start(&session, &run).await;
+            let _ = kept.send(());
+            runner.drive(session, run, queued, control).await;
+        };
         match runtime {
             Some(runtime) => runtime.spawn(drive),
             None => tokio::spawn(drive),
         };
+        let _ = started.await;
         false
     }
 
@@ -95,6 +101,10 @@ impl Runner {
         let mut next = Some((first, prompt));
         while let Some((run, prompt)) = next.take() {
             self.run(&session, &run, prompt).await;
+            // Ended (its lease let go) before the next run's log takes the same name.
+            if let Some(log) = run.take_log() {
+                log.end().await;
+            }
             session.expire_unread(&run, FINISHED_RUN_TTL);
             next = Self::next_prompt(&session);
             match &next {
@@ -147,9 +157,9 @@ impl Runner {
         Some((session.new_run(&mut state), queued))
     }
 
-    /// Keeps the session in the store, where the store keeps documents.
+    /// Keeps the session in the store, where the store keeps documents (a deleted one no more).
     pub async fn keep(&self, session: &Session) {
-        if !self.documents.kept() {
+        if !self.documents.kept() || session.is_closed() {
             return;
         }
         let kept = self
@@ -176,7 +186,12 @@ impl Runner {
         else {
             return Ok(None);
         };
-        if kept.busy && !self.documents.run_live(RUN_LOG, tenant, id).await? {
+        let here = self
+            .sessions
+            .get(tenant, id)
+            .is_some_and(|session| session.state().busy);
+        // The replica driving the session holds its control log's lease for as long as it does.
+        if kept.busy && !here && !self.documents.run_live(CONTROL_LOG, tenant, id).await? {
             tracing::warn!(session = %id, "cmdc: the proxy running the session's run stopped; the run is over");
             kept.busy = false;
             kept.status = Status::Idle;
@@ -241,6 +256,7 @@ impl Runner {
                     tracing::debug!(session = %session.id, ?why, "cmdc: a handed-over answer was not taken");
                 }
             }
+            Control::Tool(kept) => session.state().register(kept.registered()),
             Control::Abort => {
                 if let Some(run) = session.current_run() {
                     run.abort();
