@@ -128,6 +128,11 @@ impl Agent {
                 }
                 None => json_response(StatusCode::NOT_FOUND, json!({"error": "not_found"})),
             },
+            // A session's delete (`…/sessions/<id>`), as the gateway answers it.
+            (&Method::DELETE, id) => json_response(
+                StatusCode::OK,
+                json!({"sessionId": id, "status": "deleted"}),
+            ),
             _ => json_response(StatusCode::ACCEPTED, json!({})),
         }
     }

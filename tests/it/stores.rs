@@ -652,3 +652,33 @@ async fn a_cmdc_sessions_later_runs_move_between_replicas_and_its_delete_holds_o
         assert_eq!(gone.status, 404, "deleted on every replica");
     }
 }
+
+#[tokio::test]
+async fn a_cmdc_websocket_on_one_replica_gets_the_runs_the_other_drives() {
+    let route = Route::new("cmdc", "/gw", "cmdc", "echo");
+    let mut deployment = Deployment::start(Topology::Replicas, route);
+    let session = cmdc_on(&deployment).create(json!({"model": "m"})).await;
+    let ws_url = deployment
+        .url(&format!("/gw/v1/sessions/{session}/ws"))
+        .replacen("http://", "ws://", 1);
+    let (mut ws, _) = within(
+        "the WebSocket handshake",
+        tokio_tungstenite::connect_async(ws_url),
+    )
+    .await
+    .expect("the WebSocket connects");
+    deployment.between_turns();
+    for text in ["first run", "second run"] {
+        cmdc_on(&deployment).prompt(&session, text).await;
+        let mut names = Vec::new();
+        let mut said = String::new();
+        while names.last().map(String::as_str) != Some("agent_end") {
+            let frame = cmdc::recv_ws(&mut ws).await;
+            names.push(frame["event"].as_str().unwrap_or_default().to_owned());
+            said.push_str(frame["data"]["delta"].as_str().unwrap_or_default());
+        }
+        assert_eq!(names.first().map(String::as_str), Some("prompt_received"));
+        assert_eq!(said, text, "{names:?}");
+        cmdc_on(&deployment).wait_state(&session, "idle").await;
+    }
+}

@@ -10,7 +10,7 @@
 //! - sessions live per route and tenant; another tenant's session is a 404. Where the store keeps documents
 //!   they are kept there too, and with a store replicas share any replica serves any request of a session:
 //!   what a client asks of a run another replica drives is handed there (`run::Runner::hand_over`), and an
-//!   `/events` subscriber follows that run from its log in the store;
+//!   `/events` subscriber or a WebSocket follows that run from its log in the store (`follow.rs`);
 //! - `queued:true` prompts run after the current run, each a run of its own;
 //! - `POST …/abort` (gateway 0.2; cmdc-sdk 0.1.0 only has `DELETE`) ends the running run with
 //!   `agent_abort {reason:"user_cancelled"}`, cancelling its upstream work, and keeps the session;
@@ -20,6 +20,7 @@
 //!   gateway), and with code 1009 on a message or frame larger than the route's `max_body`.
 
 mod decode;
+mod follow;
 mod socket;
 
 pub use decode::Reader;
@@ -29,7 +30,7 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 use bytes::{Bytes, BytesMut};
-use futures_util::{stream, StreamExt};
+use futures_util::StreamExt;
 use http::header::CONTENT_TYPE;
 use http::{Method, Request, Response, StatusCode};
 use hyper::body::Incoming;
@@ -39,26 +40,21 @@ use tokio_tungstenite::tungstenite::Message as WsMessage;
 
 use super::run::{self, Runner};
 use super::sessions::{
-    self, Control, CreateError, KeptTool, RegisteredTool, Session, Sessions, Unanswered,
-    READ_DOCUMENT, RUN_LOG, SESSION_DOCUMENT,
+    Control, CreateError, KeptTool, RegisteredTool, Session, Sessions, Unanswered, SESSION_DOCUMENT,
 };
 use super::wire;
 use crate::auth::{self, Caller, KeySources};
 use crate::body::{self, Body, BodyLimit};
 use crate::config::{RouteConfig, DEFAULT_RUN_BUFFER, DEFAULT_WS_IDLE};
-use crate::detach::Frames;
 use crate::egress::{Egress, Policy, Requester};
 use crate::error::Error;
 use crate::face::{InboundFace, RequestDecoder};
 use crate::mount::Mount;
 use crate::sse;
-use crate::store::Followed;
 use decode::is_blank;
 use socket::{upgrade, SocketClient, SocketLimits};
 
 const HEARTBEAT_FRAME: &[u8] = b": heartbeat\n\n";
-/// How often a subscriber waiting for a session's next run looks for one another replica started.
-const ELSEWHERE_POLL: std::time::Duration = std::time::Duration::from_millis(200);
 /// The gateway version `GET /healthz` reports.
 const VERSION: &str = "0.1.0";
 /// The meter key of clients of an open route that sent no key.
@@ -566,115 +562,12 @@ async fn register_tool(
 
 /// `GET …/events`: the current run (replayed from its start), then live; closes after its terminal event.
 async fn events(runner: &Arc<Runner>, session: &Arc<Session>) -> Response<Body> {
-    let frames: Frames = match kept_run(runner, session).await {
-        Some(frames) => Box::pin(frames),
-        None if runner.documents.shared() => next_run_anywhere(runner, session),
-        None => local_run(session.subscribe_run(), None),
-    };
-    sse::stream_response(frames, sse::EVENT_STREAM_UTF8, HEARTBEAT_FRAME)
-}
-
-/// A run of this replica's, as `follower` reads it (after `first`, already read).
-fn local_run(follower: sessions::Follower, first: Option<wire::Event>) -> Frames {
-    let first = stream::iter(first);
-    let rest = stream::unfold(follower, |mut follower| async move {
-        Some((follower.next().await?, follower))
-    });
-    Box::pin(first.chain(rest).map(|event| {
+    let frames = follow::one_run(runner, session).await.map(|event| {
         let mut frame = BytesMut::new();
         event.write_sse(&mut frame);
         frame.freeze()
-    }))
-}
-
-/// The session's next run, in a store replicas share: this replica's, or one the store shows another
-/// replica started (looked for every [`ELSEWHERE_POLL`]).
-fn next_run_anywhere(runner: &Arc<Runner>, session: &Arc<Session>) -> Frames {
-    let (runner, session) = (Arc::clone(runner), Arc::clone(session));
-    let mut follower = session.subscribe_run();
-    let known = session.state().runs;
-    let next = async move {
-        let elsewhere = async {
-            loop {
-                tokio::time::sleep(ELSEWHERE_POLL).await;
-                let kept = runner.recall(&session.tenant, &session.id).await;
-                match kept {
-                    Ok(Some(kept)) if kept.runs > known => {
-                        session.take_in(kept);
-                        return kept_run(&runner, &session).await;
-                    }
-                    Ok(None) => return None,
-                    _ => {}
-                }
-            }
-        };
-        let kept = tokio::select! {
-            first = follower.next() => return local_run(follower, first),
-            kept = elsewhere => kept,
-        };
-        match kept {
-            Some(frames) => Box::pin(frames) as Frames,
-            // The run the store shows is this replica's after all (or the session is gone).
-            None => local_run(follower, None),
-        }
-    };
-    Box::pin(stream::once(next).flatten())
-}
-
-/// The frames of the session's latest run from its log in the store, when another replica runs it, or ran
-/// it and no subscriber read it yet: from its first event, then live. A run whose replica died ends with an
-/// `error` and `agent_abort {reason:"error"}`.
-async fn kept_run(
-    runner: &Runner,
-    session: &Session,
-) -> Option<impl futures_util::Stream<Item = Bytes> + Send + 'static> {
-    let documents = &runner.documents;
-    if !documents.kept() {
-        return None;
-    }
-    let (tenant, id) = (session.tenant.clone(), session.id.clone());
-    let (elsewhere, runs) = {
-        let state = session.state();
-        (state.elsewhere, state.runs)
-    };
-    if !elsewhere {
-        let ran_here = session.current_run().is_some_and(|run| run.seq() == runs);
-        let read = documents.load::<u64>(READ_DOCUMENT, &tenant, &id).await;
-        if runs == 0 || ran_here || read.ok().flatten() >= Some(runs) {
-            return None;
-        }
-        documents.read_log(RUN_LOG, &tenant, &id, 0).await.ok()??;
-    }
-    let log = documents.follow_log(RUN_LOG, &tenant, &id, 0);
-    let documents = documents.clone();
-    Some(log.then(move |followed| {
-        let events = match followed {
-            Followed::Event(_, bytes) => serde_json::from_slice::<wire::Event>(&bytes)
-                .into_iter()
-                .collect(),
-            Followed::Lost => vec![
-                wire::Event::Error {
-                    reason: "the proxy running this run stopped before the run ended".into(),
-                },
-                wire::Event::AgentAbort {
-                    reason: "error".into(),
-                },
-            ],
-        };
-        let mut frame = BytesMut::new();
-        for event in &events {
-            event.write_sse(&mut frame);
-        }
-        let read = events.iter().any(wire::Event::is_terminal);
-        let (documents, tenant, id) = (documents.clone(), tenant.clone(), id.clone());
-        async move {
-            if read {
-                // Read to its end: the session's next subscriber waits for its next run.
-                let _ = documents.save(READ_DOCUMENT, &tenant, &id, &runs).await;
-            }
-            frame.freeze()
-        }
-    }))
+    });
+    sse::stream_response(frames, sse::EVENT_STREAM_UTF8, HEARTBEAT_FRAME)
 }
 
 /// A JSON body: declared `application/json` (with any parameters, or a `+json` type), or empty with no

@@ -18,7 +18,7 @@ use tokio_tungstenite::tungstenite::Error as WsError;
 use tokio_tungstenite::tungstenite::Message as WsMessage;
 use tokio_tungstenite::WebSocketStream;
 
-use super::{accept_prompt, answer, meter_key, Answer, ApiError};
+use super::{accept_prompt, answer, follow, meter_key, Answer, ApiError};
 use crate::auth::{Access, Caller};
 use crate::body;
 use crate::protocol::cmdc::run::{self, Runner};
@@ -96,7 +96,7 @@ async fn serve_socket<S>(
 ) where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
 {
-    let mut follower = session.subscribe_all();
+    let mut runs = follow::every_run(&runner, &session);
     let mut ping = tokio::time::interval_at(tokio::time::Instant::now() + WS_PING, WS_PING);
     let silence = tokio::time::sleep(idle);
     tokio::pin!(silence);
@@ -119,7 +119,7 @@ async fn serve_socket<S>(
                     Some(Ok(_)) => continue,
                 }
             },
-            event = follower.next() => match event {
+            event = runs.next() => match event {
                 Some(event) => WsMessage::text(event.to_frame()),
                 None => break None,
             },
