@@ -84,9 +84,10 @@ impl LogWriter {
         }
     }
 
-    /// Makes what was pushed so far durable (a run that pauses for its user).
-    pub async fn durable(&self) {
-        let _ = self.sender.send(Entry::Durable).await;
+    /// Makes what was pushed so far durable (a run that pauses for its user). When the store is `PENDING`
+    /// events behind, the log's end is what makes them durable.
+    pub fn durable(&self) {
+        let _ = self.sender.try_send(Entry::Durable);
     }
 
     /// Ends the log, and returns once what was pushed is kept, durably.
@@ -483,7 +484,7 @@ mod tests {
 
         let writer = documents.open_log("kind", "acme", "run").await.unwrap();
         writer.push(Bytes::from_static(b"event 1")).await;
-        writer.durable().await;
+        writer.durable();
         for _ in 0..100 {
             let page = documents.read_log("kind", "acme", "run", 0).await.unwrap();
             if page.is_some_and(|page| page.events.len() == 1) {

@@ -667,10 +667,16 @@ impl Run {
         lock(&self.log).take()
     }
 
-    /// Hands `event` to the run's log, if kept.
+    /// Hands `event` to the run's log, if kept; a pause is kept durably (a person may answer it much later).
     fn log(&self, event: &Event) {
         if let Some(writer) = lock(&self.log).as_ref() {
             writer.try_push(bytes::Bytes::from(event.to_frame()));
+            if matches!(
+                event,
+                Event::ApprovalRequired { .. } | Event::AskUser { .. }
+            ) {
+                writer.durable();
+            }
         }
     }
 
