@@ -2,9 +2,10 @@
 //! after a restart, can follow the run: an A2A `tasks/resubscribe`, a client of a detached run coming back.
 //! It knows no protocol: an event is the bytes its inbound chose to keep.
 //!
-//! - The writer ([`LogWriter`]) hands events to a task of its own, which appends whatever has gathered in
-//!   one call: the run never waits on a store round trip per event. On redb those appends are not synced;
-//!   a [`LogWriter::durable`] point and the end of the log are.
+//! - The writer ([`LogWriter`]) hands events to a task of its own, which appends what gathered over a short
+//!   while (`GATHER_SHARED`, `GATHER_LOCAL`) in one call: the run never waits on a store round trip, and the
+//!   store is not written once per event. On redb those appends are not synced; a [`LogWriter::durable`]
+//!   point and the end of the log are.
 //! - In a store replicas share, the writer holds the run's lease while the log is open (renewed every
 //!   [`LEASE_RENEWAL`]); a follower of a log that stopped growing and whose lease lapsed knows the replica
 //!   driving the run is gone ([`Followed::Lost`]). In a store one process owns, a log that is not ended and
@@ -35,6 +36,11 @@ const BATCH: usize = 256;
 const PENDING: usize = 1024;
 /// How often a follower looks for new events of a run another replica drives.
 const POLL: Duration = Duration::from_millis(100);
+/// How long a writer gathers events before it appends them (unless a batch filled, or a durable point or the
+/// end came first): in a store replicas share, where followers read them live; in a store one process owns,
+/// where they are read only after a restart (and a crash loses what was not synced anyway).
+const GATHER_SHARED: Duration = Duration::from_millis(50);
+const GATHER_LOCAL: Duration = Duration::from_millis(500);
 
 /// Until when (µs since the epoch) a replica drives the run.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize)]
@@ -264,6 +270,11 @@ struct Writer {
 
 impl Writer {
     async fn run(mut self, mut receiver: mpsc::Receiver<Entry>) {
+        let gather = if self.lease.is_some() {
+            GATHER_SHARED
+        } else {
+            GATHER_LOCAL
+        };
         let holder = self.lease.clone().map(|lease| {
             let documents = self.documents.clone();
             tokio::spawn(async move { documents.keep_held(&lease).await })
@@ -276,14 +287,17 @@ impl Writer {
             if let Some(entry) = first {
                 end = false;
                 self.take(entry, &mut batch, &mut durable);
-                while batch.len() < BATCH {
-                    match receiver.try_recv() {
-                        Ok(entry) => self.take(entry, &mut batch, &mut durable),
-                        Err(mpsc::error::TryRecvError::Empty) => break,
-                        Err(mpsc::error::TryRecvError::Disconnected) => {
+                // One append for what gathers meanwhile: a store write per event would cost more than
+                // the event.
+                let deadline = tokio::time::Instant::now() + gather;
+                while batch.len() < BATCH && !durable {
+                    match tokio::time::timeout_at(deadline, receiver.recv()).await {
+                        Ok(Some(entry)) => self.take(entry, &mut batch, &mut durable),
+                        Ok(None) => {
                             end = true;
                             break;
                         }
+                        Err(_) => break,
                     }
                 }
             }

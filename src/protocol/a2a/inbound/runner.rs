@@ -127,7 +127,8 @@ impl Runner {
                     self.tasks
                         .snapshot_after(task_id, generation, &result, interrupt_id, revision)
                 {
-                    save(&self.documents, &self.tenant, &snapshot).await;
+                    // Its context was named when the run started (and may name a newer task by now).
+                    save(&self.documents, &self.tenant, &snapshot, false).await;
                     self.final_kept = true;
                 }
             }
@@ -191,25 +192,22 @@ pub(super) async fn keep(tasks: &Registry, documents: &Documents, tenant: &str, 
         return;
     }
     if let Some(snapshot) = tasks.snapshot(task_id, now_micros()) {
-        save(documents, tenant, &snapshot).await;
+        save(documents, tenant, &snapshot, true).await;
     }
 }
 
-/// Writes `snapshot` and names its task its context's latest. A store that fails is logged: the task goes
-/// on, served by this replica.
-async fn save(documents: &Documents, tenant: &str, snapshot: &Snapshot) {
+/// Writes `snapshot` and, with `name_context`, names its task its context's latest. A store that fails is
+/// logged: the task goes on, served by this replica.
+async fn save(documents: &Documents, tenant: &str, snapshot: &Snapshot, name_context: bool) {
     let task = &snapshot.task;
-    let kept = match documents
+    let mut kept = documents
         .save(TASK_DOCUMENT, tenant, &task.id, snapshot)
-        .await
-    {
-        Ok(()) => {
-            documents
-                .save(CONTEXT_DOCUMENT, tenant, &task.context_id, &task.id)
-                .await
-        }
-        Err(error) => Err(error),
-    };
+        .await;
+    if kept.is_ok() && name_context {
+        kept = documents
+            .save(CONTEXT_DOCUMENT, tenant, &task.context_id, &task.id)
+            .await;
+    }
     if let Err(error) = kept {
         tracing::warn!(task_id = %task.id, "a2a: the task could not be kept in the store: {error}");
     }
