@@ -122,14 +122,15 @@ impl Detached {
             return None;
         }
         let (tenant, id) = (key.tenant.as_str(), key.id());
-        let found = self.documents.read_log(LOG, tenant, &id, 0).await;
-        let page = match found {
-            Ok(page) => page,
-            Err(error) => {
-                tracing::warn!("a detached run could not be looked for in the store: {error}");
-                return None;
-            }
+        let read = || async {
+            let found = self.documents.read_log(LOG, tenant, &id, 0).await;
+            found
+                .inspect_err(|error| {
+                    tracing::warn!("a detached run could not be looked for in the store: {error}")
+                })
+                .ok()
         };
+        let mut page = read().await?;
         // Its lease is taken before any client reads its first event; the events may reach the store
         // after a client read them.
         let ended = page.as_ref().is_some_and(|page| page.ended);
@@ -139,6 +140,11 @@ impl Detached {
                 .run_live(LOG, tenant, &id)
                 .await
                 .unwrap_or(false);
+        if !live && page.is_none() {
+            // The run may have ended, its events kept and its lease let go, between the read and the look
+            // at its lease.
+            page = read().await?;
+        }
         if !live && (page.is_none() || last_event_id.is_none()) {
             return None;
         }
