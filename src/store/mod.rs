@@ -10,6 +10,7 @@
 mod codec;
 mod local;
 mod memory;
+mod notices;
 mod redb;
 mod redis;
 mod runlog;
@@ -26,6 +27,8 @@ use crate::config::{StoreBackend, StoreConfig};
 use crate::error::Result;
 use crate::model::{Interrupt, Message};
 use crate::size::json_len;
+
+use self::notices::LogWatch;
 
 pub use self::local::{micros, now_micros};
 pub use self::memory::MemoryStore;
@@ -196,9 +199,6 @@ pub trait Store: Send + Sync {
     /// route (`[routes.quota]` conversations): the tenant's own record touched longest ago goes, never one
     /// with pending interrupts; when all of them are paused the new conversation is refused (too many).
     fn admit<'a>(&'a self, key: &'a Key, per_tenant: usize) -> BoxFuture<'a, Result<()>>;
-    /// A document an inbound keeps for itself beside the conversations, so that another replica, or this
-    /// one restarted, can serve it; it expires with `idle_ttl` as records do. The memory backend keeps none:
-    /// the inbound's own memory already holds it, and nobody else could read it.
     /// Whether this backend keeps documents at all (the memory backend does not).
     fn keeps_documents(&self) -> bool {
         true
@@ -209,6 +209,9 @@ pub trait Store: Send + Sync {
     fn shared(&self) -> bool {
         false
     }
+    /// A document an inbound keeps for itself beside the conversations, so that another replica, or this
+    /// one restarted, can serve it; it expires with `idle_ttl` as records do. The memory backend keeps none:
+    /// the inbound's own memory already holds it, and nobody else could read it.
     fn load_document<'a>(&'a self, key: &'a DocumentKey) -> BoxFuture<'a, Result<Option<Vec<u8>>>>;
     fn save_document<'a>(
         &'a self,
@@ -219,7 +222,8 @@ pub trait Store: Send + Sync {
     /// Appends `events` to the run log `key`, numbered from `after + 1` (`after` 0 starts the log afresh;
     /// [`APPEND`]: after whatever it holds, for a log several processes add to), and with `end` marks the
     /// log ended. `durable`: on disk when this returns (redb); otherwise the next
-    /// durable append carries it. The memory backend keeps no log, as it keeps no document.
+    /// durable append carries it. Whether another process follows the log live (it was told of the
+    /// append). The memory backend keeps no log, as it keeps no document.
     fn append_events<'a>(
         &'a self,
         _key: &'a DocumentKey,
@@ -227,8 +231,8 @@ pub trait Store: Send + Sync {
         _events: Vec<Bytes>,
         _end: bool,
         _durable: bool,
-    ) -> BoxFuture<'a, Result<()>> {
-        Box::pin(std::future::ready(Ok(())))
+    ) -> BoxFuture<'a, Result<bool>> {
+        Box::pin(std::future::ready(Ok(false)))
     }
     /// At most `max` events of the run log `key` after its event `after`; `None` when no such log is kept.
     fn read_events<'a>(
@@ -238,6 +242,11 @@ pub trait Store: Send + Sync {
         _max: usize,
     ) -> BoxFuture<'a, Result<Option<LogPage>>> {
         Box::pin(std::future::ready(Ok(None)))
+    }
+    /// What a follower of the run log `key` waits on between reads: notices of its appends where the
+    /// backend has them, else a poll.
+    fn watch_log<'a>(&'a self, _key: &'a DocumentKey) -> BoxFuture<'a, LogWatch> {
+        Box::pin(std::future::ready(LogWatch::polling()))
     }
 }
 

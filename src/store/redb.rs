@@ -421,12 +421,14 @@ impl Store for RedbStore {
         events: Vec<Bytes>,
         end: bool,
         durable: bool,
-    ) -> BoxFuture<'a, Result<()>> {
+    ) -> BoxFuture<'a, Result<bool>> {
         let (key, sweep) = (key.clone(), self.sweep_due());
+        // Nobody follows a log live in a file one process owns but this process, which writes it.
         self.blocking(move |local| {
             local
                 .bodies
                 .append_events(&key, after, &events, end, durable, sweep)
+                .map(|()| false)
         })
     }
 

@@ -9,7 +9,8 @@
 //! - `agent-bridge:{route/tenant}:idle` and `...:paused`: the tenant's conversations by when they were last
 //!   saved, for its conversations quota, which is counted here and so across replicas.
 //! - `agent-bridge:{route/tenant/kind/id}:document`: an inbound's document (a lease is one too).
-//! - `agent-bridge:{route/tenant/kind/id}:events` (a list) and `...:ended`: a run log.
+//! - `agent-bridge:{route/tenant/kind/id}:events` (a list) and `...:ended`: a run log; each append publishes
+//!   a notice on the channel `...:appended` ([`super::notices`]).
 //!
 //! `store.max_bytes` is Redis's own `maxmemory` here; start-up warns when its policy may evict a record
 //! (an evicted paused run is a lost conversation). When Redis cannot be reached a turn fails at once with
@@ -23,6 +24,7 @@ use bytes::Bytes;
 use futures_util::future::BoxFuture;
 
 use super::local::{micros, now_micros};
+use super::notices::{LogWatch, Notices};
 use super::{codec, fit_record, not_kept, DocumentKey, Key, LogPage, Record, Store};
 use crate::config::StoreConfig;
 use crate::error::{Error, Result};
@@ -34,6 +36,8 @@ const RESPONSE_TIMEOUT: Duration = Duration::from_secs(2);
 /// The records in Redis.
 pub struct RedisStore {
     connection: ConnectionManager,
+    /// `None` when Redis refused the subscriptions' connection: followers poll.
+    notices: Option<Notices>,
     idle_ttl: Duration,
     max_record: usize,
 }
@@ -56,13 +60,30 @@ impl RedisStore {
             .set_max_delay(Duration::from_secs(2));
         let connection = tokio::time::timeout(
             CONNECT_TIMEOUT,
-            client.get_connection_manager_with_config(settings),
+            client.get_connection_manager_with_config(settings.clone()),
         )
         .await
         .map_err(|_| Error::config("store.url: Redis did not answer within 5 s"))?
         .map_err(|error| Error::config(format!("store.url: Redis cannot be reached: {error}")))?;
+        let notices = tokio::time::timeout(CONNECT_TIMEOUT, Notices::open(&client, settings)).await;
+        let notices = match notices {
+            Ok(Ok(notices)) => Some(notices),
+            Ok(Err(error)) => {
+                tracing::warn!(
+                    "Redis refused a connection for run logs' notices ({error}); followers poll"
+                );
+                None
+            }
+            Err(_) => {
+                tracing::warn!(
+                    "Redis did not answer a connection for run logs' notices; followers poll"
+                );
+                None
+            }
+        };
         let store = Self {
             connection,
+            notices,
             idle_ttl: config.idle_ttl,
             max_record: config.max_record,
         };
@@ -264,7 +285,8 @@ fn tenant_key(key: &Key, list: &str) -> String {
 
 /// A run log's events (a list) and its end mark: `agent-bridge:{route/tenant/kind/id}:events` and
 /// `...:ended`, one hash tag.
-fn log_keys(key: &DocumentKey) -> [String; 2] {
+/// A run log's list, its end mark and the channel its appends are told on.
+fn log_keys(key: &DocumentKey) -> [String; 3] {
     let tag = format!(
         "agent-bridge:{{{}/{}/{}/{}}}",
         escape(&key.route),
@@ -272,20 +294,26 @@ fn log_keys(key: &DocumentKey) -> [String; 2] {
         escape(key.kind),
         escape(&key.id)
     );
-    [format!("{tag}:events"), format!("{tag}:ended")]
+    [
+        format!("{tag}:events"),
+        format!("{tag}:ended"),
+        format!("{tag}:appended"),
+    ]
 }
 
 impl RedisStore {
-    /// One atomic step: the log started afresh when `after` is 0, the events pushed, the end marked, and
-    /// both keys' expiry renewed. Redis's own persistence decides durability.
+    /// One atomic step: the log started afresh when `after` is 0, the events pushed, the end marked, both
+    /// keys' expiry renewed, and followers told. Redis's own persistence decides durability. Whether a
+    /// follower was told (subscribed to the log's notices).
     async fn append_events(
         &self,
         key: &DocumentKey,
         after: u64,
         events: Vec<Bytes>,
         end: bool,
-    ) -> Result<()> {
-        let [events_key, ended_key] = log_keys(key);
+    ) -> Result<bool> {
+        let [events_key, ended_key, channel] = log_keys(key);
+        let told = !events.is_empty() || end;
         let mut pipeline = ::redis::pipe();
         pipeline.atomic();
         if after == 0 {
@@ -317,7 +345,15 @@ impl RedisStore {
             .arg(&events_key)
             .arg(self.ttl_ms())
             .ignore();
-        self.run(&pipeline).await
+        if told {
+            pipeline.cmd("PUBLISH").arg(&channel).arg("");
+        }
+        let mut connection = self.connection.clone();
+        let followers: Vec<u64> = pipeline
+            .query_async(&mut connection)
+            .await
+            .map_err(unavailable)?;
+        Ok(followers.first().is_some_and(|&n| n > 0))
     }
 
     async fn read_events(
@@ -326,7 +362,7 @@ impl RedisStore {
         after: u64,
         max: usize,
     ) -> Result<Option<LogPage>> {
-        let [events_key, ended_key] = log_keys(key);
+        let [events_key, ended_key, _] = log_keys(key);
         let first = isize::try_from(after).unwrap_or(isize::MAX);
         let last = first.saturating_add(isize::try_from(max).unwrap_or(isize::MAX) - 1);
         let mut pipeline = ::redis::pipe();
@@ -394,7 +430,7 @@ impl Store for RedisStore {
         events: Vec<Bytes>,
         end: bool,
         _durable: bool,
-    ) -> BoxFuture<'a, Result<()>> {
+    ) -> BoxFuture<'a, Result<bool>> {
         Box::pin(self.append_events(key, after, events, end))
     }
 
@@ -405,6 +441,15 @@ impl Store for RedisStore {
         max: usize,
     ) -> BoxFuture<'a, Result<Option<LogPage>>> {
         Box::pin(self.read_events(key, after, max))
+    }
+
+    fn watch_log<'a>(&'a self, key: &'a DocumentKey) -> BoxFuture<'a, LogWatch> {
+        Box::pin(async move {
+            match &self.notices {
+                Some(notices) => notices.watch(log_keys(key)[2].clone()).await,
+                None => LogWatch::polling(),
+            }
+        })
     }
 
     fn load<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, Result<Option<Record>>> {

@@ -3,7 +3,7 @@
 //! It knows no protocol: an event is the bytes its inbound chose to keep.
 //!
 //! - The writer ([`LogWriter`]) hands events to a task of its own, which appends what gathered over a short
-//!   while (`GATHER_SHARED`, `GATHER_LOCAL`) in one call: the run never waits on a store round trip, and the
+//!   while (`GATHER_FOLLOWED`, `GATHER_UNFOLLOWED`) in one call: the run never waits on a store round trip, and the
 //!   store is not written once per event. On redb those appends are not synced; a [`LogWriter::durable`]
 //!   point and the end of the log are.
 //! - In a store replicas share, the writer holds the run's lease while the log is open (renewed every
@@ -21,6 +21,7 @@ use futures_util::Stream;
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
+use super::notices::LogWatch;
 use super::{micros, now_micros, DocumentKey, Documents, LogPage};
 
 /// How long a run's lease holds without renewal, and how often the replica driving the run renews it.
@@ -34,13 +35,12 @@ const LEASE_DOCUMENT: &str = "run-lease";
 const BATCH: usize = 256;
 /// How many events may wait for the writer before the run waits for it.
 const PENDING: usize = 1024;
-/// How often a follower looks for new events of a run another replica drives.
-const POLL: Duration = Duration::from_millis(100);
 /// How long a writer gathers events before it appends them (unless a batch filled, or a durable point or the
-/// end came first): in a store replicas share, where followers read them live; in a store one process owns,
-/// where they are read only after a restart (and a crash loses what was not synced anyway).
-const GATHER_SHARED: Duration = Duration::from_millis(50);
-const GATHER_LOCAL: Duration = Duration::from_millis(500);
+/// end came first): while another replica follows the log live; while nobody does (in a store one process
+/// owns, read only after a restart, where a crash loses what was not synced anyway). In a store replicas
+/// share, a writer starts as if followed and learns from each append whether it is.
+const GATHER_FOLLOWED: Duration = Duration::from_millis(50);
+const GATHER_UNFOLLOWED: Duration = Duration::from_millis(500);
 
 /// Until when (µs since the epoch) a replica drives the run.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize)]
@@ -205,6 +205,7 @@ impl Documents {
         self.store
             .append_events(&key, super::APPEND, vec![event], false, false)
             .await
+            .map(|_followed| ())
     }
 
     /// Up to a batch of the events of log `kind`/`id` after `after`; `None` when no such log is kept.
@@ -238,6 +239,7 @@ impl Documents {
             ready: VecDeque::new(),
             ended: false,
             failing_since: None,
+            watch: None,
         };
         // Fused: a consumer that reads on past the end gets the end again.
         futures_util::StreamExt::fuse(futures_util::stream::unfold(
@@ -270,10 +272,10 @@ struct Writer {
 
 impl Writer {
     async fn run(mut self, mut receiver: mpsc::Receiver<Entry>) {
-        let gather = if self.lease.is_some() {
-            GATHER_SHARED
+        let mut gather = if self.lease.is_some() {
+            GATHER_FOLLOWED
         } else {
-            GATHER_LOCAL
+            GATHER_UNFOLLOWED
         };
         let holder = self.lease.clone().map(|lease| {
             let documents = self.documents.clone();
@@ -301,7 +303,11 @@ impl Writer {
                     }
                 }
             }
-            self.append(batch, end, durable || end).await;
+            let followed = self.append(batch, end, durable || end).await;
+            gather = match followed {
+                true => GATHER_FOLLOWED,
+                false => GATHER_UNFOLLOWED,
+            };
             if end {
                 if let Some(holder) = holder {
                     holder.abort();
@@ -333,23 +339,25 @@ impl Writer {
         }
     }
 
-    async fn append(&mut self, mut batch: Vec<Bytes>, end: bool, durable: bool) {
+    /// Appends `batch`; whether another process follows the log live.
+    async fn append(&mut self, mut batch: Vec<Bytes>, end: bool, durable: bool) -> bool {
         if self.broken {
             batch.clear();
         }
         if batch.is_empty() && !end && !durable {
-            return;
+            return false;
         }
         let appended = self
             .documents
             .store
             .append_events(&self.key, super::APPEND, batch, end, durable)
             .await;
-        if let Err(error) = appended {
+        appended.unwrap_or_else(|error| {
             // Later events would be numbered wrong: none is kept (followers see the run stop there).
             self.broken = true;
             tracing::warn!(run = %self.key.id, "a run's events could not be kept: {error}");
-        }
+            false
+        })
     }
 }
 
@@ -364,16 +372,23 @@ struct Follower {
     ended: bool,
     /// Since when the store has failed to answer, if it does.
     failing_since: Option<Instant>,
+    /// Taken before the first read, so that no append after that read goes unnoticed.
+    watch: Option<LogWatch>,
 }
 
 impl Follower {
     async fn next(&mut self) -> Option<Followed> {
+        if self.watch.is_none() && !self.ended {
+            let key = self.documents.key(self.kind, &self.tenant, &self.id);
+            self.watch = Some(self.documents.store.watch_log(&key).await);
+        }
         loop {
             if let Some(event) = self.ready.pop_front() {
                 self.after += 1;
                 return Some(Followed::Event(self.after, event));
             }
             if self.ended {
+                self.watch = None;
                 return None;
             }
             let live = match self.read().await {
@@ -397,7 +412,9 @@ impl Follower {
                     }
                 }
             }
-            tokio::time::sleep(POLL).await;
+            if let Some(watch) = &mut self.watch {
+                watch.changed().await;
+            }
         }
     }
 

@@ -5,6 +5,10 @@
 
 use std::time::{Duration, Instant};
 
+use agent_bridge::config::{StoreBackend, StoreConfig};
+use agent_bridge::store::{Documents, Followed};
+use bytes::Bytes;
+use futures_util::StreamExt;
 use serde_json::{json, Value};
 use toml::{Table, Value as Toml};
 
@@ -15,6 +19,81 @@ use crate::support::{a2a, cmdc, CmdcClient};
 use crate::support::{within, Reply, Route, Routes, Upstream, WAIT};
 
 const PATH: &str = "/chat";
+
+/// One replica's documents on the Redis at `url`.
+async fn replica_documents(url: &str) -> Documents {
+    let config = StoreConfig {
+        backend: StoreBackend::Redis,
+        url: Some(url.to_owned()),
+        ..StoreConfig::default()
+    };
+    let store = within("the store opens", agent_bridge::store::open(&config))
+        .await
+        .expect("the store opens");
+    Documents::new(store, "route")
+}
+
+/// How many reads of a run log (`LRANGE`) `redis` has served.
+fn log_reads(redis: &RedisServer) -> u64 {
+    let output = std::process::Command::new("redis-cli")
+        .args(["-u", &redis.url(), "info", "commandstats"])
+        .output()
+        .expect("redis-cli (Debian's redis-tools, beside redis-server)");
+    let stats = String::from_utf8_lossy(&output.stdout);
+    stats
+        .lines()
+        .find_map(|line| line.strip_prefix("cmdstat_lrange:calls="))
+        .and_then(|rest| rest.split(',').next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+#[tokio::test]
+async fn a_run_logs_idle_follower_waits_for_another_replicas_append_instead_of_polling_redis() {
+    let redis = RedisServer::start();
+    let (here, there) = (
+        replica_documents(&redis.url()).await,
+        replica_documents(&redis.url()).await,
+    );
+    let _writer = here.open_log("inbox", "acme", "run").await.expect("a log");
+    let (sender, mut followed) = tokio::sync::mpsc::unbounded_channel();
+    let follower = tokio::spawn({
+        let log = here.follow_log("inbox", "acme", "run", 0);
+        async move {
+            tokio::pin!(log);
+            while let Some(next) = log.next().await {
+                let _ = sender.send(next);
+            }
+        }
+    });
+    // Subscribed and read once; then idle.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let before = log_reads(&redis);
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let idle_reads = log_reads(&redis) - before;
+    assert!(
+        idle_reads <= 5,
+        "an idle follower read its log {idle_reads} times in 2.5 s (polling every 100 ms would be 25)"
+    );
+
+    there
+        .push_to_log(
+            "inbox",
+            "acme",
+            "run",
+            Bytes::from_static(b"from the other replica"),
+        )
+        .await
+        .expect("pushed");
+    let first = within("the other replica's event", followed.recv()).await;
+    assert_eq!(
+        first,
+        Some(Followed::Event(
+            1,
+            Bytes::from_static(b"from the other replica")
+        ))
+    );
+    follower.abort();
+}
 
 fn redis_store(url: &str) -> Toml {
     let mut store = Table::new();

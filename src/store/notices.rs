@@ -1,0 +1,190 @@
+//! What wakes a follower of a run log when the log may have grown, so that an idle follower does not read
+//! the store ten times a second: a run's control log and a session's callback calls, followed for as long
+//! as the run lasts, are written a few times per run if at all.
+//!
+//! In Redis, each append publishes a notice on the log's channel; a process subscribes (over one RESP3
+//! connection of its own, subscriptions renewed after a reconnect) to the channel of each log it follows,
+//! for as long as it follows it. A notice is a hint: a follower still reads the store every
+//! [`FALLBACK`], for a notice lost while the connection was down and to look at the run's lease. Where
+//! no notices exist (a store one process owns), the follower reads every [`POLL`].
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use ::redis::{Client, ProtocolVersion, PushInfo, PushKind};
+use tokio::sync::watch;
+
+/// How often a follower reads a log it gets no notices of.
+const POLL: Duration = Duration::from_millis(100);
+/// How often a follower that gets notices reads the log anyway.
+const FALLBACK: Duration = Duration::from_secs(1);
+
+/// What a follower waits on between two reads of its log.
+pub struct LogWatch {
+    notified: Option<Notified>,
+}
+
+struct Notified {
+    notices: watch::Receiver<u64>,
+    _subscription: Subscription,
+}
+
+impl LogWatch {
+    /// A watch that only waits [`POLL`].
+    pub fn polling() -> Self {
+        Self { notified: None }
+    }
+
+    /// Returns when the log may have grown since the last return.
+    pub async fn changed(&mut self) {
+        let Some(notified) = &mut self.notified else {
+            return tokio::time::sleep(POLL).await;
+        };
+        match tokio::time::timeout(FALLBACK, notified.notices.changed()).await {
+            Ok(Ok(())) | Err(_) => {}
+            // The subscription is gone (the store is closing): poll.
+            Ok(Err(_)) => {
+                self.notified = None;
+                tokio::time::sleep(POLL).await;
+            }
+        }
+    }
+}
+
+/// One process's subscriptions to log channels in Redis.
+#[derive(Clone)]
+pub struct Notices {
+    connection: ConnectionManager,
+    channels: Arc<Mutex<HashMap<String, Channel>>>,
+}
+
+/// A channel some followers of this process watch.
+struct Channel {
+    watchers: usize,
+    notices: watch::Sender<u64>,
+}
+
+impl Notices {
+    /// Opens the subscriptions' connection beside `client`'s (the same server and credentials, RESP3 so
+    /// that notices arrive on it as pushes).
+    pub async fn open(
+        client: &Client,
+        settings: ConnectionManagerConfig,
+    ) -> ::redis::RedisResult<Self> {
+        let info = client.get_connection_info().clone();
+        let resp3 = info
+            .redis_settings()
+            .clone()
+            .set_protocol(ProtocolVersion::RESP3);
+        let client = Client::open(info.set_redis_settings(resp3))?;
+        let channels: Arc<Mutex<HashMap<String, Channel>>> = Arc::default();
+        let delivered = Arc::clone(&channels);
+        let settings =
+            settings
+                .set_automatic_resubscription()
+                .set_push_sender(move |push: PushInfo| {
+                    deliver(&delivered, push);
+                    Ok::<(), std::convert::Infallible>(())
+                });
+        let connection = client.get_connection_manager_with_config(settings).await?;
+        Ok(Self {
+            connection,
+            channels,
+        })
+    }
+
+    /// A watch on `channel`, subscribed to before this returns (a notice published after it is not
+    /// missed); a polling one when Redis does not take the subscription.
+    pub async fn watch(&self, channel: String) -> LogWatch {
+        let (notices, first) = {
+            let mut channels = self.channels.lock().unwrap_or_else(|e| e.into_inner());
+            let entry = channels.entry(channel.clone()).or_insert_with(|| Channel {
+                watchers: 0,
+                notices: watch::Sender::new(0),
+            });
+            entry.watchers += 1;
+            (entry.notices.subscribe(), entry.watchers == 1)
+        };
+        let subscription = Subscription {
+            notices: self.clone(),
+            channel,
+        };
+        if first {
+            let mut connection = self.connection.clone();
+            if let Err(error) = connection.subscribe(&subscription.channel).await {
+                tracing::debug!("a run log's notices cannot be subscribed to: {error}");
+                return LogWatch::polling();
+            }
+        }
+        LogWatch {
+            notified: Some(Notified {
+                notices,
+                _subscription: subscription,
+            }),
+        }
+    }
+}
+
+/// A notice Redis pushed, to the watchers of its channel.
+fn deliver(channels: &Mutex<HashMap<String, Channel>>, push: PushInfo) {
+    if push.kind != PushKind::Message {
+        return;
+    }
+    let Some(Ok(channel)) = push
+        .data
+        .first()
+        .map(::redis::from_redis_value_ref::<String>)
+    else {
+        return;
+    };
+    let channels = channels.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(watched) = channels.get(&channel) {
+        watched.notices.send_modify(|count| *count += 1);
+    }
+}
+
+/// One follower's interest in a channel: the last one to go unsubscribes.
+struct Subscription {
+    notices: Notices,
+    channel: String,
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        let last = {
+            let mut channels = self
+                .notices
+                .channels
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            let Some(watched) = channels.get_mut(&self.channel) else {
+                return;
+            };
+            watched.watchers -= 1;
+            let last = watched.watchers == 0;
+            if last {
+                channels.remove(&self.channel);
+            }
+            last
+        };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        if last {
+            let (notices, channel) = (self.notices.clone(), std::mem::take(&mut self.channel));
+            runtime.spawn(async move {
+                // Watched again meanwhile: that watcher subscribed, and this would undo it.
+                let watched = notices
+                    .channels
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .contains_key(&channel);
+                if !watched {
+                    let _ = notices.connection.clone().unsubscribe(&channel).await;
+                }
+            });
+        }
+    }
+}
