@@ -42,7 +42,8 @@
 //! - `BENCH_EVENTS=N`, `BENCH_INTERVAL_MS=N` (default 50: 20 deltas/s per stream, 20,000/s at 1,000
 //!   streams), `BENCH_LEVELS=1,100,1000`, `BENCH_MEMORY_STREAMS=N` (default 1,000; 0 skips the step),
 //!   `BENCH_PROXY_THREADS=N` (default: all cores), `BENCH_TIMEOUT_S=N` (limit per pair, default 600),
-//!   `BENCH_STORE=memory|redb|redis` (the proxy's `[store]`, default memory: [`store`]).
+//!   `BENCH_STORE=memory,redb,redis` (the proxy's `[store]`, one or more, default memory: [`store`]; with
+//!   more than one, each level runs through a proxy on each, and a table puts them side by side).
 //!
 //! The tool raises its soft `RLIMIT_NOFILE` up to the hard limit (a CMDC stream through the proxy holds 8
 //! descriptors, twice as many as the others). If that is still too low for a level, the level is skipped
@@ -210,6 +211,13 @@ fn run_all(settings: &Settings) {
     );
     println!();
     print!("{}", report::summary_table(&summaries));
+    let stores = report::summary_store_table(&summaries);
+    if !stores.is_empty() {
+        println!();
+        println!("The stores side by side, each against the first one named, at every level:");
+        println!();
+        print!("{stores}");
+    }
     if !failed.is_empty() {
         eprintln!();
         for message in &failed {
@@ -279,15 +287,28 @@ fn run_pair(settings: &Settings, pair: Pair) -> i32 {
         upstream: upstream_addr,
         tables: "",
     };
-    let store = match store::BenchStore::from_env() {
-        Ok(store) => store,
+    let stores = match store::BenchStore::all_from_env() {
+        Ok(stores) => stores,
         Err(error) => {
             eprintln!("proxy_latency: {error}");
             return 2;
         }
     };
-    let config = rig::proxy_config(&[route], &store.toml);
-    let (proxy, proxy_addr) = rig::serve_proxy(&client_rt, &config, &proxy_workers);
+    let proxies: Vec<_> = stores
+        .iter()
+        .map(|store| {
+            let config = rig::proxy_config(std::slice::from_ref(&route), &store.toml);
+            let (proxy, addr) = rig::serve_proxy(&client_rt, &config, &proxy_workers);
+            let target = Target {
+                protocol: pair.inbound,
+                server: protocols::Server {
+                    addr,
+                    base: ROUTE_PATH,
+                },
+            };
+            (store.name, proxy, target)
+        })
+        .collect();
     let relay_listener = client_rt
         .block_on(async { upstream::listen_local()?.into_std() })
         .expect("binding the relay");
@@ -336,21 +357,16 @@ fn run_pair(settings: &Settings, pair: Pair) -> i32 {
             base: "",
         },
     };
-    let proxied = Target {
-        protocol: pair.inbound,
-        server: protocols::Server {
-            addr: proxy_addr,
-            base: ROUTE_PATH,
-        },
-    };
+    let proxied = proxies[0].2;
     eprintln!(
-        "{}{}: {} deltas per stream, {:?} apart; levels {:?}; {} memory streams; threads: upstream 1, \
-         proxy {}, clients 1; open-file limit {}",
+        "{}{}: {} deltas per stream, {:?} apart; levels {:?}; stores {}; {} memory streams; threads: \
+         upstream 1, proxy {}, clients 1; open-file limit {}",
         pair.title(),
         if settings.quick { " (quick)" } else { "" },
         settings.events,
         settings.interval,
         settings.levels,
+        stores.iter().map(|store| store.name).collect::<Vec<_>>().join(", "),
         settings.memory_streams,
         settings.proxy_threads,
         open_files.map_or("unknown".to_owned(), |n| n.to_string()),
@@ -374,7 +390,8 @@ fn run_pair(settings: &Settings, pair: Pair) -> i32 {
 
     // Warm-up, not reported: code paths, allocator, the proxy's connection pool.
     client_rt.block_on(async {
-        for target in [direct, relayed, http_relayed, proxied] {
+        let through = proxies.iter().map(|(_, _, target)| *target);
+        for target in [direct, relayed, http_relayed].into_iter().chain(through) {
             let _ = load::step(target, 10, settings.events, timeout).await;
         }
     });
@@ -422,11 +439,18 @@ fn run_pair(settings: &Settings, pair: Pair) -> i32 {
                 tokio::time::sleep(Duration::from_millis(300)).await;
                 result
             };
+            let direct = step("direct", direct).await;
+            let relay = step("relay", relayed).await;
+            let http_relay = step("HTTP relay", http_relayed).await;
+            let mut proxied = Vec::new();
+            for (store, _, target) in &proxies {
+                proxied.push((*store, step(store, *target).await));
+            }
             Level {
-                direct: step("direct", direct).await,
-                relay: step("relay", relayed).await,
-                http_relay: step("HTTP relay", http_relayed).await,
-                proxy: step("proxy", proxied).await,
+                direct,
+                relay,
+                http_relay,
+                proxied,
             }
         });
         for (label, r) in level.labelled() {
@@ -457,6 +481,11 @@ fn run_pair(settings: &Settings, pair: Pair) -> i32 {
         println!();
         print!("{}", report::cpu_table(&results));
     }
+    let stores_side_by_side = report::store_table(&results);
+    if !stores_side_by_side.is_empty() {
+        println!();
+        print!("{stores_side_by_side}");
+    }
     if let Some(memory) = &memory {
         println!();
         println!("{}", report::memory_line(memory));
@@ -471,8 +500,10 @@ fn run_pair(settings: &Settings, pair: Pair) -> i32 {
     for stop in stop_relays {
         let _ = stop.send(());
     }
-    let _ = client_rt
-        .block_on(async { tokio::time::timeout(Duration::from_secs(5), proxy.stop()).await });
+    for (_, proxy, _) in proxies {
+        let _ = client_rt
+            .block_on(async { tokio::time::timeout(Duration::from_secs(5), proxy.stop()).await });
+    }
     drop(proxy_workers);
     upstream_rt.block_on(upstream.stop());
     client_rt.shutdown_timeout(Duration::from_secs(1));

@@ -131,22 +131,33 @@ pub async fn run(target: Target, n: usize, events: usize) -> Result<(), String> 
 }
 
 /// One level of concurrency: the same load straight to the agent, through the bare relay, through the HTTP
-/// relay, through the proxy.
+/// relay, through the proxy (once per store, in `BENCH_STORE`'s order).
 pub struct Level {
     pub direct: StepResult,
     pub relay: StepResult,
     pub http_relay: StepResult,
-    pub proxy: StepResult,
+    pub proxied: Vec<(&'static str, StepResult)>,
 }
 
 impl Level {
-    pub fn labelled(&self) -> [(&'static str, &StepResult); 4] {
+    /// Through the proxy on the first store.
+    pub fn proxy(&self) -> &StepResult {
+        &self.proxied[0].1
+    }
+
+    pub fn labelled(&self) -> Vec<(String, &StepResult)> {
+        let through = |store: &str| match self.proxied.len() {
+            1 => "through the proxy".to_owned(),
+            _ => format!("through the proxy, {store}"),
+        };
         [
-            ("direct", &self.direct),
-            ("relay", &self.relay),
-            ("HTTP relay", &self.http_relay),
-            ("through the proxy", &self.proxy),
+            ("direct".to_owned(), &self.direct),
+            ("relay".to_owned(), &self.relay),
+            ("HTTP relay".to_owned(), &self.http_relay),
         ]
+        .into_iter()
+        .chain(self.proxied.iter().map(|(store, r)| (through(store), r)))
+        .collect()
     }
 }
 

@@ -43,6 +43,10 @@ fn all_deltas(r: &StepResult) -> &[u64] {
     &r.latencies_ns
 }
 
+fn first_events(r: &StepResult) -> &[u64] {
+    &r.first_event_ns
+}
+
 fn steady_deltas(r: &StepResult) -> &[u64] {
     &r.steady_latencies_ns
 }
@@ -62,13 +66,12 @@ fn rows(level: &Level) -> Vec<Row> {
         direct: percentile(sorted(&level.direct), p).map(micros),
         relay: percentile(sorted(&level.relay), p).map(micros),
         http_relay: percentile(sorted(&level.http_relay), p).map(micros),
-        proxy: percentile(sorted(&level.proxy), p).map(micros),
+        proxy: percentile(sorted(level.proxy()), p).map(micros),
         unit: "µs",
     };
-    let first_event: fn(&StepResult) -> &[u64] = |r| &r.first_event_ns;
     vec![
-        latency("time to first event p50", first_event, 50),
-        latency("time to first event p99", first_event, 99),
+        latency("time to first event p50", first_events, 50),
+        latency("time to first event p99", first_events, 99),
         latency("event latency p50", all_deltas, 50),
         latency("event latency p99", all_deltas, 99),
         latency("event latency p99, all streams open", steady_deltas, 99),
@@ -77,7 +80,7 @@ fn rows(level: &Level) -> Vec<Row> {
             direct: Some(rate(&level.direct)),
             relay: Some(rate(&level.relay)),
             http_relay: Some(rate(&level.http_relay)),
-            proxy: Some(rate(&level.proxy)),
+            proxy: Some(rate(level.proxy())),
             unit: "deltas/s",
         },
     ]
@@ -185,6 +188,91 @@ pub fn cpu_table(results: &[Level]) -> String {
     out
 }
 
+/// Issue 20's target for a store against the first one (memory) at the same level: CPU per delta within
+/// this ratio, added p50 within this many µs.
+const STORE_TARGET_CPU_RATIO: f64 = 1.3;
+const STORE_TARGET_P50_US: f64 = 20.0;
+
+/// Each store's step of each level, as the figures the store tables show.
+fn store_figures(results: &[Level]) -> Vec<Value> {
+    let mut figures = Vec::new();
+    for level in results.iter().filter(|level| level.proxied.len() > 1) {
+        let first = level.proxy();
+        for (store, r) in &level.proxied {
+            figures.push(json!({
+                "streams": level.direct.streams,
+                "store": store,
+                "p50": added_latency(&level.direct, r, all_deltas, 50),
+                "p50_vs_first": added_latency(first, r, all_deltas, 50),
+                "first_event": added_latency(&level.direct, r, first_events, 50),
+                "cpu": proxy_cpu_per_delta(r),
+                "cpu_ratio": proxy_cpu_per_delta(r).zip(proxy_cpu_per_delta(first)).map(|(x, f)| x / f),
+                "allocations": proxy_allocations_per_delta(r),
+            }));
+        }
+    }
+    figures
+}
+
+fn store_verdict(figure: &Value) -> &'static str {
+    let within = |key: &str, limit: f64| figure[key].as_f64().is_none_or(|v| v <= limit);
+    match (
+        within("cpu_ratio", STORE_TARGET_CPU_RATIO),
+        within("p50_vs_first", STORE_TARGET_P50_US),
+    ) {
+        (true, true) => "met",
+        (false, true) => "CPU",
+        (true, false) => "p50",
+        (false, false) => "CPU, p50",
+    }
+}
+
+/// The stores side by side (with more than one in `BENCH_STORE`), each level's against its first store;
+/// `pair` leads each row when given (the summary across pairs).
+fn store_rows(out: &mut String, pair: Option<&str>, figures: &[Value]) {
+    for f in figures {
+        let show = |key: &str, unit: &str, digits: usize| {
+            f[key]
+                .as_f64()
+                .map_or("–".to_owned(), |v| format!("{v:.digits$}{unit}"))
+        };
+        let signed = |key: &str| {
+            f[key]
+                .as_f64()
+                .map_or("–".to_owned(), |v| format!("{v:+.0} µs"))
+        };
+        let _ = writeln!(
+            out,
+            "| {}{} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            pair.map_or(String::new(), |pair| format!("{pair} | ")),
+            f["streams"],
+            f["store"].as_str().unwrap_or("?"),
+            signed("p50"),
+            signed("p50_vs_first"),
+            signed("first_event"),
+            show("cpu", " µs", 1),
+            show("cpu_ratio", "×", 2),
+            show("allocations", "", 1),
+            store_verdict(f),
+        );
+    }
+}
+
+const STORE_HEADER: &str = "Streams | Store | Added latency p50 | − first store's | Time to first event added, p50 | \
+     Proxy CPU per delta | ÷ first store's | Proxy allocations per delta | Within 1.3× CPU and +20 µs p50 |";
+
+/// One pair's stores side by side, or nothing with one store.
+pub fn store_table(results: &[Level]) -> String {
+    let figures = store_figures(results);
+    let mut out = String::new();
+    if !figures.is_empty() {
+        let _ = writeln!(out, "| {STORE_HEADER}");
+        let _ = writeln!(out, "|---:|---|---:|---:|---:|---:|---:|---:|---|");
+        store_rows(&mut out, None, &figures);
+    }
+    out
+}
+
 pub fn memory_line(m: &MemoryResult) -> String {
     let kib = |bytes: f64| format!("{:.1} KiB", bytes / 1024.0);
     let per_stream =
@@ -244,7 +332,7 @@ pub fn summary_line(
     let largest = results.iter().max_by_key(|level| level.direct.streams);
     let others = results
         .iter()
-        .flat_map(|level| level.labelled().map(|(_, r)| r))
+        .flat_map(|level| level.labelled().into_iter().map(|(_, r)| r))
         .filter_map(|r| others_cores(r.others_cpu, r.wall))
         .chain(memory.and_then(|m| others_cores(m.others_cpu, m.wall)))
         .fold(None, |max: Option<f64>, n| {
@@ -253,25 +341,26 @@ pub fn summary_line(
     let summary = json!({
         "pair": pair,
         "streams": largest.map(|l| l.direct.streams),
-        "p50": largest.and_then(|l| added_latency(&l.direct, &l.proxy, all_deltas, 50)),
-        "p99": largest.and_then(|l| added_latency(&l.direct, &l.proxy, all_deltas, 99)),
-        "p99_steady": largest.and_then(|l| added_latency(&l.direct, &l.proxy, steady_deltas, 99)),
+        "p50": largest.and_then(|l| added_latency(&l.direct, l.proxy(), all_deltas, 50)),
+        "p99": largest.and_then(|l| added_latency(&l.direct, l.proxy(), all_deltas, 99)),
+        "p99_steady": largest.and_then(|l| added_latency(&l.direct, l.proxy(), steady_deltas, 99)),
         "relay_p50": largest.and_then(|l| added_latency(&l.direct, &l.relay, all_deltas, 50)),
         "relay_p99": largest.and_then(|l| added_latency(&l.direct, &l.relay, all_deltas, 99)),
         "http_relay_p50": largest.and_then(|l| added_latency(&l.direct, &l.http_relay, all_deltas, 50)),
         "http_relay_p99": largest.and_then(|l| added_latency(&l.direct, &l.http_relay, all_deltas, 99)),
-        "throughput": largest.map(|l| rate(&l.proxy) / rate(&l.direct)),
-        "cpu": largest.and_then(|l| proxy_cpu_per_delta(&l.proxy)),
+        "throughput": largest.map(|l| rate(l.proxy()) / rate(&l.direct)),
+        "cpu": largest.and_then(|l| proxy_cpu_per_delta(l.proxy())),
         "relay_cpu": largest.and_then(|l| proxy_cpu_per_delta(&l.relay)),
         "http_relay_cpu": largest.and_then(|l| proxy_cpu_per_delta(&l.http_relay)),
-        "sleeps": largest.and_then(|l| proxy_sleeps_per_delta(&l.proxy)),
-        "allocations": largest.and_then(|l| proxy_allocations_per_delta(&l.proxy)),
+        "sleeps": largest.and_then(|l| proxy_sleeps_per_delta(l.proxy())),
+        "allocations": largest.and_then(|l| proxy_allocations_per_delta(l.proxy())),
         "rss_kib": memory.and_then(MemoryResult::proxy_rss_per_stream).map(|b| b / 1024.0),
         "heap_kib": memory.map(|m| m.proxy_heap_per_stream() / 1024.0),
         "http_relay_rss_kib": memory.and_then(MemoryResult::http_relay_rss_per_stream).map(|b| b / 1024.0),
         "http_relay_heap_kib": memory.map(|m| m.http_relay_heap_per_stream() / 1024.0),
         "others": others,
         "failed": failed,
+        "stores": store_figures(results),
     });
     format!("{SUMMARY}{summary}")
 }
@@ -325,6 +414,22 @@ pub fn summary_table(summaries: &[Value]) -> String {
             show("others", "", 2),
             verdict(s),
         );
+    }
+    out
+}
+
+/// Every pair's stores side by side, or nothing with one store.
+pub fn summary_store_table(summaries: &[Value]) -> String {
+    let mut out = String::new();
+    for s in summaries {
+        let Some(figures) = s["stores"].as_array().filter(|f| !f.is_empty()) else {
+            continue;
+        };
+        if out.is_empty() {
+            let _ = writeln!(out, "| Pair | {STORE_HEADER}");
+            let _ = writeln!(out, "|---|---:|---|---:|---:|---:|---:|---:|---:|---|");
+        }
+        store_rows(&mut out, s["pair"].as_str(), figures);
     }
     out
 }

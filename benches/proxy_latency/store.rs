@@ -1,7 +1,11 @@
-//! The store the proxy under test keeps its conversations in (`BENCH_STORE`): `memory` (the default), `redb`
-//! (a file in the temp directory, removed after), or `redis` (Debian's redis-server, started for the pair on
-//! a free port and stopped after). Every stream is a turn of a conversation of its own: one load before the
-//! run and one save after it; no event touches the store.
+//! The stores the proxy under test keeps its conversations in (`BENCH_STORE`, a list): `memory` (the
+//! default), `redb` (a file in the temp directory, removed after), or `redis` (Debian's redis-server, started
+//! for the pair on a free port and stopped after). With more than one, the pair runs one proxy per store and
+//! measures each at every level, right after the others, so they can be compared as ratios of one run.
+//!
+//! Every stream is a turn of a conversation of its own: one load before the run and one save after it. The
+//! runs that can be read again (A2A tasks, CMDC runs) also append their events to a log, in gathered
+//! batches.
 
 use std::net::{TcpListener, TcpStream};
 use std::path::PathBuf;
@@ -9,6 +13,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 pub struct BenchStore {
+    pub name: &'static str,
     /// The `[store]` table, for the top of the routes file.
     pub toml: String,
     redis: Option<Child>,
@@ -16,10 +21,23 @@ pub struct BenchStore {
 }
 
 impl BenchStore {
-    pub fn from_env() -> Result<Self, String> {
-        let backend = std::env::var("BENCH_STORE").unwrap_or_else(|_| "memory".into());
-        match backend.as_str() {
+    /// The stores `BENCH_STORE` names, comma-separated (memory when unset), each started.
+    pub fn all_from_env() -> Result<Vec<Self>, String> {
+        let names = std::env::var("BENCH_STORE").unwrap_or_else(|_| "memory".into());
+        let names: Vec<&str> = names.split(',').map(str::trim).collect();
+        if let Some(twice) = names
+            .iter()
+            .find(|name| names.iter().filter(|n| n == name).count() > 1)
+        {
+            return Err(format!("BENCH_STORE: {twice} named twice"));
+        }
+        names.into_iter().map(Self::start).collect()
+    }
+
+    fn start(backend: &str) -> Result<Self, String> {
+        match backend {
             "memory" => Ok(Self {
+                name: "memory",
                 toml: String::new(),
                 redis: None,
                 file: None,
@@ -28,6 +46,7 @@ impl BenchStore {
                 let file = std::env::temp_dir()
                     .join(format!("agent-bridge-bench-{}.redb", std::process::id()));
                 Ok(Self {
+                    name: "redb",
                     toml: format!(
                         "[store]\nbackend = \"redb\"\npath = \"{}\"\n",
                         file.display()
@@ -56,6 +75,7 @@ impl BenchStore {
                     std::thread::sleep(Duration::from_millis(20));
                 }
                 Ok(Self {
+                    name: "redis",
                     toml: format!(
                         "[store]\nbackend = \"redis\"\nurl = \"redis://127.0.0.1:{port}\"\n"
                     ),
