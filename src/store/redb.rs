@@ -25,8 +25,13 @@ const RECORDS: TableDefinition<(&str, &str, &str), &[u8]> = TableDefinition::new
 /// (kind, route, tenant, id) -> an inbound's stored document.
 const DOCUMENTS: TableDefinition<(&str, &str, &str, &str), &[u8]> =
     TableDefinition::new("documents");
-/// Run logs: (kind, route, tenant, id, number) to an event. Number 0 is the log's header ([`LogHeader`]).
-const EVENTS: TableDefinition<(&str, &str, &str, &str, u64), &[u8]> =
+/// Run logs: (kind, route, tenant, id, number) to the events one append kept, numbered from `number` on
+/// ([`encode_batch`]): a row per append, not per event. Number 0 is the log's header ([`LogHeader`]).
+const LOGS: TableDefinition<(&str, &str, &str, &str, u64), &[u8]> =
+    TableDefinition::new("run_logs");
+/// The previous version's run logs, a row per event: dropped at open. A log is only read again by a
+/// client coming back within its run's life, which a restart ended.
+const PREVIOUS_LOGS: TableDefinition<(&str, &str, &str, &str, u64), &[u8]> =
     TableDefinition::new("run_events");
 
 type EventKey<'a> = (&'a str, &'a str, &'a str, &'a str, u64);
@@ -121,7 +126,10 @@ impl File {
         let mut known = HashMap::new();
         {
             write.open_table(DOCUMENTS).map_err(|e| self.failed(e))?;
-            write.open_table(EVENTS).map_err(|e| self.failed(e))?;
+            write.open_table(LOGS).map_err(|e| self.failed(e))?;
+            write
+                .delete_table(PREVIOUS_LOGS)
+                .map_err(|e| self.failed(e))?;
             let table = write.open_table(RECORDS).map_err(|e| self.failed(e))?;
             for entry in table.iter().map_err(|e| self.failed(e))? {
                 let (key, bytes) = entry.map_err(|e| self.failed(e))?;
@@ -226,27 +234,55 @@ impl File {
     }
 }
 
-/// A run log's number 0: whether it ended, and when it was last appended to (µs since the epoch).
+/// A run log's number 0: whether it ended, when it was last appended to (µs since the epoch), and the
+/// number of its last event.
 struct LogHeader {
     ended: bool,
     touched: u64,
+    last: u64,
 }
 
 impl LogHeader {
-    fn encode(&self) -> [u8; 9] {
-        let mut bytes = [0; 9];
+    fn encode(&self) -> [u8; 17] {
+        let mut bytes = [0; 17];
         bytes[0] = u8::from(self.ended);
-        bytes[1..].copy_from_slice(&self.touched.to_le_bytes());
+        bytes[1..9].copy_from_slice(&self.touched.to_le_bytes());
+        bytes[9..].copy_from_slice(&self.last.to_le_bytes());
         bytes
     }
 
     fn decode(bytes: &[u8]) -> Option<Self> {
-        let (&ended, touched) = bytes.split_first()?;
+        let (&ended, rest) = bytes.split_first()?;
+        let (touched, last) = rest.split_first_chunk::<8>()?;
         Some(Self {
             ended: ended != 0,
-            touched: u64::from_le_bytes(touched.try_into().ok()?),
+            touched: u64::from_le_bytes(*touched),
+            last: u64::from_le_bytes(last.try_into().ok()?),
         })
     }
+}
+
+/// One append's events in one row: each as its length (u32, little-endian), then its bytes.
+fn encode_batch(events: &[Bytes]) -> Vec<u8> {
+    let mut bytes = Vec::with_capacity(events.iter().map(|event| 4 + event.len()).sum());
+    for event in events {
+        // A run log keeps at most 16 MiB ([`super::runlog`]): an event's length fits.
+        let len = u32::try_from(event.len()).unwrap_or(u32::MAX);
+        bytes.extend_from_slice(&len.to_le_bytes());
+        bytes.extend_from_slice(event);
+    }
+    bytes
+}
+
+/// The events of a row [`encode_batch`] wrote, in order.
+fn batch_events(mut bytes: &[u8]) -> impl Iterator<Item = &[u8]> {
+    std::iter::from_fn(move || {
+        let (len, rest) = bytes.split_first_chunk::<4>()?;
+        let len = u32::from_le_bytes(*len) as usize;
+        let event = rest.get(..len)?;
+        bytes = &rest[len..];
+        Some(event)
+    })
 }
 
 fn event_key(key: &DocumentKey, number: u64) -> EventKey<'_> {
@@ -262,7 +298,7 @@ fn sweep_expired(
     write.open_table(DOCUMENTS)?.retain(|_, bytes| {
         codec::header(bytes).is_some_and(|header| now.saturating_sub(header.touched) < idle_ttl)
     })?;
-    sweep_logs(&mut write.open_table(EVENTS)?, idle_ttl)?;
+    sweep_logs(&mut write.open_table(LOGS)?, idle_ttl)?;
     Ok(())
 }
 
@@ -315,7 +351,7 @@ impl File {
             sweep_expired(&write, idle_ttl).map_err(|e| self.failed(e))?;
         }
         {
-            let mut table = write.open_table(EVENTS).map_err(|e| self.failed(e))?;
+            let mut table = write.open_table(LOGS).map_err(|e| self.failed(e))?;
             let after = match after {
                 0 => {
                     table
@@ -323,25 +359,22 @@ impl File {
                         .map_err(|e| self.failed(e))?;
                     0
                 }
-                APPEND => {
-                    let mut kept = table
-                        .range(event_key(key, 0)..=event_key(key, u64::MAX))
-                        .map_err(|e| self.failed(e))?;
-                    match kept.next_back() {
-                        Some(last) => last.map_err(|e| self.failed(e))?.0.value().4,
-                        None => 0,
-                    }
-                }
+                APPEND => table
+                    .get(event_key(key, 0))
+                    .map_err(|e| self.failed(e))?
+                    .and_then(|header| LogHeader::decode(header.value()))
+                    .map_or(0, |header| header.last),
                 after => after,
             };
-            for (number, event) in (after + 1..).zip(events) {
+            if !events.is_empty() {
                 table
-                    .insert(event_key(key, number), event.as_ref())
+                    .insert(event_key(key, after + 1), encode_batch(events).as_slice())
                     .map_err(|e| self.failed(e))?;
             }
             let header = LogHeader {
                 ended: end,
                 touched: now_micros(),
+                last: after + events.len() as u64,
             };
             table
                 .insert(event_key(key, 0), header.encode().as_slice())
@@ -358,7 +391,7 @@ impl File {
         idle_ttl: u64,
     ) -> Result<Option<LogPage>> {
         let read = self.database.begin_read().map_err(|e| self.failed(e))?;
-        let table = read.open_table(EVENTS).map_err(|e| self.failed(e))?;
+        let table = read.open_table(LOGS).map_err(|e| self.failed(e))?;
         let header = table.get(event_key(key, 0)).map_err(|e| self.failed(e))?;
         let Some(header) = header
             .and_then(|bytes| LogHeader::decode(bytes.value()))
@@ -366,16 +399,36 @@ impl File {
         else {
             return Ok(None);
         };
-        let last = after.saturating_add(max as u64);
+        let wanted = after.saturating_add(1);
+        if wanted > header.last {
+            return Ok(Some(LogPage {
+                events: Vec::new(),
+                ended: header.ended,
+            }));
+        }
+        // The row holding event `wanted`: the last one numbered at or before it.
+        let holding = table
+            .range(event_key(key, 1)..=event_key(key, wanted))
+            .map_err(|e| self.failed(e))?
+            .next_back()
+            .transpose()
+            .map_err(|e| self.failed(e))?
+            .map_or(wanted, |(first, _)| first.value().4);
         let mut events = Vec::new();
         for entry in table
-            .range(event_key(key, after + 1)..=event_key(key, last))
+            .range(event_key(key, holding)..=event_key(key, header.last))
             .map_err(|e| self.failed(e))?
         {
-            let (_, bytes) = entry.map_err(|e| self.failed(e))?;
-            events.push(Bytes::copy_from_slice(bytes.value()));
+            let (first, bytes) = entry.map_err(|e| self.failed(e))?;
+            let numbered = (first.value().4..).zip(batch_events(bytes.value()));
+            let new = numbered.filter(|(number, _)| *number >= wanted);
+            events.extend(new.map(|(_, event)| Bytes::copy_from_slice(event)));
+            if events.len() >= max {
+                break;
+            }
         }
-        let ended = header.ended && events.len() < max;
+        events.truncate(max);
+        let ended = header.ended && after + events.len() as u64 >= header.last;
         Ok(Some(LogPage { events, ended }))
     }
 }
@@ -632,6 +685,53 @@ mod tests {
         assert_eq!(store.load(&key("c")).await.unwrap(), None);
         store.save(&key("c"), paused()).await.unwrap();
         assert_eq!(store.load(&key("c")).await.unwrap(), Some(paused()));
+        drop(store);
+        let _ = std::fs::remove_dir_all(path.parent().unwrap().parent().unwrap());
+    }
+
+    #[tokio::test]
+    async fn a_run_log_reads_from_any_event_across_the_appends_that_kept_it() {
+        let path = temp_file("log");
+        let store = RedbStore::open(&config(&path)).unwrap();
+        let key = DocumentKey {
+            kind: "run",
+            route: "r".into(),
+            tenant: "acme".into(),
+            id: "1".into(),
+        };
+        let events = |numbers: std::ops::RangeInclusive<u64>| -> Vec<Bytes> {
+            numbers.map(|n| Bytes::from(format!("event {n}"))).collect()
+        };
+        let page = |events: Vec<Bytes>, ended| Some(LogPage { events, ended });
+        store
+            .append_events(&key, 0, Vec::new(), false, false)
+            .await
+            .unwrap();
+        for (numbers, end) in [(1..=3, false), (4..=4, false), (5..=9, true)] {
+            store
+                .append_events(&key, APPEND, events(numbers), end, end)
+                .await
+                .unwrap();
+        }
+        for after in 0..=9 {
+            let read = store.read_events(&key, after, 100).await.unwrap();
+            assert_eq!(read, page(events(after + 1..=9), true), "after {after}");
+        }
+        let read = store.read_events(&key, 2, 3).await.unwrap();
+        assert_eq!(
+            read,
+            page(events(3..=5), false),
+            "a page of 3 from the middle"
+        );
+        let read = store.read_events(&key, 6, 3).await.unwrap();
+        assert_eq!(read, page(events(7..=9), true), "the last page");
+
+        store
+            .append_events(&key, 0, Vec::new(), false, false)
+            .await
+            .unwrap();
+        let read = store.read_events(&key, 0, 100).await.unwrap();
+        assert_eq!(read, page(Vec::new(), false), "started afresh");
         drop(store);
         let _ = std::fs::remove_dir_all(path.parent().unwrap().parent().unwrap());
     }
