@@ -28,10 +28,9 @@ use crate::error::Result;
 use crate::model::{Interrupt, Message};
 use crate::size::json_len;
 
-use self::notices::LogWatch;
-
 pub use self::local::{micros, now_micros};
 pub use self::memory::MemoryStore;
+pub use self::notices::LogWatch;
 pub use self::redb::RedbStore;
 pub use self::redis::RedisStore;
 pub use self::runlog::{Followed, LogWriter};

@@ -251,6 +251,12 @@ impl Documents {
         ))
     }
 
+    /// What tells a waiter that the log `kind`/`id` of `tenant` may have been appended to (a run another
+    /// replica started under that name): a notice where the store has them, else a poll.
+    pub async fn watch_log(&self, kind: &'static str, tenant: &str, id: &str) -> LogWatch {
+        self.store.watch_log(&self.key(kind, tenant, id)).await
+    }
+
     async fn renew(&self, lease: &DocumentKey) {
         let until = now_micros().saturating_add(micros(LEASE));
         let bytes = super::codec::encode(&Lease { until }, now_micros(), false);
@@ -379,8 +385,8 @@ struct Follower {
 impl Follower {
     async fn next(&mut self) -> Option<Followed> {
         if self.watch.is_none() && !self.ended {
-            let key = self.documents.key(self.kind, &self.tenant, &self.id);
-            self.watch = Some(self.documents.store.watch_log(&key).await);
+            let (kind, tenant, id) = (self.kind, &self.tenant, &self.id);
+            self.watch = Some(self.documents.watch_log(kind, tenant, id).await);
         }
         loop {
             if let Some(event) = self.ready.pop_front() {

@@ -1,11 +1,11 @@
 //! A session's runs as its subscribers read them: `GET …/events` one run, a WebSocket every run. A run of
 //! this replica's is read from its buffer; in a store replicas share, a run another replica drives (or drove,
 //! and nobody read yet) is read from its log in the store, and a subscriber waiting for the next run looks
-//! at the store every [`ELSEWHERE_POLL`] for one another replica started.
+//! at the session in the store whenever the session's run log is appended to (a run another replica
+//! started), as the store tells it.
 
 use std::pin::Pin;
 use std::sync::Arc;
-use std::time::Duration;
 
 use futures_util::{stream, Stream, StreamExt};
 
@@ -13,9 +13,6 @@ use super::super::run::Runner;
 use super::super::sessions::{Follower, Session, READ_DOCUMENT, RUN_LOG};
 use super::super::wire::Event;
 use crate::store::Followed;
-
-/// How often a subscriber waiting for a session's next run looks for one another replica started.
-const ELSEWHERE_POLL: Duration = Duration::from_millis(200);
 
 /// A run's events (or several runs').
 pub(super) type Events = Pin<Box<dyn Stream<Item = Event> + Send>>;
@@ -65,8 +62,10 @@ fn next_run_anywhere(runner: &Arc<Runner>, session: &Arc<Session>) -> Events {
     let known = session.state().runs;
     let next = async move {
         let elsewhere = async {
+            let (tenant, id) = (&session.tenant, &session.id);
+            let mut appended = runner.documents.watch_log(RUN_LOG, tenant, id).await;
             loop {
-                tokio::time::sleep(ELSEWHERE_POLL).await;
+                appended.changed().await;
                 let kept = runner.recall(&session.tenant, &session.id).await;
                 match kept {
                     Ok(Some(kept)) if kept.runs > known => {
