@@ -3,9 +3,11 @@
 //! It knows no protocol: an event is the bytes its inbound chose to keep.
 //!
 //! - The writer ([`LogWriter`]) hands events to a task of its own, which appends what gathered over a short
-//!   while (`GATHER_FOLLOWED`, `GATHER_UNFOLLOWED`) in one call: the run never waits on a store round trip, and the
-//!   store is not written once per event. On redb those appends are not synced; a [`LogWriter::durable`]
-//!   point and the end of the log are.
+//!   while (`GATHER_FOLLOWED`, `GATHER_UNFOLLOWED`) in one call: the run never waits on a store round trip,
+//!   and the store is not written once per event. On redb those appends are not synced; a
+//!   [`LogWriter::durable`] point and the end of the log are.
+//! - A follower reads the log again when the store tells it the log was appended to (Redis's notices,
+//!   [`super::notices`]), or polls where it cannot.
 //! - In a store replicas share, the writer holds the run's lease while the log is open (renewed every
 //!   [`LEASE_RENEWAL`]); a follower of a log that stopped growing and whose lease lapsed knows the replica
 //!   driving the run is gone ([`Followed::Lost`]). In a store one process owns, a log that is not ended and
