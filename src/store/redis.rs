@@ -123,10 +123,10 @@ impl RedisStore {
             .map_err(unavailable)
     }
 
-    async fn run(&self, pipeline: &Pipeline) -> Result<()> {
+    async fn run<T: FromRedisValue>(&self, pipeline: &Pipeline) -> Result<T> {
         let mut connection = self.connection.clone();
         pipeline
-            .query_async::<()>(&mut connection)
+            .query_async(&mut connection)
             .await
             .map_err(unavailable)
     }
@@ -201,11 +201,7 @@ impl RedisStore {
                 .ignore();
             pipeline.cmd("ZCARD").arg(tenant_key(key, list));
         }
-        let mut connection = self.connection.clone();
-        let (idle, paused): (usize, usize) = pipeline
-            .query_async(&mut connection)
-            .await
-            .map_err(unavailable)?;
+        let (idle, paused): (usize, usize) = self.run(&pipeline).await?;
         if idle + paused < per_tenant {
             return Ok(());
         }
@@ -234,7 +230,7 @@ impl RedisStore {
             };
             pipeline.cmd("DEL").arg(record_key(&gone)).ignore();
         }
-        self.run(&pipeline).await?;
+        self.run::<()>(&pipeline).await?;
         tracing::info!(
             route = %key.route,
             evicted = evicted.len(),
@@ -348,11 +344,7 @@ impl RedisStore {
         if told {
             pipeline.cmd("PUBLISH").arg(&channel).arg("");
         }
-        let mut connection = self.connection.clone();
-        let followers: Vec<u64> = pipeline
-            .query_async(&mut connection)
-            .await
-            .map_err(unavailable)?;
+        let followers: Vec<u64> = self.run(&pipeline).await?;
         Ok(followers.first().is_some_and(|&n| n > 0))
     }
 
@@ -370,11 +362,7 @@ impl RedisStore {
         pipeline.cmd("LRANGE").arg(&events_key).arg(first).arg(last);
         pipeline.cmd("EXISTS").arg(&events_key);
         pipeline.cmd("EXISTS").arg(&ended_key);
-        let mut connection = self.connection.clone();
-        let (events, exists, ended): (Vec<Vec<u8>>, bool, bool) = pipeline
-            .query_async(&mut connection)
-            .await
-            .map_err(unavailable)?;
+        let (events, exists, ended): (Vec<Vec<u8>>, bool, bool) = self.run(&pipeline).await?;
         if !exists && !ended {
             return Ok(None);
         }
