@@ -18,10 +18,12 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
+use std::sync::Arc;
+
 use bytes::Bytes;
 use futures_util::Stream;
 use serde::{Deserialize, Serialize};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, Notify};
 
 use super::notices::LogWatch;
 use super::{micros, now_micros, DocumentKey, Documents, LogPage};
@@ -53,9 +55,21 @@ struct Lease {
 /// Appends a run's events to its log; the log ends when this is dropped (or [`LogWriter::end`]ed).
 pub struct LogWriter {
     sender: mpsc::Sender<Entry>,
+    /// Declared after `sender`, so dropped after it: the writer it wakes finds the log ended.
+    wake: Wake,
     task: tokio::task::JoinHandle<()>,
     /// [`LogWriter::try_push`] found the writer too far behind: the log keeps nothing more.
     overflowed: std::sync::atomic::AtomicBool,
+}
+
+/// Wakes a gathering writer before its time: a durable point, a full batch, the end (once dropped). Events
+/// alone do not wake it: a wake-up per event would cost more than the event.
+struct Wake(Arc<Notify>);
+
+impl Drop for Wake {
+    fn drop(&mut self) {
+        self.0.notify_one();
+    }
 }
 
 enum Entry {
@@ -77,6 +91,7 @@ impl LogWriter {
     /// Keeps `event` as the log's next; waits only when the store is `PENDING` events behind.
     pub async fn push(&self, event: Bytes) {
         let _ = self.sender.send(Entry::Event(event)).await;
+        self.wake_on_full_batch();
     }
 
     /// [`LogWriter::push`] for a run that cannot wait: when the store is `PENDING` events behind, the log
@@ -90,18 +105,29 @@ impl LogWriter {
             self.overflowed.store(true, Ordering::Relaxed);
             tracing::warn!("a run log fell too far behind its run; its later events are not kept");
         }
+        self.wake_on_full_batch();
+    }
+
+    fn wake_on_full_batch(&self) {
+        if self.sender.max_capacity() - self.sender.capacity() >= BATCH {
+            self.wake.0.notify_one();
+        }
     }
 
     /// Makes what was pushed so far durable (a run that pauses for its user). When the store is `PENDING`
     /// events behind, the log's end is what makes them durable.
     pub fn durable(&self) {
         let _ = self.sender.try_send(Entry::Durable);
+        self.wake.0.notify_one();
     }
 
     /// Ends the log, and returns once what was pushed is kept, durably.
     pub async fn end(self) {
-        let Self { sender, task, .. } = self;
+        let Self {
+            sender, wake, task, ..
+        } = self;
         drop(sender);
+        drop(wake);
         let _ = task.await;
     }
 }
@@ -132,6 +158,7 @@ impl Documents {
             tracing::warn!(run = %id, "a run log could not be started: {error}");
         }
         let (sender, receiver) = mpsc::channel(PENDING);
+        let wake = Arc::new(Notify::new());
         let writer = Writer {
             documents: self.clone(),
             key,
@@ -139,9 +166,10 @@ impl Documents {
             bytes: 0,
             broken: started.is_err(),
         };
-        let task = tokio::spawn(writer.run(receiver));
+        let task = tokio::spawn(writer.run(receiver, Arc::clone(&wake)));
         Some(LogWriter {
             sender,
+            wake: Wake(wake),
             task,
             overflowed: std::sync::atomic::AtomicBool::new(false),
         })
@@ -279,8 +307,8 @@ struct Writer {
 }
 
 impl Writer {
-    async fn run(mut self, mut receiver: mpsc::Receiver<Entry>) {
-        let mut gather = if self.lease.is_some() {
+    async fn run(mut self, mut receiver: mpsc::Receiver<Entry>, wake: Arc<Notify>) {
+        let mut window = if self.lease.is_some() {
             GATHER_FOLLOWED
         } else {
             GATHER_UNFOLLOWED
@@ -290,29 +318,12 @@ impl Writer {
             tokio::spawn(async move { documents.keep_held(&lease).await })
         });
         loop {
-            let first = receiver.recv().await;
-            let mut batch = Vec::new();
-            let mut durable = false;
-            let mut end = true;
-            if let Some(entry) = first {
-                end = false;
-                self.take(entry, &mut batch, &mut durable);
-                // One append for what gathers meanwhile: a store write per event would cost more than
-                // the event.
-                let deadline = tokio::time::Instant::now() + gather;
-                while batch.len() < BATCH && !durable {
-                    match tokio::time::timeout_at(deadline, receiver.recv()).await {
-                        Ok(Some(entry)) => self.take(entry, &mut batch, &mut durable),
-                        Ok(None) => {
-                            end = true;
-                            break;
-                        }
-                        Err(_) => break,
-                    }
-                }
-            }
+            let (batch, durable, end) = match receiver.recv().await {
+                Some(first) => self.gather(first, &mut receiver, &wake, window).await,
+                None => (Vec::new(), false, true),
+            };
             let followed = self.append(batch, end, durable || end).await;
-            gather = match followed {
+            window = match followed {
                 true => GATHER_FOLLOWED,
                 false => GATHER_UNFOLLOWED,
             };
@@ -326,6 +337,46 @@ impl Writer {
                 return;
             }
         }
+    }
+
+    /// `first` and what follows it for one append, over `window` (a store write per event would cost more
+    /// than the event), unless a batch fills, or a durable point or the end comes first: the batch, whether
+    /// it is to be durable, whether the log ended.
+    async fn gather(
+        &mut self,
+        first: Entry,
+        receiver: &mut mpsc::Receiver<Entry>,
+        wake: &Notify,
+        window: Duration,
+    ) -> (Vec<Bytes>, bool, bool) {
+        let (mut batch, mut durable) = (Vec::new(), false);
+        self.take(first, &mut batch, &mut durable);
+        let deadline = tokio::time::Instant::now() + window;
+        loop {
+            let end = self.drain(receiver, &mut batch, &mut durable);
+            if end || durable || batch.len() >= BATCH || tokio::time::Instant::now() >= deadline {
+                return (batch, durable, end);
+            }
+            // Woken at the deadline, or before it by what cannot wait ([`Wake`]), not by each event.
+            let _ = tokio::time::timeout_at(deadline, wake.notified()).await;
+        }
+    }
+
+    /// Takes what waits, up to a batch or a durable point; whether the log ended.
+    fn drain(
+        &mut self,
+        receiver: &mut mpsc::Receiver<Entry>,
+        batch: &mut Vec<Bytes>,
+        durable: &mut bool,
+    ) -> bool {
+        while batch.len() < BATCH && !*durable {
+            match receiver.try_recv() {
+                Ok(entry) => self.take(entry, batch, durable),
+                Err(mpsc::error::TryRecvError::Empty) => return false,
+                Err(mpsc::error::TryRecvError::Disconnected) => return true,
+            }
+        }
+        false
     }
 
     fn take(&mut self, entry: Entry, batch: &mut Vec<Bytes>, durable: &mut bool) {
