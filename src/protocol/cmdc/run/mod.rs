@@ -38,6 +38,8 @@ use encode::{interrupt_event, Call};
 
 /// A callback tool's default time to answer.
 const CALLBACK_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a session that went idle waits for what its control log brought before it ended.
+const CONTROL_DRAIN: Duration = Duration::from_secs(5);
 /// The largest callback answer read.
 const CALLBACK_BODY_LIMIT: usize = 1024 * 1024;
 /// `tool_execution_end.result` is cut beyond this many bytes.
@@ -96,7 +98,7 @@ impl Runner {
         session: Arc<Session>,
         first: Arc<sessions::Run>,
         prompt: Queued,
-        control: Option<ControlGuard>,
+        mut control: Option<ControlGuard>,
     ) {
         let mut next = Some((first, prompt));
         while let Some((run, prompt)) = next.take() {
@@ -106,13 +108,36 @@ impl Runner {
                 log.end().await;
             }
             session.expire_unread(&run, FINISHED_RUN_TTL);
-            next = Self::next_prompt(&session);
-            match &next {
-                Some((run, _)) => self.start(&session, run).await,
-                None => self.keep(&session).await,
+            next = match Self::next_prompt(&session, false) {
+                Some(next) => Some(next),
+                None => self.hand_back(&session, &mut control).await,
+            };
+            if let Some((run, _)) = &next {
+                self.start(&session, run).await;
             }
         }
-        drop(control);
+    }
+
+    /// Nothing queued after a run: keeps the session idle in the store (other replicas' clients now run
+    /// their prompts themselves), ends its control log, and once what came through it before its end was
+    /// carried out, goes idle here too. A prompt among it (its client was told it was queued) runs here
+    /// instead, under a control log of its own.
+    async fn hand_back(
+        self: &Arc<Self>,
+        session: &Arc<Session>,
+        control: &mut Option<ControlGuard>,
+    ) -> Option<(Arc<sessions::Run>, Queued)> {
+        let idle = Kept {
+            busy: false,
+            ..session.kept()
+        };
+        self.keep_as(session, &idle).await;
+        if let Some(control) = control.take() {
+            control.finish().await;
+        }
+        let next = Self::next_prompt(session, true)?;
+        *control = self.take_control(session).await;
+        Some(next)
     }
 
     /// Keeps `run`'s events in its log in the store (its lease taken), then the session as running it.
@@ -140,8 +165,9 @@ impl Runner {
         Some((run, state.subscriber_runtime.clone()))
     }
 
-    /// After a run: the next queued prompt and its run, or the session idle.
-    fn next_prompt(session: &Session) -> Option<(Arc<sessions::Run>, Queued)> {
+    /// After a run: the next queued prompt and its run; when none waits, the session is idle (and with
+    /// `let_go`, no longer busy here: a prompt runs at once).
+    fn next_prompt(session: &Session, let_go: bool) -> Option<(Arc<sessions::Run>, Queued)> {
         let mut state = session.state();
         state.pending.clear();
         state.answers = None;
@@ -149,7 +175,7 @@ impl Runner {
             state.queue.clear();
         }
         let Some(queued) = state.queue.pop_front() else {
-            state.busy = false;
+            state.busy &= !let_go;
             state.status = Status::Idle;
             return None;
         };
@@ -159,17 +185,17 @@ impl Runner {
 
     /// Keeps the session in the store, where the store keeps documents (a deleted one no more).
     pub async fn keep(&self, session: &Session) {
+        self.keep_as(session, &session.kept()).await;
+    }
+
+    /// Keeps `kept` as the session in the store.
+    async fn keep_as(&self, session: &Session, kept: &Kept) {
         if !self.documents.kept() || session.is_closed() {
             return;
         }
         let kept = self
             .documents
-            .save(
-                SESSION_DOCUMENT,
-                &session.tenant,
-                &session.id,
-                &session.kept(),
-            )
+            .save(SESSION_DOCUMENT, &session.tenant, &session.id, kept)
             .await;
         if let Err(error) = kept {
             tracing::warn!(session = %session.id, "cmdc: the session could not be kept: {error}");
@@ -234,22 +260,20 @@ impl Runner {
                 }
             }
         });
-        Some(ControlGuard { _log: log, task })
+        Some(ControlGuard {
+            log: Some(log),
+            task,
+        })
     }
 
     /// What another replica's client asked of the session, as if asked here.
     fn carry_out(&self, session: &Session, control: Control) {
         match control {
             Control::Prompt { text, api_key } => {
-                // Handed over while a run goes on here: queued behind it. The run ending meanwhile (the
-                // other replica saw it going on) leaves the prompt to the client's retry.
+                // Handed over while a run goes on here: queued behind it. The run ended meanwhile (the
+                // other replica saw it going on): queued all the same, and run once the control log ended.
                 self.sessions.count_prompt(&api_key);
-                let mut state = session.state();
-                if state.busy {
-                    state.queue.push_back(Queued { text, api_key });
-                } else {
-                    tracing::warn!(session = %session.id, "cmdc: a handed-over prompt came after the run ended; dropped");
-                }
+                session.state().queue.push_back(Queued { text, api_key });
             }
             Control::Answer(resume) => {
                 if let Err(why) = session.answer(resume) {
@@ -615,8 +639,20 @@ impl Runner {
 
 /// The session's control log, held open, and the task carrying out what comes through it.
 struct ControlGuard {
-    _log: crate::store::LogWriter,
+    log: Option<crate::store::LogWriter>,
     task: tokio::task::JoinHandle<()>,
+}
+
+impl ControlGuard {
+    /// Ends the control log (its lease let go: other replicas' clients now run their prompts themselves), and
+    /// returns once what came through it before its end was carried out, or after `CONTROL_DRAIN` (a store
+    /// that does not answer: the rest is left to the clients' retries).
+    async fn finish(mut self) {
+        if let Some(log) = self.log.take() {
+            log.end().await;
+        }
+        let _ = tokio::time::timeout(CONTROL_DRAIN, &mut self.task).await;
+    }
 }
 
 impl Drop for ControlGuard {
