@@ -37,7 +37,7 @@ use crate::error::{Error, Result};
 use crate::model::{Event, History, Turn};
 use crate::mount::Mount;
 use crate::sse::SseEvent;
-use crate::store::Documents;
+use crate::store::{Documents, Record};
 use crate::translate::{Agent, RunContext};
 use crate::upstream::Upstream;
 
@@ -123,6 +123,11 @@ pub trait OutboundFace: Send + Sync + 'static {
     fn run(&self, turn: &Turn, context: &mut RunContext)
         -> impl Future<Output = Result<()>> + Send;
 
+    /// What identifies the conversation upstream in `record` (for the log line of a finished run).
+    fn upstream_ids(&self, _record: &Record) -> Option<String> {
+        None
+    }
+
     /// Whether `path` is where the upstream calls back into the proxy (CMDC callback tools).
     fn serves_callback(&self, _path: &str) -> bool {
         false
@@ -148,6 +153,10 @@ impl<F: OutboundFace> Agent for F {
 
     fn run<'a>(&'a self, turn: &'a Turn, context: &'a mut RunContext) -> BoxFuture<'a, Result<()>> {
         Box::pin(OutboundFace::run(self, turn, context))
+    }
+
+    fn upstream_ids(&self, record: &Record) -> Option<String> {
+        OutboundFace::upstream_ids(self, record)
     }
 }
 

@@ -18,6 +18,7 @@ pub mod gauges;
 pub mod history;
 pub mod json;
 pub mod logging;
+pub mod metrics;
 pub mod model;
 pub mod mount;
 pub mod normalize;

@@ -1,7 +1,29 @@
-//! Values from clients and upstreams in log lines: cut to [`LOG_VALUE_LIMIT`] bytes with their length noted,
-//! so that one large frame or message never becomes one large log line.
+//! The proxy's log: written to stderr as text or as one JSON object per line ([`init`]), and values from
+//! clients and upstreams in it cut to [`LOG_VALUE_LIMIT`] bytes with their length noted, so that one large
+//! frame or message never becomes one large log line.
+//!
+//! Secrets stay out of it: configured header values and API keys are never logged, and a request's headers
+//! are not logged at all (only its route, path and outcome).
 
 use std::fmt;
+use std::io::IsTerminal;
+
+use tracing_subscriber::EnvFilter;
+
+use crate::config::LogFormat;
+
+/// Logs to stderr in `format`, at the level `RUST_LOG` sets (default `info`). Text is colored only on a
+/// terminal: a file or a collector gets no escape codes.
+pub fn init(format: LogFormat) {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.with_ansi(std::io::stderr().is_terminal()).init(),
+        LogFormat::Json => builder.json().flatten_event(true).init(),
+    }
+}
 
 /// The most bytes of one value a log line shows.
 pub const LOG_VALUE_LIMIT: usize = 512;

@@ -4,9 +4,9 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-use agent_bridge::config::{Config, ConfigError};
+use agent_bridge::config::{Config, ConfigError, LogFormat};
 use agent_bridge::error::Error;
-use agent_bridge::server::Server;
+use agent_bridge::server::{Admin, Server};
 use agent_bridge::workers::Workers;
 
 const DEFAULT_CONFIG: &str = "routes.toml";
@@ -28,6 +28,13 @@ struct Cli {
     /// Listen address, overriding `listen` in the routes file (e.g. 0.0.0.0:8080).
     #[arg(long, global = true)]
     listen: Option<std::net::SocketAddr>,
+    /// Where /metrics and /readyz are served, overriding `admin_listen` in the routes file
+    /// [default: 127.0.0.1:9091].
+    #[arg(long, global = true)]
+    admin_listen: Option<std::net::SocketAddr>,
+    /// Log lines as `text` or `json` (one object per line), overriding `log_format` in the routes file.
+    #[arg(long, global = true, value_name = "text|json")]
+    log_format: Option<LogFormat>,
     /// Serving threads [default: one per CPU core].
     #[arg(long, global = true)]
     threads: Option<NonZeroUsize>,
@@ -45,22 +52,22 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
-    let mut config = match load(cli.config.as_deref()) {
-        Ok(config) => config,
+    let (mut config, built_in) = match load(cli.config.as_deref()) {
+        Ok(loaded) => loaded,
         Err(error) => {
             eprintln!("error: {error}");
             return ExitCode::FAILURE;
         }
     };
+    agent_bridge::logging::init(cli.log_format.unwrap_or(config.log_format));
+    if built_in {
+        tracing::info!("no {DEFAULT_CONFIG} here; serving the built-in echo routes");
+    }
     if let Some(listen) = cli.listen {
         config.listen = listen;
+    }
+    if let Some(admin_listen) = cli.admin_listen {
+        config.admin_listen = admin_listen;
     }
     // This thread's runtime only binds, and waits for the signal to stop: the serving threads have their own.
     let runtime = match tokio::runtime::Builder::new_current_thread()
@@ -96,16 +103,16 @@ fn main() -> ExitCode {
     }
 }
 
-/// The routes file named, else `./routes.toml`, else the shipped one built into the binary (the echo routes).
-fn load(path: Option<&Path>) -> Result<Config, ConfigError> {
+/// The routes file named, else `./routes.toml`, else the shipped one built into the binary (the echo routes);
+/// whether it is the built-in one.
+fn load(path: Option<&Path>) -> Result<(Config, bool), ConfigError> {
     const SHIPPED: &str = include_str!("../routes.toml");
     match path {
-        Some(path) => Config::load(path),
-        None if Path::new(DEFAULT_CONFIG).exists() => Config::load(Path::new(DEFAULT_CONFIG)),
-        None => {
-            tracing::info!("no {DEFAULT_CONFIG} here; serving the built-in echo routes");
-            Config::parse(SHIPPED, "routes.toml (built in)")
+        Some(path) => Ok((Config::load(path)?, false)),
+        None if Path::new(DEFAULT_CONFIG).exists() => {
+            Ok((Config::load(Path::new(DEFAULT_CONFIG))?, false))
         }
+        None => Ok((Config::parse(SHIPPED, "routes.toml (built in)")?, true)),
     }
 }
 
@@ -113,14 +120,20 @@ async fn serve(config: Config, threads: NonZeroUsize) -> agent_bridge::error::Re
     let workers = Workers::start(threads, "agent-bridge")
         .map_err(|e| Error::internal(format!("cannot start the serving threads: {e}")))?;
     let server = Server::bind(&config).await?;
+    let admin = Admin::bind(config.admin_listen, server.admin_state()).await?;
     // Installed before the address is logged: whoever reads it may signal at once.
     let shutdown = agent_bridge::server::shutdown_signal();
+    tracing::info!("admin (/metrics, /readyz) on http://{}", admin.local_addr());
     tracing::info!(
         "agent-bridge listening on http://{} ({threads} threads)",
         server.local_addr()
     );
+    // On this thread's runtime, which otherwise only waits for the signal: it answers while the serving
+    // threads are busy, and through the drain.
+    let admin = tokio::spawn(admin.serve());
     let serving = server.start_on(&workers)?;
     shutdown.await;
     serving.stop().await;
+    admin.abort();
     Ok(())
 }

@@ -48,7 +48,8 @@ impl Route {
         )
         .with_answer_words(AnswerWords::new(&read_options(config)?))
         .with_quota(config.quota)
-        .with_runs(runs.clone());
+        .with_runs(runs.clone())
+        .with_pair(format!("{}->{}", config.inbound, config.outbound));
         Ok(Self {
             name: config.name.clone(),
             inbound: registry::inbound(config, local)?,

@@ -13,7 +13,7 @@ use std::num::NonZeroUsize;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures_util::future::BoxFuture;
 use futures_util::Stream;
@@ -25,6 +25,7 @@ use crate::config::Quota;
 use crate::error::{Error, Result};
 use crate::gauges::Gauges;
 use crate::history::{self, ReplyLog};
+use crate::metrics::Metrics;
 use crate::model::{
     Event, History, Interrupt, InterruptKind, Outcome, Resume, ResumeStatus, Role, Turn,
 };
@@ -42,11 +43,16 @@ pub trait Agent: Send + Sync {
 
     /// Runs one turn, emitting its events into `context`; returns when the agent is done.
     fn run<'a>(&'a self, turn: &'a Turn, context: &'a mut RunContext) -> BoxFuture<'a, Result<()>>;
+
+    /// What identifies the conversation upstream in `record`, for the log line of a finished run.
+    fn upstream_ids(&self, record: &Record) -> Option<String>;
 }
 
 /// Runs turns of one route.
 pub struct Translator {
     route: String,
+    /// `inbound->outbound`, as logs name the route's pair.
+    pair: String,
     agent: Arc<dyn Agent>,
     store: Arc<dyn Store>,
     timeout: Duration,
@@ -69,6 +75,7 @@ impl Translator {
     ) -> Self {
         Self {
             route,
+            pair: String::new(),
             agent,
             store,
             timeout,
@@ -83,6 +90,12 @@ impl Translator {
     pub fn with_quota(mut self, quota: Quota) -> Self {
         self.conversations_per_tenant = quota.conversations;
         self.streams.per_tenant = quota.streams;
+        self
+    }
+
+    /// Names the route's pair (`inbound->outbound`) in the line each finished run logs.
+    pub fn with_pair(mut self, pair: String) -> Self {
+        self.pair = pair;
         self
     }
 
@@ -149,9 +162,40 @@ impl Translator {
         }
     }
 
-    async fn run(&self, mut turn: Turn, sender: mpsc::Sender<Event>) {
-        let key = self.key(&turn.tenant, &turn.conversation);
+    /// Runs the turn, then counts it in the metrics and logs one line that says what it did.
+    async fn run(&self, turn: Turn, sender: mpsc::Sender<Event>) {
+        let started = Instant::now();
+        let conversation = turn.conversation.clone();
         let mut context = RunContext::new(&turn, sender);
+        let upstream = self.run_turn(turn, &mut context).await;
+        let (outcome, error) = context.outcome();
+        let duration = started.elapsed();
+        let metrics = &self.runs.metrics;
+        metrics.run_ended(
+            &self.route,
+            &self.pair,
+            outcome,
+            error,
+            duration,
+            context.sent,
+        );
+        tracing::info!(
+            route = %self.route,
+            pair = %self.pair,
+            conversation = %conversation,
+            upstream = upstream.as_deref().unwrap_or("-"),
+            outcome,
+            code = error.map(Error::code),
+            duration_ms = duration.as_millis() as u64,
+            events = context.sent,
+            "run finished"
+        );
+    }
+
+    /// Runs the turn through `context`; what identifies the conversation upstream, once the run reached
+    /// it and its upstream keeps one.
+    async fn run_turn(&self, mut turn: Turn, context: &mut RunContext) -> Option<String> {
+        let key = self.key(&turn.tenant, &turn.conversation);
         let _stream = match self.streams.enter(&turn.tenant) {
             Ok(slot) => slot,
             Err(error) => return context.finish(Err(error)).await,
@@ -174,7 +218,7 @@ impl Translator {
             return context.ask_again(unclear).await;
         }
         context.reply = history::prepare(&mut turn, &mut context.record, self.agent.history());
-        let terminal = match self.run_outbound(&turn, &mut context).await {
+        let terminal = match self.run_outbound(&turn, context).await {
             Some(result) => {
                 if let Err(error) = &result {
                     tracing::warn!(
@@ -192,21 +236,18 @@ impl Translator {
                 None
             }
         };
-        let RunContext {
-            mut record,
-            reply,
-            sender,
-            ..
-        } = context;
-        reply.finish(&mut record);
+        let mut record = std::mem::take(&mut context.record);
+        std::mem::replace(&mut context.reply, ReplyLog::Nothing).finish(&mut record);
+        let upstream = self.agent.upstream_ids(&record);
         // Kept before the client hears that the run ended: its next turn, sent at once to another replica
         // or to this proxy restarted after a crash, finds it.
         if let Err(error) = self.store.save(&key, record).await {
             tracing::error!(route = %self.route, "saving the conversation failed: {error}");
         }
         if let Some(terminal) = terminal {
-            let _ = sender.send(terminal).await;
+            context.send_terminal(terminal).await;
         }
+        upstream
     }
 
     /// The conversation's record, or an empty one for a new conversation if its tenant has room for one.
@@ -298,6 +339,8 @@ impl Drop for StreamSlot<'_> {
 #[derive(Clone)]
 pub struct Runs {
     gauges: Arc<Gauges>,
+    /// Where each run's end is counted.
+    metrics: Arc<Metrics>,
     ended: watch::Receiver<bool>,
 }
 
@@ -305,15 +348,21 @@ pub struct Runs {
 pub struct RunsEnder(watch::Sender<bool>);
 
 impl Runs {
-    /// The runs counted in `gauges`, and what ends them.
-    pub fn new(gauges: Arc<Gauges>) -> (Runs, RunsEnder) {
+    /// The runs counted in `gauges` and `metrics`, and what ends them.
+    pub fn new(gauges: Arc<Gauges>, metrics: Arc<Metrics>) -> (Runs, RunsEnder) {
         let (ender, ended) = watch::channel(false);
-        (Runs { gauges, ended }, RunsEnder(ender))
+        let runs = Runs {
+            gauges,
+            metrics,
+            ended,
+        };
+        (runs, RunsEnder(ender))
     }
 
     /// Runs nobody counts or ends early: a hub outside a server.
     pub(crate) fn unowned() -> Runs {
-        Runs::new(Arc::default()).0
+        let gauges = Arc::new(Gauges::default());
+        Runs::new(Arc::clone(&gauges), Metrics::new(gauges)).0
     }
 
     /// Resolves once the runs are ended; never, for runs nobody can end.
@@ -482,6 +531,11 @@ pub struct RunContext {
     ready: Vec<Event>,
     /// The run's terminal event, held back until the run's record is kept ([`RunContext::finish`]).
     terminal: Option<Event>,
+    /// How many events reached the inbound.
+    sent: u64,
+    /// How the run ended, once its terminal event reached the inbound: the outcome, and the error it failed
+    /// with.
+    ended: Option<(&'static str, Option<Error>)>,
 }
 
 impl RunContext {
@@ -494,6 +548,35 @@ impl RunContext {
             sender,
             ready: Vec::new(),
             terminal: None,
+            sent: 0,
+            ended: None,
+        }
+    }
+
+    /// How the run ended, as its log line and metrics name it: `completed`, `paused`, `failed` (with the
+    /// error's code) or `cancelled` (a client that went away included).
+    fn outcome(&self) -> (&'static str, Option<&Error>) {
+        match &self.ended {
+            Some((outcome, error)) => (outcome, error.as_ref()),
+            None => ("cancelled", None),
+        }
+    }
+
+    /// Hands the inbound the run's terminal event, noting how the run ended.
+    async fn send_terminal(&mut self, terminal: Event) {
+        let ended = match &terminal {
+            Event::RunFinished { outcome, .. } => match outcome {
+                Outcome::Completed => ("completed", None),
+                Outcome::Interrupted => ("paused", None),
+                Outcome::Cancelled => ("cancelled", None),
+            },
+            Event::RunError(error) => ("failed", Some(error.clone())),
+            _ => ("completed", None),
+        };
+        // The client may already be gone; there is nobody left to tell.
+        if self.sender.send(terminal).await.is_ok() {
+            self.sent += 1;
+            self.ended = Some(ended);
         }
     }
 
@@ -505,7 +588,7 @@ impl RunContext {
     }
 
     /// A run of the hub's own that asks `interrupt` again and pauses.
-    async fn ask_again(&mut self, interrupt: Interrupt) {
+    async fn ask_again(&mut self, interrupt: Interrupt) -> Option<String> {
         for event in [
             Event::RunStarted,
             Event::Interrupt(interrupt),
@@ -515,17 +598,17 @@ impl RunContext {
             },
         ] {
             if self.emit(event).await.is_err() {
-                return;
+                return None;
             }
         }
-        self.finish(Ok(())).await;
+        self.finish(Ok(())).await
     }
 
-    async fn finish(&mut self, result: Result<()>) {
+    async fn finish(&mut self, result: Result<()>) -> Option<String> {
         if let Some(terminal) = self.finish_but_terminal(result).await {
-            // The client may already be gone; there is nobody left to tell.
-            let _ = self.sender.send(terminal).await;
+            self.send_terminal(terminal).await;
         }
+        None
     }
 
     /// Ends the run and sends every event but the terminal one, which is returned (already counted in the
@@ -566,6 +649,7 @@ impl RunContext {
             if self.sender.send(event).await.is_err() {
                 return Err(Error::cancelled("the client went away"));
             }
+            self.sent += 1;
         }
         // Keep the allocation for the next event.
         self.ready = ready;

@@ -27,6 +27,8 @@ pub(super) fn validate(document: Document) -> Result<Config, Issue> {
         store: document.store,
         routes: document.routes,
         trusted_proxies: document.trusted_proxies,
+        log_format: document.log_format,
+        admin_listen: document.admin_listen,
     })
 }
 

@@ -50,6 +50,8 @@ pub use route::{
 
 /// The default `listen` address.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
+/// The default `admin_listen` address: this machine only.
+pub const DEFAULT_ADMIN_LISTEN: &str = "127.0.0.1:9091";
 
 /// An agent protocol, spelled in routes.toml as `ag-ui`, `a2a`, `agentscope`, `ag-kit`, `cmdc`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Deserialize)]
@@ -143,6 +145,32 @@ pub struct Config {
     /// `trusted_proxies`: the peers (IPs or CIDR blocks) whose `X-Forwarded-*` and `Forwarded` headers are
     /// believed; default none, so a client cannot name its own address or the proxy's public URL.
     pub trusted_proxies: Vec<ipnet::IpNet>,
+    /// `log_format`: how log lines are written (`--log-format` overrides).
+    pub log_format: LogFormat,
+    /// `admin_listen`: where `/metrics` and `/readyz` are served, never the traffic port (`--admin-listen`
+    /// overrides).
+    pub admin_listen: SocketAddr,
+}
+
+/// `log_format`: text for people, one JSON object per line for log collectors.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    #[default]
+    Text,
+    Json,
+}
+
+impl std::str::FromStr for LogFormat {
+    type Err = String;
+
+    fn from_str(name: &str) -> Result<Self, String> {
+        match name {
+            "text" => Ok(LogFormat::Text),
+            "json" => Ok(LogFormat::Json),
+            other => Err(format!("{other:?}: expected text or json")),
+        }
+    }
 }
 
 /// The server-wide keys at the top level that bound connections: no route is known before a request's
@@ -235,6 +263,10 @@ pub(super) struct Document {
     #[serde(default, deserialize_with = "de::trusted_proxies")]
     pub(super) trusted_proxies: Vec<ipnet::IpNet>,
     #[serde(default)]
+    pub(super) log_format: LogFormat,
+    #[serde(default = "default_admin_listen", deserialize_with = "de::socket_addr")]
+    pub(super) admin_listen: SocketAddr,
+    #[serde(default)]
     pub(super) store: StoreConfig,
     #[serde(default)]
     pub(super) routes: Vec<RouteConfig>,
@@ -243,6 +275,11 @@ pub(super) struct Document {
 /// [`DEFAULT_LISTEN`] as an address (a test keeps the two equal).
 fn default_listen() -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], 8080))
+}
+
+/// [`DEFAULT_ADMIN_LISTEN`] as an address (a test keeps the two equal).
+fn default_admin_listen() -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], 9091))
 }
 
 fn default_header_read_timeout() -> Duration {

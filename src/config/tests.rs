@@ -283,6 +283,7 @@ fn route_omitting_optional_keys_takes_defaults() {
 #[test]
 fn default_listen_matches_the_constant() {
     assert_eq!(default_listen().to_string(), DEFAULT_LISTEN);
+    assert_eq!(default_admin_listen().to_string(), DEFAULT_ADMIN_LISTEN);
 }
 
 #[test]
@@ -1016,4 +1017,19 @@ fn spans_locate_keys_in_dotted_and_implicit_tables() {
     let path = KeyPath::default().key("x").key("y");
     assert_eq!(line_of(text, tree.offset_of(&path)), 2);
     assert_eq!(line_of(text, tree.offset_of(&path.key("missing"))), 2);
+}
+
+#[test]
+fn log_format_is_text_or_json() {
+    assert_eq!(parse(&route_with("")).unwrap().log_format, LogFormat::Text);
+    let json = parse(&format!("log_format = \"json\"\n{}", route_with(""))).unwrap();
+    assert_eq!(json.log_format, LogFormat::Json);
+    assert_error(
+        &format!("log_format = \"xml\"\n{}", route_with("")),
+        1,
+        "log_format",
+        "unknown variant `xml`",
+    );
+    assert_eq!("json".parse::<LogFormat>(), Ok(LogFormat::Json));
+    assert!("xml".parse::<LogFormat>().is_err());
 }

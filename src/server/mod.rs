@@ -4,6 +4,7 @@
 //! Every connection is bounded before any route is known: `max_connections` open at once, the request's
 //! headers within `header_read_timeout`, and closed once quiet for `keepalive_idle`.
 
+mod admin;
 mod idle;
 mod limits;
 
@@ -27,11 +28,13 @@ use crate::config::{Config, ConnectionLimits};
 use crate::connection::LocalAddr;
 use crate::error::{Error, Result};
 use crate::gauges::Gauges;
+use crate::metrics::Metrics;
 use crate::protocol::registry;
 use crate::route::Route;
 use crate::store::{self, Store};
 use crate::translate::{Runs, RunsEnder};
 use crate::workers::Workers;
+pub use admin::{Admin, AdminState};
 use idle::{Activity, Tracked};
 use limits::AcceptFailures;
 
@@ -48,6 +51,8 @@ pub struct Server {
     shutdown_grace: Duration,
     gauges: Arc<Gauges>,
     runs: RunsEnder,
+    admin: AdminState,
+    draining: watch::Sender<bool>,
 }
 
 impl Server {
@@ -58,9 +63,16 @@ impl Server {
         // Routes whose upstream calls back into the proxy need the address it really listens on.
         let local = listener.local_addr().unwrap_or(config.listen);
         let gauges = Arc::new(Gauges::default());
-        let (runs, ender) = Runs::new(Arc::clone(&gauges));
+        let metrics = Metrics::new(Arc::clone(&gauges));
+        let (runs, ender) = Runs::new(Arc::clone(&gauges), Arc::clone(&metrics));
         let store = store::open(&config.store).await?;
-        let routes = Arc::new(Routes::from_config(config, store, local, &runs)?);
+        let routes = Arc::new(Routes::from_config(
+            config,
+            Arc::clone(&store),
+            local,
+            &runs,
+        )?);
+        let (draining, draining_seen) = watch::channel(false);
         Ok(Self {
             listener,
             routes,
@@ -68,7 +80,18 @@ impl Server {
             shutdown_grace: DEFAULT_SHUTDOWN_GRACE,
             gauges,
             runs: ender,
+            admin: AdminState {
+                metrics,
+                store,
+                draining: draining_seen,
+            },
+            draining,
         })
+    }
+
+    /// What the admin listener serves ([`Admin`]): the metrics, the store's readiness, the drain.
+    pub fn admin_state(&self) -> AdminState {
+        self.admin.clone()
     }
 
     /// The server's live counts of connections and runs.
@@ -121,6 +144,7 @@ impl Server {
             stop,
             grace: self.shutdown_grace,
             runs: self.runs,
+            draining: self.draining,
         };
         let connections = Connections {
             routes: self.routes,
@@ -145,6 +169,8 @@ pub struct Serving {
     stop: watch::Sender<()>,
     grace: Duration,
     runs: RunsEnder,
+    /// Set as the stop begins (`/readyz` answers 503 from then on).
+    draining: watch::Sender<bool>,
 }
 
 impl Serving {
@@ -155,6 +181,7 @@ impl Serving {
             "shutting down; waiting up to {:?} for open streams",
             self.grace
         );
+        self.draining.send_replace(true);
         self.stop.send_replace(());
         if tokio::time::timeout(self.grace, self.stop.closed())
             .await

@@ -78,6 +78,8 @@ pub trait UpstreamState: Serialize + DeserializeOwned + Default + PartialEq {
     /// Whose state it is. A record written by another outbound (the route's upstream changed protocol)
     /// reads as a new upstream conversation.
     const OWNER: &'static str;
+    /// The fields that identify the conversation upstream (never a secret: they are logged).
+    const IDS: &'static [&'static str];
 }
 
 /// An outbound's state in the record, under its owner's name.
@@ -91,6 +93,24 @@ impl Record {
     /// The conversation waits on its user: its record is never dropped to make room.
     pub fn is_paused(&self) -> bool {
         !self.pending_interrupts.is_empty()
+    }
+
+    /// The outbound's ids of the conversation upstream ([`UpstreamState::IDS`]), as `name=value` pairs for
+    /// a log line; `None` while it has none.
+    pub fn upstream_ids<S: UpstreamState>(&self) -> Option<String> {
+        let slot = self
+            .upstream
+            .as_ref()
+            .filter(|slot| slot.owner == S::OWNER)?;
+        let ids: Vec<String> = S::IDS
+            .iter()
+            .filter_map(|name| match slot.state.get(name)? {
+                Value::Null => None,
+                Value::String(id) => Some(format!("{name}={id}")),
+                id => Some(format!("{name}={id}")),
+            })
+            .collect();
+        (!ids.is_empty()).then(|| ids.join(" "))
     }
 
     /// The outbound's state; its default when the conversation has none of this outbound's yet.
@@ -198,6 +218,10 @@ pub trait Store: Send + Sync {
     /// route (`[routes.quota]` conversations): the tenant's own record touched longest ago goes, never one
     /// with pending interrupts; when all of them are paused the new conversation is refused (too many).
     fn admit<'a>(&'a self, key: &'a Key, per_tenant: usize) -> BoxFuture<'a, Result<()>>;
+    /// Whether the store answers now (`/readyz`); a store in this process always does.
+    fn check(&self) -> BoxFuture<'_, Result<()>> {
+        Box::pin(async { Ok(()) })
+    }
     /// Whether this backend keeps documents at all (the memory backend does not).
     fn keeps_documents(&self) -> bool {
         true
@@ -359,6 +383,7 @@ mod tests {
 
     impl UpstreamState for Session {
         const OWNER: &'static str = "one";
+        const IDS: &'static [&'static str] = &[];
     }
 
     #[derive(Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -368,6 +393,7 @@ mod tests {
 
     impl UpstreamState for Context {
         const OWNER: &'static str = "other";
+        const IDS: &'static [&'static str] = &[];
     }
 
     #[test]

@@ -388,6 +388,13 @@ impl Store for RedisStore {
         true
     }
 
+    fn check(&self) -> BoxFuture<'_, Result<()>> {
+        Box::pin(async move {
+            let _: String = self.query(&::redis::cmd("PING")).await?;
+            Ok(())
+        })
+    }
+
     fn load_document<'a>(&'a self, key: &'a DocumentKey) -> BoxFuture<'a, Result<Option<Vec<u8>>>> {
         Box::pin(async move { self.query(::redis::cmd("GET").arg(document_key(key))).await })
     }

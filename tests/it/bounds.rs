@@ -358,7 +358,8 @@ fn start_binary(routes: &str, files: Option<libc::rlim_t>) -> (AgentBridge, Temp
     let config = TempConfig::new("bounds", routes);
     let mut command = agent_bridge();
     command
-        .args(["--listen", "127.0.0.1:0", "--threads", "1", "--config"])
+        .args(["--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"])
+        .args(["--threads", "1", "--config"])
         .arg(&config.0);
     if let Some(files) = files {
         let limit = libc::rlimit {

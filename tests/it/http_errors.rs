@@ -581,7 +581,14 @@ async fn agent_bridge_serves_the_echo_routes_on_its_threads_and_stops_on_sigterm
     let empty = TempDir::new("serve-dir");
     let mut command = agent_bridge();
     command
-        .args(["--listen", "127.0.0.1:0", "--threads", "2"])
+        .args([
+            "--listen",
+            "127.0.0.1:0",
+            "--admin-listen",
+            "127.0.0.1:0",
+            "--threads",
+            "2",
+        ])
         .current_dir(empty.path());
     let mut process = AgentBridge::start(command);
     let address = process.address.clone();

@@ -324,7 +324,7 @@ async fn the_shipped_routes_keep_a_paused_question_across_a_kill_and_restart() {
     let start = || {
         let mut command = agent_bridge();
         command
-            .args(["--listen", "127.0.0.1:0"])
+            .args(["--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"])
             .current_dir(folder.path());
         AgentBridge::start(command)
     };

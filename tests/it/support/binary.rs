@@ -12,13 +12,15 @@ pub fn agent_bridge() -> Command {
     Command::new(env!("CARGO_BIN_EXE_agent-bridge"))
 }
 
-/// `agent-bridge serve` with the routes file `config`, listening on `127.0.0.1:0`.
+/// `agent-bridge serve` with the routes file `config`, listening on `127.0.0.1:0`, its admin listener too.
 pub fn serve_command(config: &Path) -> Command {
     let mut command = agent_bridge();
-    command
-        .arg("--config")
-        .arg(config)
-        .args(["--listen", "127.0.0.1:0"]);
+    command.arg("--config").arg(config).args([
+        "--listen",
+        "127.0.0.1:0",
+        "--admin-listen",
+        "127.0.0.1:0",
+    ]);
     command
 }
 
@@ -55,6 +57,8 @@ pub struct AgentBridge {
     pub process: Child,
     /// Where it listens, as it logged it (`127.0.0.1:PORT`).
     pub address: String,
+    /// Where its admin listener listens, as it logged it.
+    pub admin: String,
     log: Arc<Mutex<String>>,
 }
 
@@ -62,8 +66,10 @@ impl AgentBridge {
     /// Starts `command` (logging at info unless it sets `RUST_LOG`) and waits up to 10 s for the address
     /// it logs once it listens.
     pub fn start(mut command: Command) -> AgentBridge {
+        if !command.get_envs().any(|(name, _)| name == "RUST_LOG") {
+            command.env("RUST_LOG", "info");
+        }
         let mut process = command
-            .env("RUST_LOG", "info")
             .stdin(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
@@ -75,9 +81,13 @@ impl AgentBridge {
         std::thread::spawn(move || {
             for line in BufReader::new(stderr).lines() {
                 let Ok(line) = line else { return };
+                if let Some((_, rest)) = line.split_once("(/metrics, /readyz) on http://") {
+                    let address = rest.split(['"', ' ']).next().unwrap_or_default();
+                    let _ = found.send(("admin", address.to_owned()));
+                }
                 if let Some((_, rest)) = line.split_once("listening on http://") {
                     let address = rest.split_whitespace().next().unwrap_or_default();
-                    let _ = found.send(address.to_owned());
+                    let _ = found.send(("traffic", address.to_owned()));
                 }
                 let mut log = sink.lock().unwrap();
                 log.push_str(&line);
@@ -87,16 +97,20 @@ impl AgentBridge {
         let mut running = AgentBridge {
             process,
             address: String::new(),
+            admin: String::new(),
             log,
         };
-        running.address = address
-            .recv_timeout(Duration::from_secs(10))
-            .unwrap_or_else(|_| {
-                panic!(
+        // The admin address is logged first, then the traffic one.
+        while running.address.is_empty() {
+            match address.recv_timeout(Duration::from_secs(10)) {
+                Ok(("admin", admin)) => running.admin = admin,
+                Ok((_, traffic)) => running.address = traffic,
+                Err(_) => panic!(
                     "agent-bridge logs its address within 10 s; its log:\n{}",
                     running.log()
-                )
-            });
+                ),
+            }
+        }
         running
     }
 

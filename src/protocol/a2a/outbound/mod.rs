@@ -58,6 +58,7 @@ struct Conversation {
 
 impl UpstreamState for Conversation {
     const OWNER: &'static str = "a2a";
+    const IDS: &'static [&'static str] = &["context_id", "task_id"];
 }
 
 /// The largest JSON answer accepted from an upstream (a blocking `message/send` result).
@@ -451,6 +452,10 @@ impl DiscoveredCard {
 }
 
 impl OutboundFace for Outbound {
+    fn upstream_ids(&self, record: &Record) -> Option<String> {
+        record.upstream_ids::<Conversation>()
+    }
+
     fn history(&self) -> History {
         super::ROW.history
     }

@@ -48,6 +48,7 @@ struct WaitingInterrupt {
 
 impl UpstreamState for Conversation {
     const OWNER: &'static str = "ag_kit";
+    const IDS: &'static [&'static str] = &["conversation_id"];
 }
 
 impl Outbound {
@@ -66,6 +67,10 @@ fn remember_interrupt(interrupt: &Interrupt, record: &mut Record) {
 }
 
 impl OutboundFace for Outbound {
+    fn upstream_ids(&self, record: &Record) -> Option<String> {
+        record.upstream_ids::<Conversation>()
+    }
+
     fn history(&self) -> History {
         super::ROW.history
     }

@@ -34,6 +34,7 @@ struct Conversation {
 
 impl UpstreamState for Conversation {
     const OWNER: &'static str = "ag_ui";
+    const IDS: &'static [&'static str] = &[];
 }
 
 pub struct Outbound {

@@ -68,6 +68,7 @@ struct Conversation {
 
 impl UpstreamState for Conversation {
     const OWNER: &'static str = "agentscope";
+    const IDS: &'static [&'static str] = &["identity"];
 }
 
 /// The largest SSE event accepted: more than [`sse::MAX_EVENT_BYTES`], as a completed `response` repeats the
@@ -155,6 +156,10 @@ fn remember_approvals(new: Vec<PendingApproval>, record: &mut Record) {
 }
 
 impl OutboundFace for Outbound {
+    fn upstream_ids(&self, record: &Record) -> Option<String> {
+        record.upstream_ids::<Conversation>()
+    }
+
     fn history(&self) -> History {
         super::ROW.history
     }

@@ -74,6 +74,7 @@ struct Conversation {
 
 impl UpstreamState for Conversation {
     const OWNER: &'static str = "cmdc";
+    const IDS: &'static [&'static str] = &["session_id"];
 }
 
 /// Where under the route the gateway calls the client's tools.
@@ -724,6 +725,10 @@ impl Drop for AbortGuard {
 }
 
 impl OutboundFace for Outbound {
+    fn upstream_ids(&self, record: &Record) -> Option<String> {
+        record.upstream_ids::<Conversation>()
+    }
+
     fn history(&self) -> History {
         super::ROW.history
     }

@@ -1,0 +1,127 @@
+//! The admin listener as an operator uses it: Prometheus scrapes `/metrics` there (never on the traffic
+//! port), and a balancer or Kubernetes reads `/readyz`.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Method, Request, StatusCode};
+use http_body_util::Full;
+use serde_json::{json, Value};
+
+use crate::support::ag_ui::{self, finished, input, started, text, user};
+use crate::support::binary::{serve_command, AgentBridge, TempConfig};
+use crate::support::stores::RedisServer;
+use crate::support::{send, within, Reply, Route, Routes, Upstream};
+
+async fn get(url: &str) -> (StatusCode, String) {
+    let request = Request::builder()
+        .method(Method::GET)
+        .uri(url)
+        .body(Full::new(Bytes::new()))
+        .expect("a valid request");
+    let response = within(&format!("GET {url}"), send(request)).await;
+    let status = response.status;
+    let body = within("its body", response.bytes()).await;
+    (status, String::from_utf8_lossy(&body).into_owned())
+}
+
+fn say(thread: &str) -> Value {
+    input(thread, "r1", json!([user("u1", "hello")]))
+}
+
+/// `/readyz` once it answers `status` (bounded by [`within`]); its body.
+async fn readyz_once(proxy: &AgentBridge, status: StatusCode) -> String {
+    let url = format!("http://{}/readyz", proxy.admin);
+    within(&format!("/readyz to answer {status}"), async {
+        loop {
+            let (answered, body) = get(&url).await;
+            if answered == status {
+                return body;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await
+}
+
+#[tokio::test]
+async fn metrics_count_each_routes_runs_by_outcome_on_the_admin_port_only() {
+    let agent = Upstream::serve([Reply::sse()
+        .event(started())
+        .events(text("m1", &["all ", "of ", "it"]))
+        .event(finished())])
+    .await;
+    let broken = Upstream::serve([Reply::status(500).body("boom")]).await;
+    let routes = Routes::default()
+        .route(Route::new("chat", "/chat", "ag-ui", "ag-ui").upstream(&agent.url()))
+        .route(Route::new("broken", "/broken", "ag-ui", "ag-ui").upstream(&broken.url()));
+    let config = TempConfig::new("admin-metrics", &routes.to_string());
+    let proxy = AgentBridge::start(serve_command(&config.0));
+
+    let chat = ag_ui::run(&format!("http://{}/chat", proxy.address), &say("t1")).await;
+    assert_eq!(ag_ui::text_of(&chat), "all of it");
+    let failed = ag_ui::run(&format!("http://{}/broken", proxy.address), &say("t2")).await;
+    assert!(ag_ui::types(&failed).contains(&"RUN_ERROR"), "{failed:#?}");
+    proxy.logged("route=broken").await;
+
+    let (status, metrics) = get(&format!("http://{}/metrics", proxy.admin)).await;
+    assert_eq!(status, StatusCode::OK);
+    for line in [
+        r#"agent_bridge_runs_total{route="chat",pair="ag-ui->ag-ui",outcome="completed"} 1"#,
+        r#"agent_bridge_runs_total{route="broken",pair="ag-ui->ag-ui",outcome="failed"} 1"#,
+        r#"agent_bridge_errors_total{route="broken",pair="ag-ui->ag-ui",source="upstream",code="UPSTREAM_HTTP_ERROR"} 1"#,
+        r#"agent_bridge_events_out_total{route="chat",pair="ag-ui->ag-ui"} 7"#,
+        r#"agent_bridge_run_duration_seconds_count{route="chat",pair="ag-ui->ag-ui"} 1"#,
+        "agent_bridge_runs_in_flight 0",
+    ] {
+        assert!(metrics.contains(line), "{line} in\n{metrics}");
+    }
+    assert!(
+        !metrics.contains("t1"),
+        "no conversation id is a label:\n{metrics}"
+    );
+
+    let (status, _) = get(&format!("http://{}/metrics", proxy.address)).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "not on the traffic port");
+}
+
+#[tokio::test]
+async fn readyz_turns_503_the_moment_the_drain_starts() {
+    let agent = Upstream::serve([Reply::sse().event(started()).gate().event(finished())]).await;
+    let route = Route::new("chat", "/chat", "ag-ui", "ag-ui").upstream(&agent.url());
+    let config = TempConfig::new("admin-drain", &Routes::default().route(route).to_string());
+    let proxy = AgentBridge::start(serve_command(&config.0));
+    assert!(readyz_once(&proxy, StatusCode::OK).await.contains("ready"));
+
+    // A run under way keeps the drain going.
+    let mut run = ag_ui::start(&format!("http://{}/chat", proxy.address), &say("t1")).await;
+    run.until("RUN_STARTED").await;
+    proxy.signal(libc::SIGTERM);
+    let draining = readyz_once(&proxy, StatusCode::SERVICE_UNAVAILABLE).await;
+    assert!(draining.contains("draining"), "{draining}");
+
+    agent.release();
+    let rest = within("the run's end", run.rest()).await;
+    assert_eq!(ag_ui::types(&rest), ["RUN_FINISHED"]);
+}
+
+#[tokio::test]
+async fn readyz_is_503_while_redis_is_gone_and_ready_again_when_it_returns() {
+    let mut redis = RedisServer::start();
+    let route = Route::new("chat", "/chat", "ag-ui", "echo");
+    let mut store = toml::Table::new();
+    store.insert("backend".into(), "redis".into());
+    store.insert("url".into(), redis.url().into());
+    let routes = Routes::default()
+        .set("store", toml::Value::Table(store))
+        .route(route);
+    let config = TempConfig::new("admin-redis", &routes.to_string());
+    let proxy = AgentBridge::start(serve_command(&config.0));
+    readyz_once(&proxy, StatusCode::OK).await;
+
+    redis.kill();
+    let gone = readyz_once(&proxy, StatusCode::SERVICE_UNAVAILABLE).await;
+    assert!(gone.contains("store"), "{gone}");
+    redis.restart();
+    readyz_once(&proxy, StatusCode::OK).await;
+}
