@@ -6,6 +6,7 @@ use clap::{Parser, Subcommand};
 
 use agent_bridge::config::{Config, ConfigError, LogFormat};
 use agent_bridge::error::Error;
+use agent_bridge::routes_view;
 use agent_bridge::server::{Admin, Server};
 use agent_bridge::workers::Workers;
 
@@ -48,6 +49,8 @@ enum Command {
     Serve,
     /// Validate the routes file and exit.
     Check,
+    /// Print the routes (pair, upstream, auth, downgrades; no secrets) and exit.
+    Routes,
 }
 
 fn main() -> ExitCode {
@@ -87,6 +90,10 @@ fn main() -> ExitCode {
                 let file = cli.config.as_deref().unwrap_or(Path::new(DEFAULT_CONFIG));
                 println!("{}: ok ({} routes)", file.display(), config.routes.len());
             }),
+        Command::Routes => {
+            print!("{}", routes_view::table(&routes_view::describe(&config)));
+            Ok(())
+        }
         Command::Serve => {
             let threads = cli.threads.unwrap_or_else(|| {
                 std::thread::available_parallelism().unwrap_or(NonZeroUsize::MIN)
@@ -123,7 +130,10 @@ async fn serve(config: Config, threads: NonZeroUsize) -> agent_bridge::error::Re
     let admin = Admin::bind(config.admin_listen, server.admin_state()).await?;
     // Installed before the address is logged: whoever reads it may signal at once.
     let shutdown = agent_bridge::server::shutdown_signal();
-    tracing::info!("admin (/metrics, /readyz) on http://{}", admin.local_addr());
+    tracing::info!(
+        "admin (/metrics, /readyz, /routes) on http://{}",
+        admin.local_addr()
+    );
     tracing::info!(
         "agent-bridge listening on http://{} ({threads} threads)",
         server.local_addr()

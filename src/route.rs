@@ -49,7 +49,7 @@ impl Route {
         .with_answer_words(AnswerWords::new(&read_options(config)?))
         .with_quota(config.quota)
         .with_runs(runs.clone())
-        .with_pair(format!("{}->{}", config.inbound, config.outbound));
+        .with_pair(config.pair());
         Ok(Self {
             name: config.name.clone(),
             inbound: registry::inbound(config, local)?,

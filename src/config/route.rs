@@ -90,6 +90,13 @@ pub struct RouteConfig {
     pub written: Written,
 }
 
+impl RouteConfig {
+    /// `inbound->outbound` (`ag-ui->a2a`), as logs, metrics and `/routes` name the route's pair.
+    pub fn pair(&self) -> String {
+        format!("{}->{}", self.inbound, self.outbound)
+    }
+}
+
 /// Where a route's keys sit in its file, for what the registry says of them once the file is parsed.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Written {

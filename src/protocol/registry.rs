@@ -116,7 +116,7 @@ fn pair_options(route: &RouteConfig) -> [Options; 3] {
 }
 
 /// What the route's clients and agent can say that the other side has no form for.
-fn losses(route: &RouteConfig) -> Vec<String> {
+pub fn losses(route: &RouteConfig) -> Vec<String> {
     let Outbound::Protocol(upstream) = route.outbound else {
         return Vec::new();
     };

@@ -1,10 +1,12 @@
-//! The admin listener (`admin_listen`, default `127.0.0.1:9091`): `GET /metrics` and `GET /readyz`, on a
-//! port of its own so that they are never served on the traffic port by accident. It knows no protocol.
+//! The admin listener (`admin_listen`, default `127.0.0.1:9091`): `GET /metrics`, `GET /readyz` and
+//! `GET /routes`, on a port of its own so that they are never served on the traffic port by accident. It
+//! knows no protocol.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use bytes::Bytes;
 use http::{header, Method, Request, Response, StatusCode};
 use hyper::body::Incoming;
 use hyper::server::conn::http1;
@@ -30,6 +32,8 @@ pub struct AdminState {
     pub(super) store: Arc<dyn Store>,
     /// True from the moment the server starts to stop.
     pub(super) draining: watch::Receiver<bool>,
+    /// `GET /routes`'s body: the routes as [`crate::routes_view`] shows them.
+    pub(super) routes: Bytes,
 }
 
 /// The admin listener, bound.
@@ -93,9 +97,10 @@ async fn answer(state: &AdminState, request: &Request<Incoming>) -> Response<Bod
             response
         }
         "/readyz" => ready(state).await,
+        "/routes" => json_response(StatusCode::OK, state.routes.to_vec()),
         _ => plain(
             StatusCode::NOT_FOUND,
-            "not found: GET /metrics or /readyz\n".into(),
+            "not found: GET /metrics, /readyz or /routes\n".into(),
         ),
     }
 }

@@ -84,6 +84,7 @@ impl Server {
                 metrics,
                 store,
                 draining: draining_seen,
+                routes: routes_json(config),
             },
             draining,
         })
@@ -155,6 +156,12 @@ impl Server {
         };
         (self.listener, serving, connections)
     }
+}
+
+/// `GET /routes`'s body.
+fn routes_json(config: &Config) -> bytes::Bytes {
+    let routes = serde_json::json!({ "routes": crate::routes_view::describe(config) });
+    serde_json::to_vec(&routes).unwrap_or_default().into()
 }
 
 fn cannot_share(error: std::io::Error) -> Error {

@@ -125,3 +125,51 @@ async fn readyz_is_503_while_redis_is_gone_and_ready_again_when_it_returns() {
     redis.restart();
     readyz_once(&proxy, StatusCode::OK).await;
 }
+
+/// A route to an A2A agent whose URL, header and key carry secrets.
+fn secret_laden_routes() -> String {
+    let route = Route::new("weather", "/weather", "ag-ui", "a2a")
+        .upstream("http://127.0.0.1:9/a2a?key=url-query-secret")
+        .upstream_headers(&[("Authorization", "Bearer header-secret")])
+        .api_keys(&[("api-key-secret", "acme")]);
+    Routes::default().route(route).to_string()
+}
+
+const SECRETS: [&str; 3] = ["url-query-secret", "header-secret", "api-key-secret"];
+
+#[tokio::test]
+async fn routes_show_each_pair_and_its_downgrades_and_no_secret() {
+    let config = TempConfig::new("admin-routes", &secret_laden_routes());
+    let proxy = AgentBridge::start(serve_command(&config.0));
+
+    let (status, body) = get(&format!("http://{}/routes", proxy.admin)).await;
+    assert_eq!(status, StatusCode::OK);
+    for secret in SECRETS {
+        assert!(!body.contains(secret), "{secret} in {body}");
+    }
+    let routes: Value = serde_json::from_str(&body).expect("JSON");
+    let weather = &routes["routes"][0];
+    assert_eq!(weather["name"], "weather");
+    assert_eq!(weather["pair"], "ag-ui->a2a");
+    assert_eq!(weather["upstream"], "http://127.0.0.1:9/a2a");
+    assert_eq!(weather["upstream_headers"]["authorization"], "[redacted]");
+    assert_eq!(weather["api_keys"], 1);
+    let downgrades = weather["downgrades"].to_string();
+    assert!(downgrades.contains("are not sent"), "{downgrades}");
+
+    let printed = crate::support::binary::agent_bridge()
+        .args(["routes", "--config"])
+        .arg(&config.0)
+        .output()
+        .expect("run agent-bridge routes");
+    assert!(printed.status.success());
+    let table = String::from_utf8_lossy(&printed.stdout);
+    assert!(
+        table.contains("weather") && table.contains("ag-ui->a2a"),
+        "{table}"
+    );
+    assert!(table.contains("downgrade: "), "{table}");
+    for secret in SECRETS {
+        assert!(!table.contains(secret), "{secret} in {table}");
+    }
+}

@@ -81,7 +81,7 @@ impl AgentBridge {
         std::thread::spawn(move || {
             for line in BufReader::new(stderr).lines() {
                 let Ok(line) = line else { return };
-                if let Some((_, rest)) = line.split_once("(/metrics, /readyz) on http://") {
+                if let Some((_, rest)) = line.split_once("/routes) on http://") {
                     let address = rest.split(['"', ' ']).next().unwrap_or_default();
                     let _ = found.send(("admin", address.to_owned()));
                 }
