@@ -1,7 +1,7 @@
-//! The proxy's Prometheus metrics, which the admin listener's `GET /metrics` serves ([`crate::admin`]). They
-//! know no protocol: a route records how each of its runs ended, and the server's [`Gauges`] are read at
-//! each scrape. Labels are a route, its pair, an outcome, an error's source and code, never a tenant's, a
-//! conversation's or a task's id (there is no bound on how many of those there are).
+//! The proxy's Prometheus metrics, which the admin listener's `GET /metrics` serves. They know no protocol:
+//! the hub reports how each run went once it ended ([`RunReport`]), and the server's [`Gauges`] are read at
+//! each scrape. Labels are a route, its pair, an outcome, an event's kind, an error's source and code, never a
+//! tenant's, a conversation's or a task's id (there is no bound on how many of those there are).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,6 +15,7 @@ use prometheus_client::registry::Registry;
 
 use crate::error::{Error, Source};
 use crate::gauges::Gauges;
+use crate::model::EventCounts;
 
 /// The content type of what [`Metrics::encode`] writes.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -33,6 +34,13 @@ struct RunLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct EventLabels {
+    route: String,
+    pair: String,
+    r#type: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ErrorLabels {
     route: String,
     pair: String,
@@ -40,22 +48,41 @@ struct ErrorLabels {
     code: String,
 }
 
-type Durations = Family<PairLabels, Histogram, fn() -> Histogram>;
+type Seconds = Family<PairLabels, Histogram, fn() -> Histogram>;
+
+/// How one run went, as the hub reports it when the run ended.
+pub struct RunReport<'a> {
+    /// `completed`, `paused`, `failed` or `cancelled`.
+    pub outcome: &'static str,
+    /// What the run failed with.
+    pub error: Option<&'a Error>,
+    pub duration: Duration,
+    /// From the run's start to the agent's first event; `None` when it sent none.
+    pub first_event: Option<Duration>,
+    /// The interrupt answers the run carried to the agent.
+    pub answers: usize,
+    /// The events the agent's side emitted, and those handed to the client.
+    pub events_in: &'a EventCounts,
+    pub events_out: &'a EventCounts,
+}
 
 /// Every metric of the proxy, registered once.
 pub struct Metrics {
     registry: Registry,
     runs: Family<RunLabels, Counter>,
-    durations: Durations,
-    events: Family<PairLabels, Counter>,
+    durations: Seconds,
+    first_events: Seconds,
+    events_in: Family<EventLabels, Counter>,
+    events_out: Family<EventLabels, Counter>,
+    answers: Family<PairLabels, Counter>,
     errors: Family<ErrorLabels, Counter>,
     connections: Gauge,
     runs_in_flight: Gauge,
     gauges: Arc<Gauges>,
 }
 
-/// Run durations from 10 ms to about 80 s.
-fn durations() -> Histogram {
+/// Seconds from 10 ms to about 80 s.
+fn seconds() -> Histogram {
     Histogram::new(exponential_buckets(0.01, 2.0, 14))
 }
 
@@ -65,8 +92,11 @@ impl Metrics {
         let mut metrics = Self {
             registry: Registry::with_prefix("agent_bridge"),
             runs: Family::default(),
-            durations: Family::new_with_constructor(durations),
-            events: Family::default(),
+            durations: Family::new_with_constructor(seconds),
+            first_events: Family::new_with_constructor(seconds),
+            events_in: Family::default(),
+            events_out: Family::default(),
+            answers: Family::default(),
             errors: Family::default(),
             connections: Gauge::default(),
             runs_in_flight: Gauge::default(),
@@ -75,22 +105,37 @@ impl Metrics {
         let registry = &mut metrics.registry;
         registry.register(
             "runs",
-            "Runs ended, by route, pair and outcome (completed, paused, failed, cancelled)",
+            "Runs ended, by outcome: completed, paused, failed, cancelled",
             metrics.runs.clone(),
         );
         registry.register(
             "run_duration_seconds",
-            "How long runs took, from the request to their last event",
+            "From a run's request to its last event",
             metrics.durations.clone(),
         );
         registry.register(
+            "time_to_first_event_seconds",
+            "From a run's request to the agent's first event",
+            metrics.first_events.clone(),
+        );
+        registry.register(
+            "events_in",
+            "Canonical events the agents' side emitted, by type",
+            metrics.events_in.clone(),
+        );
+        registry.register(
             "events_out",
-            "Canonical events handed to clients",
-            metrics.events.clone(),
+            "Canonical events handed to clients, by type",
+            metrics.events_out.clone(),
+        );
+        registry.register(
+            "answers",
+            "Runs that carried answers to interrupts (approvals, questions) to their agent",
+            metrics.answers.clone(),
         );
         registry.register(
             "errors",
-            "Runs that failed, by where the error came from (client, upstream, config, internal) and its code",
+            "Failed runs, by the error's source (client, upstream, config, internal) and code",
             metrics.errors.clone(),
         );
         registry.register(
@@ -106,17 +151,8 @@ impl Metrics {
         Arc::new(metrics)
     }
 
-    /// A run of route `route` (pair `pair`, `inbound->outbound`) ended with `outcome` (and `error`, when it
-    /// failed), after `duration`, with `events` handed to its client.
-    pub fn run_ended(
-        &self,
-        route: &str,
-        pair: &str,
-        outcome: &'static str,
-        error: Option<&Error>,
-        duration: Duration,
-        events: u64,
-    ) {
+    /// Counts a run of route `route` (pair `pair`, `inbound->outbound`) that ended as `report` says.
+    pub fn run_ended(&self, route: &str, pair: &str, report: &RunReport<'_>) {
         let labels = PairLabels {
             route: route.to_owned(),
             pair: pair.to_owned(),
@@ -124,14 +160,32 @@ impl Metrics {
         let run = RunLabels {
             route: labels.route.clone(),
             pair: labels.pair.clone(),
-            outcome,
+            outcome: report.outcome,
         };
         self.runs.get_or_create(&run).inc();
-        self.durations
-            .get_or_create(&labels)
-            .observe(duration.as_secs_f64());
-        self.events.get_or_create(&labels).inc_by(events);
-        if let Some(error) = error {
+        let seconds = report.duration.as_secs_f64();
+        self.durations.get_or_create(&labels).observe(seconds);
+        if let Some(first) = report.first_event {
+            let seconds = first.as_secs_f64();
+            self.first_events.get_or_create(&labels).observe(seconds);
+        }
+        if report.answers > 0 {
+            self.answers.get_or_create(&labels).inc();
+        }
+        for (family, counts) in [
+            (&self.events_in, report.events_in),
+            (&self.events_out, report.events_out),
+        ] {
+            for (kind, count) in counts.counted() {
+                let labels = EventLabels {
+                    route: labels.route.clone(),
+                    pair: labels.pair.clone(),
+                    r#type: kind,
+                };
+                family.get_or_create(&labels).inc_by(count);
+            }
+        }
+        if let Some(error) = report.error {
             let labels = ErrorLabels {
                 route: labels.route,
                 pair: labels.pair,
@@ -167,34 +221,51 @@ fn source_name(source: Source) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::Event;
 
     #[test]
-    fn a_run_is_counted_by_outcome_and_a_failure_by_source_and_code() {
+    fn a_run_is_counted_by_outcome_its_events_by_type_and_a_failure_by_source_and_code() {
         let metrics = Metrics::new(Arc::new(Gauges::default()));
-        let ended = |outcome, error, millis, events| {
-            let duration = Duration::from_millis(millis);
-            metrics.run_ended("chat", "ag-ui->a2a", outcome, error, duration, events);
+        let mut events = EventCounts::default();
+        for event in [
+            Event::RunStarted,
+            Event::RunStarted,
+            Event::StateSnapshot(Default::default()),
+        ] {
+            events.count(&event);
+        }
+        let failed = Error::upstream_timeout("too slow");
+        let report = |outcome, error, answers| RunReport {
+            outcome,
+            error,
+            duration: Duration::from_millis(30),
+            first_event: Some(Duration::from_millis(5)),
+            answers,
+            events_in: &events,
+            events_out: &events,
         };
-        ended("completed", None, 30, 7);
-        ended("completed", None, 50, 5);
-        ended(
-            "failed",
-            Some(&Error::upstream_timeout("too slow")),
-            2000,
-            1,
-        );
+        metrics.run_ended("chat", "ag-ui->a2a", &report("completed", None, 1));
+        metrics.run_ended("chat", "ag-ui->a2a", &report("completed", None, 0));
+        metrics.run_ended("chat", "ag-ui->a2a", &report("failed", Some(&failed), 0));
 
         let text = metrics.encode();
         for line in [
             r#"agent_bridge_runs_total{route="chat",pair="ag-ui->a2a",outcome="completed"} 2"#,
             r#"agent_bridge_runs_total{route="chat",pair="ag-ui->a2a",outcome="failed"} 1"#,
-            r#"agent_bridge_events_out_total{route="chat",pair="ag-ui->a2a"} 13"#,
+            r#"agent_bridge_events_out_total{route="chat",pair="ag-ui->a2a",type="run_started"} 6"#,
+            r#"agent_bridge_events_in_total{route="chat",pair="ag-ui->a2a",type="state_snapshot"} 3"#,
+            r#"agent_bridge_answers_total{route="chat",pair="ag-ui->a2a"} 1"#,
             r#"agent_bridge_errors_total{route="chat",pair="ag-ui->a2a",source="upstream",code="UPSTREAM_TIMEOUT"} 1"#,
             r#"agent_bridge_run_duration_seconds_count{route="chat",pair="ag-ui->a2a"} 3"#,
+            r#"agent_bridge_time_to_first_event_seconds_count{route="chat",pair="ag-ui->a2a"} 3"#,
             "agent_bridge_open_connections 0",
             "agent_bridge_runs_in_flight 0",
         ] {
             assert!(text.contains(line), "{line} in\n{text}");
         }
+        assert!(
+            !text.contains("text_delta"),
+            "kinds never seen are not listed"
+        );
     }
 }

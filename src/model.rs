@@ -441,9 +441,95 @@ pub enum Event {
 }
 
 impl Event {
+    /// Every kind of event, as metrics name them; [`Event::kind`] indexes it.
+    pub const KINDS: [&'static str; 23] = [
+        "run_started",
+        "run_finished",
+        "run_error",
+        "text_start",
+        "text_delta",
+        "text_end",
+        "reasoning_start",
+        "reasoning_delta",
+        "reasoning_end",
+        "tool_call_start",
+        "tool_call_args",
+        "tool_call_end",
+        "tool_result",
+        "state_snapshot",
+        "state_delta",
+        "messages_snapshot",
+        "step_started",
+        "step_finished",
+        "interrupt",
+        "artifact",
+        "usage",
+        "custom",
+        "raw",
+    ];
+
     /// Whether this event ends the run.
     pub fn is_terminal(&self) -> bool {
         matches!(self, Self::RunFinished { .. } | Self::RunError(_))
+    }
+
+    /// The event's kind: its index in [`Event::KINDS`].
+    pub fn kind(&self) -> usize {
+        match self {
+            Self::RunStarted => 0,
+            Self::RunFinished { .. } => 1,
+            Self::RunError(_) => 2,
+            Self::TextStart { .. } => 3,
+            Self::TextDelta { .. } => 4,
+            Self::TextEnd { .. } => 5,
+            Self::ReasoningStart { .. } => 6,
+            Self::ReasoningDelta { .. } => 7,
+            Self::ReasoningEnd { .. } => 8,
+            Self::ToolCallStart { .. } => 9,
+            Self::ToolCallArgs { .. } => 10,
+            Self::ToolCallEnd { .. } => 11,
+            Self::ToolResult { .. } => 12,
+            Self::StateSnapshot(_) => 13,
+            Self::StateDelta(_) => 14,
+            Self::MessagesSnapshot(_) => 15,
+            Self::StepStarted { .. } => 16,
+            Self::StepFinished { .. } => 17,
+            Self::Interrupt(_) => 18,
+            Self::Artifact(_) => 19,
+            Self::Usage(_) => 20,
+            Self::Custom { .. } => 21,
+            Self::Raw { .. } => 22,
+        }
+    }
+}
+
+/// How many events of each kind ([`Event::KINDS`]) a run passed: counted per event without a lock or an
+/// atomic, and added to the metrics once, when the run ends.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EventCounts([u64; Event::KINDS.len()]);
+
+impl EventCounts {
+    pub fn count(&mut self, event: &Event) {
+        self.count_kind(event.kind());
+    }
+
+    /// Counts one event of kind `kind` (its [`Event::kind`]).
+    pub fn count_kind(&mut self, kind: usize) {
+        self.0[kind] += 1;
+    }
+
+    /// Every event counted.
+    pub fn total(&self) -> u64 {
+        self.0.iter().sum()
+    }
+
+    /// Each kind counted at least once, and how many.
+    pub fn counted(&self) -> impl Iterator<Item = (&'static str, u64)> + '_ {
+        Event::KINDS
+            .iter()
+            .zip(self.0)
+            .filter(|(_, count)| *count > 0)
+            .map(|(kind, count)| (*kind, count))
     }
 }
 

@@ -25,9 +25,10 @@ use crate::config::Quota;
 use crate::error::{Error, Result};
 use crate::gauges::Gauges;
 use crate::history::{self, ReplyLog};
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, RunReport};
 use crate::model::{
-    Event, History, Interrupt, InterruptKind, Outcome, Resume, ResumeStatus, Role, Turn,
+    Event, EventCounts, History, Interrupt, InterruptKind, Outcome, Resume, ResumeStatus, Role,
+    Turn,
 };
 use crate::normalize::Normalizer;
 use crate::store::{Key, Record, Store};
@@ -166,19 +167,23 @@ impl Translator {
     async fn run(&self, turn: Turn, sender: mpsc::Sender<Event>) {
         let started = Instant::now();
         let conversation = turn.conversation.clone();
+        let answers = turn.resume.len();
         let mut context = RunContext::new(&turn, sender);
         let upstream = self.run_turn(turn, &mut context).await;
         let (outcome, error) = context.outcome();
         let duration = started.elapsed();
-        let metrics = &self.runs.metrics;
-        metrics.run_ended(
-            &self.route,
-            &self.pair,
+        let report = RunReport {
             outcome,
             error,
             duration,
-            context.sent,
-        );
+            first_event: context.first_event.map(|at| at - started),
+            answers,
+            events_in: &context.events_in,
+            events_out: &context.events_out,
+        };
+        self.runs
+            .metrics
+            .run_ended(&self.route, &self.pair, &report);
         tracing::info!(
             route = %self.route,
             pair = %self.pair,
@@ -187,7 +192,7 @@ impl Translator {
             outcome,
             code = error.map(Error::code),
             duration_ms = duration.as_millis() as u64,
-            events = context.sent,
+            events = context.events_out.total(),
             "run finished"
         );
     }
@@ -360,7 +365,7 @@ impl Runs {
     }
 
     /// Runs nobody counts or ends early: a hub outside a server.
-    pub(crate) fn unowned() -> Runs {
+    pub fn unowned() -> Runs {
         let gauges = Arc::new(Gauges::default());
         Runs::new(Arc::clone(&gauges), Metrics::new(gauges)).0
     }
@@ -531,8 +536,11 @@ pub struct RunContext {
     ready: Vec<Event>,
     /// The run's terminal event, held back until the run's record is kept ([`RunContext::finish`]).
     terminal: Option<Event>,
-    /// How many events reached the inbound.
-    sent: u64,
+    /// The events the outbound emitted, and those that reached the inbound.
+    events_in: EventCounts,
+    events_out: EventCounts,
+    /// When the outbound emitted its first event.
+    first_event: Option<Instant>,
     /// How the run ended, once its terminal event reached the inbound: the outcome, and the error it failed
     /// with.
     ended: Option<(&'static str, Option<Error>)>,
@@ -548,7 +556,9 @@ impl RunContext {
             sender,
             ready: Vec::new(),
             terminal: None,
-            sent: 0,
+            events_in: EventCounts::default(),
+            events_out: EventCounts::default(),
+            first_event: None,
             ended: None,
         }
     }
@@ -573,9 +583,10 @@ impl RunContext {
             Event::RunError(error) => ("failed", Some(error.clone())),
             _ => ("completed", None),
         };
+        let kind = terminal.kind();
         // The client may already be gone; there is nobody left to tell.
         if self.sender.send(terminal).await.is_ok() {
-            self.sent += 1;
+            self.events_out.count_kind(kind);
             self.ended = Some(ended);
         }
     }
@@ -583,6 +594,8 @@ impl RunContext {
     /// Emits one event toward the client. Fails with a cancelled error once the client went away, so an
     /// outbound can stop with `?`.
     pub async fn emit(&mut self, event: Event) -> Result<()> {
+        self.events_in.count(&event);
+        self.first_event.get_or_insert_with(Instant::now);
         self.normalizer.push(event, &mut self.ready);
         self.send_ready().await
     }
@@ -646,10 +659,11 @@ impl RunContext {
                 self.terminal = Some(event);
                 continue;
             }
+            let kind = event.kind();
             if self.sender.send(event).await.is_err() {
                 return Err(Error::cancelled("the client went away"));
             }
-            self.sent += 1;
+            self.events_out.count_kind(kind);
         }
         // Keep the allocation for the next event.
         self.ready = ready;

@@ -92,8 +92,7 @@ pub async fn connect(name: &str) -> SendRequest<Full<Bytes>> {
         .expect("a route of that name");
     let store = Arc::new(MemoryStore::new(Duration::from_secs(3600)));
     let route = Arc::new(
-        Route::from_config(route_config, store, PROXY, &Runs::new(Default::default()).0)
-            .expect("the route builds"),
+        Route::from_config(route_config, store, PROXY, &Runs::unowned()).expect("the route builds"),
     );
     let service = service_fn(move |mut request: Request<Incoming>| {
         request.extensions_mut().insert(LocalAddr(PROXY));

@@ -70,7 +70,9 @@ async fn metrics_count_each_routes_runs_by_outcome_on_the_admin_port_only() {
         r#"agent_bridge_runs_total{route="chat",pair="ag-ui->ag-ui",outcome="completed"} 1"#,
         r#"agent_bridge_runs_total{route="broken",pair="ag-ui->ag-ui",outcome="failed"} 1"#,
         r#"agent_bridge_errors_total{route="broken",pair="ag-ui->ag-ui",source="upstream",code="UPSTREAM_HTTP_ERROR"} 1"#,
-        r#"agent_bridge_events_out_total{route="chat",pair="ag-ui->ag-ui"} 7"#,
+        r#"agent_bridge_events_out_total{route="chat",pair="ag-ui->ag-ui",type="text_delta"} 3"#,
+        r#"agent_bridge_events_in_total{route="chat",pair="ag-ui->ag-ui",type="run_started"} 1"#,
+        r#"agent_bridge_time_to_first_event_seconds_count{route="chat",pair="ag-ui->ag-ui"} 1"#,
         r#"agent_bridge_run_duration_seconds_count{route="chat",pair="ag-ui->ag-ui"} 1"#,
         "agent_bridge_runs_in_flight 0",
     ] {
