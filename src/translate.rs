@@ -203,15 +203,22 @@ impl Translator {
         let key = self.key(&turn.tenant, &turn.conversation);
         let _stream = match self.streams.enter(&turn.tenant) {
             Ok(slot) => slot,
-            Err(error) => return context.finish(Err(error)).await,
+            Err(error) => {
+                context.finish(Err(error)).await;
+                return None;
+            }
         };
         context.record = match self.load_or_admit(&key).await {
             Ok(record) => record,
-            Err(error) => return context.finish(Err(error)).await,
+            Err(error) => {
+                context.finish(Err(error)).await;
+                return None;
+            }
         };
         if let Err(error) = check_answers(&turn, &context.record) {
             // Refused before anything reached the upstream; the conversation stays as it was.
-            return context.finish(Err(error)).await;
+            context.finish(Err(error)).await;
+            return None;
         }
         let waiting = context.record.pending_interrupts.clone();
         // Calls the client did not answer this turn lapse, as unanswered interrupts do.
@@ -220,7 +227,8 @@ impl Translator {
         if let Some(unclear) = read_approvals(&mut turn.resume, &waiting, &self.answer_words) {
             // Nothing reaches the upstream, and the stored conversation is left as it was: it waits on the
             // same interrupt, asked again.
-            return context.ask_again(unclear).await;
+            context.ask_again(unclear).await;
+            return None;
         }
         context.reply = history::prepare(&mut turn, &mut context.record, self.agent.history());
         let terminal = match self.run_outbound(&turn, context).await {
@@ -601,7 +609,7 @@ impl RunContext {
     }
 
     /// A run of the hub's own that asks `interrupt` again and pauses.
-    async fn ask_again(&mut self, interrupt: Interrupt) -> Option<String> {
+    async fn ask_again(&mut self, interrupt: Interrupt) {
         for event in [
             Event::RunStarted,
             Event::Interrupt(interrupt),
@@ -611,17 +619,16 @@ impl RunContext {
             },
         ] {
             if self.emit(event).await.is_err() {
-                return None;
+                return;
             }
         }
-        self.finish(Ok(())).await
+        self.finish(Ok(())).await;
     }
 
-    async fn finish(&mut self, result: Result<()>) -> Option<String> {
+    async fn finish(&mut self, result: Result<()>) {
         if let Some(terminal) = self.finish_but_terminal(result).await {
             self.send_terminal(terminal).await;
         }
-        None
     }
 
     /// Ends the run and sends every event but the terminal one, which is returned (already counted in the
