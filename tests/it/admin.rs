@@ -175,3 +175,39 @@ async fn routes_show_each_pair_and_its_downgrades_and_no_secret() {
         assert!(!table.contains(secret), "{secret} in {table}");
     }
 }
+
+#[tokio::test]
+async fn an_admin_address_in_use_is_a_start_up_error_naming_admin_listen() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("a port");
+    let address = taken.local_addr().expect("its address").to_string();
+    let config = TempConfig::new("admin-taken", &Routes::default().to_string());
+
+    let mut process = crate::support::binary::agent_bridge()
+        .args(["--config"])
+        .arg(&config.0)
+        .args(["--listen", "127.0.0.1:0", "--admin-listen", &address])
+        .env("RUST_LOG", "warn")
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run agent-bridge");
+    // Bounded: a proxy that started after all is killed, and the test fails.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        if let Some(status) = process.try_wait().expect("its status") {
+            break Some(status);
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = process.kill();
+            break None;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let output = process.wait_with_output().expect("its output");
+
+    assert!(status.is_some_and(|status| !status.success()), "{status:?}");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains(&format!("cannot listen on admin_listen {address}")),
+        "{stderr}"
+    );
+}
