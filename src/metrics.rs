@@ -41,6 +41,13 @@ struct EventLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RequestLabels {
+    route: String,
+    pair: String,
+    code: u16,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ErrorLabels {
     route: String,
     pair: String,
@@ -69,6 +76,8 @@ pub struct RunReport<'a> {
 /// Every metric of the proxy, registered once.
 pub struct Metrics {
     registry: Registry,
+    requests: Family<RequestLabels, Counter>,
+    open_runs: Family<PairLabels, Gauge>,
     runs: Family<RunLabels, Counter>,
     durations: Seconds,
     first_events: Seconds,
@@ -91,6 +100,8 @@ impl Metrics {
     pub fn new(gauges: Arc<Gauges>) -> Arc<Self> {
         let mut metrics = Self {
             registry: Registry::with_prefix("agent_bridge"),
+            requests: Family::default(),
+            open_runs: Family::default(),
             runs: Family::default(),
             durations: Family::new_with_constructor(seconds),
             first_events: Family::new_with_constructor(seconds),
@@ -103,6 +114,16 @@ impl Metrics {
             gauges,
         };
         let registry = &mut metrics.registry;
+        registry.register(
+            "requests",
+            "Requests a route answered, by HTTP status (a stream counts when its head is sent)",
+            metrics.requests.clone(),
+        );
+        registry.register(
+            "open_runs",
+            "Runs of a route under way (its open streams, and runs that outlive their client)",
+            metrics.open_runs.clone(),
+        );
         registry.register(
             "runs",
             "Runs ended, by outcome: completed, paused, failed, cancelled",
@@ -149,6 +170,27 @@ impl Metrics {
             metrics.runs_in_flight.clone(),
         );
         Arc::new(metrics)
+    }
+
+    /// Counts a request route `route` answered with status `code`.
+    pub fn answered(&self, route: &str, pair: &str, code: u16) {
+        let labels = RequestLabels {
+            route: route.to_owned(),
+            pair: pair.to_owned(),
+            code,
+        };
+        self.requests.get_or_create(&labels).inc();
+    }
+
+    /// Counts a run of route `route` as under way until the returned guard drops.
+    pub fn run_opened(&self, route: &str, pair: &str) -> OpenRun {
+        let labels = PairLabels {
+            route: route.to_owned(),
+            pair: pair.to_owned(),
+        };
+        let gauge = self.open_runs.get_or_create(&labels).clone();
+        gauge.inc();
+        OpenRun(gauge)
     }
 
     /// Counts a run of route `route` (pair `pair`, `inbound->outbound`) that ended as `report` says.
@@ -209,6 +251,15 @@ impl Metrics {
     }
 }
 
+/// A run counted as under way ([`Metrics::run_opened`]) until dropped.
+pub struct OpenRun(Gauge);
+
+impl Drop for OpenRun {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
+}
+
 fn source_name(source: Source) -> &'static str {
     match source {
         Source::Client => "client",
@@ -247,6 +298,11 @@ mod tests {
         metrics.run_ended("chat", "ag-ui->a2a", &report("completed", None, 1));
         metrics.run_ended("chat", "ag-ui->a2a", &report("completed", None, 0));
         metrics.run_ended("chat", "ag-ui->a2a", &report("failed", Some(&failed), 0));
+        metrics.answered("chat", "ag-ui->a2a", 200);
+        metrics.answered("chat", "ag-ui->a2a", 401);
+        let open = metrics.run_opened("chat", "ag-ui->a2a");
+        let still_open = metrics.encode();
+        drop(open);
 
         let text = metrics.encode();
         for line in [
@@ -258,11 +314,15 @@ mod tests {
             r#"agent_bridge_errors_total{route="chat",pair="ag-ui->a2a",source="upstream",code="UPSTREAM_TIMEOUT"} 1"#,
             r#"agent_bridge_run_duration_seconds_count{route="chat",pair="ag-ui->a2a"} 3"#,
             r#"agent_bridge_time_to_first_event_seconds_count{route="chat",pair="ag-ui->a2a"} 3"#,
+            r#"agent_bridge_requests_total{route="chat",pair="ag-ui->a2a",code="401"} 1"#,
+            r#"agent_bridge_open_runs{route="chat",pair="ag-ui->a2a"} 0"#,
             "agent_bridge_open_connections 0",
             "agent_bridge_runs_in_flight 0",
         ] {
             assert!(text.contains(line), "{line} in\n{text}");
         }
+        let open = r#"agent_bridge_open_runs{route="chat",pair="ag-ui->a2a"} 1"#;
+        assert!(still_open.contains(open), "{still_open}");
         assert!(
             !text.contains("text_delta"),
             "kinds never seen are not listed"

@@ -21,6 +21,8 @@ use crate::translate::{Agent, Runs, Translator};
 
 pub struct Route {
     pub name: String,
+    /// `inbound->outbound`.
+    pub pair: String,
     pub inbound: Box<dyn DynInbound>,
     /// How the route reaches its agent; the translator runs turns against it, and it may serve calls back.
     outbound: Arc<dyn DynOutbound>,
@@ -52,6 +54,7 @@ impl Route {
         .with_pair(config.pair());
         Ok(Self {
             name: config.name.clone(),
+            pair: config.pair(),
             inbound: registry::inbound(config, local)?,
             outbound,
             mount: Mount {

@@ -127,10 +127,11 @@ impl Translator {
         let (sender, receiver) = mpsc::channel(EVENT_BUFFER);
         let translator = Arc::clone(self);
         let in_flight = self.runs.gauges.start_run();
+        let open = self.runs.metrics.run_opened(&self.route, &self.pair);
         EventStream {
             receiver,
             run: Some(Box::pin(async move {
-                let _in_flight = in_flight;
+                let _in_flight = (in_flight, open);
                 translator.run(turn, sender).await;
             })),
         }
@@ -376,6 +377,11 @@ impl Runs {
     pub fn unowned() -> Runs {
         let gauges = Arc::new(Gauges::default());
         Runs::new(Arc::clone(&gauges), Metrics::new(gauges)).0
+    }
+
+    /// Where the runs are counted.
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
     }
 
     /// Resolves once the runs are ended; never, for runs nobody can end.

@@ -460,6 +460,8 @@ pub fn shutdown_signal() -> impl Future<Output = ()> {
 struct Routes {
     routes: Vec<Route>,
     trusted_proxies: TrustedProxies,
+    /// Where each request a route answers is counted.
+    metrics: Arc<Metrics>,
 }
 
 impl Routes {
@@ -485,6 +487,7 @@ impl Routes {
         Ok(Self {
             routes,
             trusted_proxies: TrustedProxies::new(config.trusted_proxies.clone()),
+            metrics: Arc::clone(runs.metrics()),
         })
     }
 
@@ -498,7 +501,12 @@ impl Routes {
             .iter()
             .find(|route| route.subpath(path).is_some())
         {
-            Some(route) => route.handle(request).await,
+            Some(route) => {
+                let response = route.handle(request).await;
+                let status = response.status().as_u16();
+                self.metrics.answered(&route.name, &route.pair, status);
+                response
+            }
             None if path == "/healthz" => error_response(
                 &Error::method_not_allowed(format!(
                     "method {} is not allowed here; use GET",
