@@ -289,6 +289,8 @@ impl Proxy {
             .args([
                 "--listen",
                 "127.0.0.1:0",
+                "--admin-listen",
+                "127.0.0.1:0",
                 "--threads",
                 &threads.to_string(),
                 "--config",

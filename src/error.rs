@@ -266,6 +266,15 @@ impl Error {
     /// upstream agent reported itself, its own code.
     pub fn code(&self) -> &str {
         match &self.inner.kind {
+            Kind::Agent(code) => code,
+            _ => self.code_label(),
+        }
+    }
+
+    /// The code as metrics label it: [`Error::code`], except `AGENT_ERROR` for every code an agent reported
+    /// itself (those are the agent's to choose, so there is no bound on how many there are).
+    pub fn code_label(&self) -> &'static str {
+        match &self.inner.kind {
             Kind::BadRequest => "INVALID_REQUEST",
             Kind::NotFound => "NOT_FOUND",
             Kind::MethodNotAllowed => "METHOD_NOT_ALLOWED",
@@ -282,7 +291,7 @@ impl Error {
             Kind::Status(_) => "UPSTREAM_HTTP_ERROR",
             Kind::Malformed => "UPSTREAM_MALFORMED",
             Kind::Eof => "UPSTREAM_EOF",
-            Kind::Agent(code) => code,
+            Kind::Agent(_) => "AGENT_ERROR",
             Kind::Cancelled => "cancelled",
             Kind::ShuttingDown => "SHUTTING_DOWN",
             Kind::Config => "CONFIG_ERROR",

@@ -52,7 +52,7 @@ struct ErrorLabels {
     route: String,
     pair: String,
     source: &'static str,
-    code: String,
+    code: &'static str,
 }
 
 type Seconds = Family<PairLabels, Histogram, fn() -> Histogram>;
@@ -232,7 +232,7 @@ impl Metrics {
                 route: labels.route,
                 pair: labels.pair,
                 source: source_name(error.source()),
-                code: error.code().to_owned(),
+                code: error.code_label(),
             };
             self.errors.get_or_create(&labels).inc();
         }
@@ -298,6 +298,12 @@ mod tests {
         metrics.run_ended("chat", "ag-ui->a2a", &report("completed", None, 1));
         metrics.run_ended("chat", "ag-ui->a2a", &report("completed", None, 0));
         metrics.run_ended("chat", "ag-ui->a2a", &report("failed", Some(&failed), 0));
+        let agents_own = Error::upstream_agent("E_QUOTA_7731", "the agent's own failure");
+        metrics.run_ended(
+            "chat",
+            "ag-ui->a2a",
+            &report("failed", Some(&agents_own), 0),
+        );
         metrics.answered("chat", "ag-ui->a2a", 200);
         metrics.answered("chat", "ag-ui->a2a", 401);
         let open = metrics.run_opened("chat", "ag-ui->a2a");
@@ -307,13 +313,14 @@ mod tests {
         let text = metrics.encode();
         for line in [
             r#"agent_bridge_runs_total{route="chat",pair="ag-ui->a2a",outcome="completed"} 2"#,
-            r#"agent_bridge_runs_total{route="chat",pair="ag-ui->a2a",outcome="failed"} 1"#,
-            r#"agent_bridge_events_out_total{route="chat",pair="ag-ui->a2a",type="run_started"} 6"#,
-            r#"agent_bridge_events_in_total{route="chat",pair="ag-ui->a2a",type="state_snapshot"} 3"#,
+            r#"agent_bridge_runs_total{route="chat",pair="ag-ui->a2a",outcome="failed"} 2"#,
+            r#"agent_bridge_errors_total{route="chat",pair="ag-ui->a2a",source="upstream",code="AGENT_ERROR"} 1"#,
+            r#"agent_bridge_events_out_total{route="chat",pair="ag-ui->a2a",type="run_started"} 8"#,
+            r#"agent_bridge_events_in_total{route="chat",pair="ag-ui->a2a",type="state_snapshot"} 4"#,
             r#"agent_bridge_answers_total{route="chat",pair="ag-ui->a2a"} 1"#,
             r#"agent_bridge_errors_total{route="chat",pair="ag-ui->a2a",source="upstream",code="UPSTREAM_TIMEOUT"} 1"#,
-            r#"agent_bridge_run_duration_seconds_count{route="chat",pair="ag-ui->a2a"} 3"#,
-            r#"agent_bridge_time_to_first_event_seconds_count{route="chat",pair="ag-ui->a2a"} 3"#,
+            r#"agent_bridge_run_duration_seconds_count{route="chat",pair="ag-ui->a2a"} 4"#,
+            r#"agent_bridge_time_to_first_event_seconds_count{route="chat",pair="ag-ui->a2a"} 4"#,
             r#"agent_bridge_requests_total{route="chat",pair="ag-ui->a2a",code="401"} 1"#,
             r#"agent_bridge_open_runs{route="chat",pair="ag-ui->a2a"} 0"#,
             "agent_bridge_open_connections 0",
@@ -323,9 +330,10 @@ mod tests {
         }
         let open = r#"agent_bridge_open_runs{route="chat",pair="ag-ui->a2a"} 1"#;
         assert!(still_open.contains(open), "{still_open}");
+        assert!(!text.contains("text_delta"), "kinds never seen: no line");
         assert!(
-            !text.contains("text_delta"),
-            "kinds never seen are not listed"
+            !text.contains("E_QUOTA"),
+            "an agent's own codes are no label"
         );
     }
 }

@@ -100,8 +100,28 @@ fn view(route: &RouteConfig) -> RouteView {
             .into_iter()
             .filter_map(|(what, limit)| Some((what, limit?.get())))
             .collect(),
-        translate: route.translate.read().unwrap_or_default(),
+        translate: without_url_secrets(route.translate.read().unwrap_or_default()),
         downgrades: registry::losses(route),
+    }
+}
+
+/// `value` with every absolute http(s) URL in it [`redacted`] (an option such as `a2a_card` or `proxy_url`
+/// may carry a key in its query).
+fn without_url_secrets(value: serde_json::Value) -> serde_json::Value {
+    use serde_json::Value;
+    match value {
+        Value::String(text) => match text.parse::<http::Uri>() {
+            Ok(uri) if matches!(uri.scheme_str(), Some("http" | "https")) => {
+                Value::String(redacted(&uri))
+            }
+            _ => Value::String(text),
+        },
+        Value::Array(items) => items.into_iter().map(without_url_secrets).collect(),
+        Value::Object(fields) => fields
+            .into_iter()
+            .map(|(key, value)| (key, without_url_secrets(value)))
+            .collect(),
+        other => other,
     }
 }
 
@@ -193,6 +213,7 @@ algorithms = ["RS256"]
 streams = 5
 [routes.translate]
 approval_words = ["sure"]
+a2a_card = "https://cards.example/weather.json?sig=card-secret"
 
 [[routes]]
 name = "echo"
@@ -211,6 +232,7 @@ outbound = "echo"
             "header-secret",
             "api-key-secret",
             "jwks-secret",
+            "card-secret",
         ] {
             assert!(!json.contains(secret), "{secret} in {json}");
         }
@@ -222,6 +244,8 @@ outbound = "echo"
         assert_eq!(weather["jwt"]["jwks_url"], "https://auth.example/jwks");
         assert_eq!(weather["quota"], serde_json::json!({"streams": 5}));
         assert_eq!(weather["translate"]["approval_words"][0], "sure");
+        let card = &weather["translate"]["a2a_card"];
+        assert_eq!(card, "https://cards.example/weather.json");
         assert_eq!(weather["timeout"], "2m");
         let downgrades = weather["downgrades"].as_array().unwrap();
         assert!(

@@ -167,8 +167,8 @@ impl Translator {
     /// Runs the turn, then counts it in the metrics and logs one line that says what it did.
     async fn run(&self, turn: Turn, sender: mpsc::Sender<Event>) {
         let started = Instant::now();
-        let conversation = turn.conversation.clone();
-        let answers = turn.resume.len();
+        // Escaped and cut (a client chose it): one line, of bounded length.
+        let conversation = crate::logging::clipped(&turn.conversation).to_string();
         let mut context = RunContext::new(&turn, sender);
         let upstream = self.run_turn(turn, &mut context).await;
         let (outcome, error) = context.outcome();
@@ -178,7 +178,7 @@ impl Translator {
             error,
             duration,
             first_event: context.first_event.map(|at| at - started),
-            answers,
+            answers: context.answers,
             events_in: &context.events_in,
             events_out: &context.events_out,
         };
@@ -188,10 +188,14 @@ impl Translator {
         tracing::info!(
             route = %self.route,
             pair = %self.pair,
-            conversation = %conversation,
-            upstream = upstream.as_deref().unwrap_or("-"),
+            conversation = conversation.as_str(),
+            upstream = crate::logging::clipped(upstream.as_deref().unwrap_or("-"))
+                .to_string()
+                .as_str(),
             outcome,
-            code = error.map(Error::code),
+            code = error
+                .map(|error| crate::logging::clipped(error.code()).to_string())
+                .as_deref(),
             duration_ms = duration.as_millis() as u64,
             events = context.events_out.total(),
             "run finished"
@@ -231,6 +235,7 @@ impl Translator {
             context.ask_again(unclear).await;
             return None;
         }
+        context.answers = turn.resume.len();
         context.reply = history::prepare(&mut turn, &mut context.record, self.agent.history());
         let terminal = match self.run_outbound(&turn, context).await {
             Some(result) => {
@@ -555,6 +560,8 @@ pub struct RunContext {
     events_out: EventCounts,
     /// When the outbound emitted its first event.
     first_event: Option<Instant>,
+    /// The interrupt answers the run carried to its agent.
+    answers: usize,
     /// How the run ended, once its terminal event reached the inbound: the outcome, and the error it failed
     /// with.
     ended: Option<(&'static str, Option<Error>)>,
@@ -573,6 +580,7 @@ impl RunContext {
             events_in: EventCounts::default(),
             events_out: EventCounts::default(),
             first_event: None,
+            answers: 0,
             ended: None,
         }
     }
@@ -610,6 +618,12 @@ impl RunContext {
     pub async fn emit(&mut self, event: Event) -> Result<()> {
         self.events_in.count(&event);
         self.first_event.get_or_insert_with(Instant::now);
+        self.pass(event).await
+    }
+
+    /// Passes an event toward the client: the outbound's, or one of the hub's own (not counted as the
+    /// agent's).
+    async fn pass(&mut self, event: Event) -> Result<()> {
         self.normalizer.push(event, &mut self.ready);
         self.send_ready().await
     }
@@ -624,7 +638,7 @@ impl RunContext {
                 usage: None,
             },
         ] {
-            if self.emit(event).await.is_err() {
+            if self.pass(event).await.is_err() {
                 return;
             }
         }

@@ -102,7 +102,7 @@ async fn a_failed_run_logs_its_outcome_and_code_as_text_without_color() {
     for field in [
         "route=chat",
         "pair=ag-ui->ag-ui",
-        "conversation=t9",
+        "conversation=\"t9\"",
         "outcome=\"failed\"",
         "code=\"UPSTREAM_HTTP_ERROR\"",
     ] {

@@ -389,7 +389,8 @@ impl Session {
         system_prompt: Option<String>,
         run_buffer: usize,
     ) -> Self {
-        let conversation = format!("{id}:{}", crate::model::random_hex());
+        // Not the session id: that is a client's secret on an open route, and the key is logged.
+        let conversation = crate::model::random_hex();
         let session = Self::with(tenant, id, conversation, model, now_micros(), run_buffer);
         session.state().system_prompt = system_prompt;
         session

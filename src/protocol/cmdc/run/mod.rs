@@ -132,9 +132,10 @@ impl Runner {
             ..session.kept()
         };
         self.keep_as(session, &idle).await;
-        if let Some(control) = control.take() {
-            control.finish().await;
-        }
+        let Some(ending) = control.take() else {
+            return Self::next_prompt(session, true);
+        };
+        ending.finish().await;
         let next = Self::next_prompt(session, true)?;
         *control = self.take_control(session).await;
         Some(next)
