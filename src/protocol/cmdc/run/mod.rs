@@ -206,11 +206,8 @@ impl Runner {
     /// The session as the store keeps it; a run it shows going on whose replica is gone (its lease lapsed)
     /// is over, and the session is kept so. `None`: no such session (or it expired).
     pub async fn recall(&self, tenant: &str, id: &str) -> crate::error::Result<Option<Kept>> {
-        let Some(mut kept) = self
-            .documents
-            .load::<Kept>(SESSION_DOCUMENT, tenant, id)
-            .await?
-        else {
+        let load = || self.documents.load::<Kept>(SESSION_DOCUMENT, tenant, id);
+        let Some(mut kept) = load().await? else {
             return Ok(None);
         };
         let here = self
@@ -219,6 +216,13 @@ impl Runner {
             .is_some_and(|session| session.state().busy);
         // The replica driving the session holds its control log's lease for as long as it does.
         if kept.busy && !here && !self.documents.run_live(CONTROL_LOG, tenant, id).await? {
+            // The run may have ended between the read and the look at its lease: its replica kept the
+            // session idle before letting the lease go.
+            match load().await? {
+                Some(again) if !again.busy => return Ok(Some(again)),
+                None => return Ok(None),
+                Some(again) => kept = again,
+            }
             tracing::warn!(session = %id, "cmdc: the proxy running the session's run stopped; the run is over");
             kept.busy = false;
             kept.status = Status::Idle;
