@@ -22,6 +22,7 @@ use std::hash::Hash;
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use std::num::NonZeroU32;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 
 use governor::clock::{Clock, DefaultClock};
 use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
@@ -31,6 +32,7 @@ use http::{HeaderMap, HeaderValue, Request, Response};
 use crate::config::RouteConfig;
 use crate::connection::PeerAddr;
 use crate::error::{Error, Result};
+use crate::route_state::RouteState;
 
 mod jwt;
 
@@ -45,11 +47,11 @@ pub struct Access {
     /// API key → tenant.
     keys: HashMap<String, String>,
     /// `[routes.jwt]`; with no keys either, the route is open.
-    jwt: Option<jwt::Verifier>,
+    jwt: Option<Arc<jwt::Verifier>>,
     /// `rate_limit`: per known key, or per address on an open route.
-    per_client: Option<Limiter<Client>>,
+    per_client: Option<Arc<Limiter<Client>>>,
     /// `rate_limit_ip`: per address, for every request of an open route and every refused one otherwise.
-    per_address: Option<Limiter<IpAddr>>,
+    per_address: Option<Arc<Limiter<IpAddr>>>,
 }
 
 /// Where a route reads a key besides the headers.
@@ -81,18 +83,25 @@ enum Client {
 }
 
 impl Access {
-    pub fn new(route: &RouteConfig) -> Self {
+    /// The rate-limit buckets and the fetched key set are `kept` across the route's reloads while the
+    /// limits and `[routes.jwt]` stay the same.
+    pub fn new(route: &RouteConfig, kept: &RouteState) -> Self {
         if route.api_keys.is_empty() && route.jwt.is_none() {
             tracing::info!(route = %route.name, "no [routes.api_keys] or [routes.jwt]: every client is let in");
         }
         Self {
             keys: route.api_keys.iter().cloned().collect(),
-            jwt: route
-                .jwt
-                .as_ref()
-                .map(|config| jwt::Verifier::new(config, route.connect_timeout)),
-            per_client: route.rate_limit.map(Limiter::new),
-            per_address: route.rate_limit_ip.map(Limiter::new),
+            jwt: route.jwt.as_ref().map(|config| {
+                kept.keep((config, route.connect_timeout), || {
+                    jwt::Verifier::new(config, route.connect_timeout)
+                })
+            }),
+            per_client: route
+                .rate_limit
+                .map(|limit| kept.keep(limit, || Limiter::new(limit))),
+            per_address: route
+                .rate_limit_ip
+                .map(|limit| kept.keep(limit, || Limiter::new(limit))),
         }
     }
 
@@ -132,7 +141,7 @@ impl Access {
                 },
                 (None, Some(jwt), Some(token)) => {
                     let tenant = jwt.tenant(&token).await.or_else(|error| {
-                        check(self.per_address.as_ref(), &address)?;
+                        check(self.per_address.as_deref(), &address)?;
                         Err(error)
                     })?;
                     Caller {
@@ -143,7 +152,7 @@ impl Access {
                     }
                 }
                 (None, _, key) => {
-                    check(self.per_address.as_ref(), &address)?;
+                    check(self.per_address.as_deref(), &address)?;
                     return Err(Error::unauthorized(key.is_some()));
                 }
             }
@@ -155,9 +164,9 @@ impl Access {
     /// Counts one more request of an admitted caller (a WebSocket action): 429 over a limit.
     pub fn charge(&self, caller: &Caller) -> Result<()> {
         if self.is_open() {
-            check(self.per_address.as_ref(), &caller.address)?;
+            check(self.per_address.as_deref(), &caller.address)?;
         }
-        check(self.per_client.as_ref(), &caller.client)
+        check(self.per_client.as_deref(), &caller.client)
     }
 }
 
@@ -370,7 +379,10 @@ mod tests {
         let text = format!(
             "[[routes]]\nname = \"r\"\npath = \"/r\"\ninbound = \"ag-ui\"\noutbound = \"echo\"\n{extra}"
         );
-        Access::new(&Config::parse(&text, "t.toml").unwrap().routes[0])
+        Access::new(
+            &Config::parse(&text, "t.toml").unwrap().routes[0],
+            &RouteState::default(),
+        )
     }
 
     fn request(from: &str, headers: &[(&str, &str)]) -> Request<()> {

@@ -76,13 +76,13 @@ pub fn last_event_id(headers: &http::HeaderMap) -> Option<u64> {
 }
 
 impl Detached {
-    pub fn new(grace: Duration, max_bytes: usize, documents: Documents) -> Arc<Self> {
-        Arc::new(Self {
+    pub fn new(grace: Duration, max_bytes: usize, documents: Documents) -> Self {
+        Self {
             grace,
             max_bytes,
             runs: Mutex::new(HashMap::new()),
             documents,
-        })
+        }
     }
 
     /// The frames for a request naming `key`: the kept run's, from after `last_event_id` (or from its start

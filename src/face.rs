@@ -36,6 +36,7 @@ use crate::config::{OptionError, Protocol, RouteConfig, Translate};
 use crate::error::{Error, Result};
 use crate::model::{Event, History, Turn};
 use crate::mount::Mount;
+use crate::route_state::RouteState;
 use crate::sse::SseEvent;
 use crate::store::{Documents, Record};
 use crate::translate::{Agent, RunContext};
@@ -62,11 +63,16 @@ pub struct Row {
     pub inbound_options: Options,
     /// The `[routes.translate]` options its outbound face reads.
     pub outbound_options: Options,
-    /// Builds its inbound face for a route; the address is the one the proxy listens on.
-    pub inbound: fn(&RouteConfig, SocketAddr) -> Result<Box<dyn DynInbound>>,
+    /// Builds its inbound face for a route; the address is the one the proxy listens on, and its state is
+    /// kept across the route's reloads.
+    pub inbound: BuildInbound,
     /// Builds its outbound face for a route, toward the route's upstream.
-    pub outbound: fn(Upstream, &RouteConfig, SocketAddr) -> Result<Arc<dyn DynOutbound>>,
+    pub outbound: BuildOutbound,
 }
+
+pub type BuildInbound = fn(&RouteConfig, SocketAddr, &RouteState) -> Result<Box<dyn DynInbound>>;
+pub type BuildOutbound =
+    fn(Upstream, &RouteConfig, SocketAddr, &RouteState) -> Result<Arc<dyn DynOutbound>>;
 
 /// An inbound's reading of a client's request body: what the client asks for, or the refusal its protocol
 /// answers with, in that protocol's own shape and status. The handler reads the HTTP request around the body

@@ -25,6 +25,7 @@ pub mod normalize;
 pub mod protocol;
 pub mod relay;
 pub mod route;
+pub mod route_state;
 pub mod routes_view;
 pub mod server;
 pub mod size;

@@ -7,7 +7,7 @@ use clap::{Parser, Subcommand};
 use agent_bridge::config::{Config, ConfigError, LogFormat};
 use agent_bridge::error::Error;
 use agent_bridge::routes_view;
-use agent_bridge::server::{Admin, Server};
+use agent_bridge::server::{Admin, Reload, Server};
 use agent_bridge::workers::Workers;
 
 const DEFAULT_CONFIG: &str = "routes.toml";
@@ -55,7 +55,7 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let (mut config, built_in) = match load(cli.config.as_deref()) {
+    let (mut config, file) = match load(cli.config.as_deref()) {
         Ok(loaded) => loaded,
         Err(error) => {
             eprintln!("error: {error}");
@@ -63,9 +63,11 @@ fn main() -> ExitCode {
         }
     };
     agent_bridge::logging::init(cli.log_format.unwrap_or(config.log_format));
-    if built_in {
+    if file.is_none() {
         tracing::info!("no {DEFAULT_CONFIG} here; serving the built-in echo routes");
     }
+    // What a reload compares the file's next version with: its own values, not the command line's.
+    let file = file.map(|path| (path, config.clone()));
     if let Some(listen) = cli.listen {
         config.listen = listen;
     }
@@ -98,7 +100,7 @@ fn main() -> ExitCode {
             let threads = cli.threads.unwrap_or_else(|| {
                 std::thread::available_parallelism().unwrap_or(NonZeroUsize::MIN)
             });
-            runtime.block_on(serve(config, threads))
+            runtime.block_on(serve(config, file, threads))
         }
     };
     match result {
@@ -111,25 +113,31 @@ fn main() -> ExitCode {
 }
 
 /// The routes file named, else `./routes.toml`, else the shipped one built into the binary (the echo routes);
-/// whether it is the built-in one.
-fn load(path: Option<&Path>) -> Result<(Config, bool), ConfigError> {
+/// the file's path (none for the built-in one).
+fn load(path: Option<&Path>) -> Result<(Config, Option<PathBuf>), ConfigError> {
     const SHIPPED: &str = include_str!("../routes.toml");
-    match path {
-        Some(path) => Ok((Config::load(path)?, false)),
-        None if Path::new(DEFAULT_CONFIG).exists() => {
-            Ok((Config::load(Path::new(DEFAULT_CONFIG))?, false))
-        }
-        None => Ok((Config::parse(SHIPPED, "routes.toml (built in)")?, true)),
-    }
+    let path = match path {
+        Some(path) => path,
+        None if Path::new(DEFAULT_CONFIG).exists() => Path::new(DEFAULT_CONFIG),
+        None => return Ok((Config::parse(SHIPPED, "routes.toml (built in)")?, None)),
+    };
+    Ok((Config::load(path)?, Some(path.to_owned())))
 }
 
-async fn serve(config: Config, threads: NonZeroUsize) -> agent_bridge::error::Result<()> {
+/// Serves `config`, reloading the routes of `file` (its path, and the configuration read from it) as it
+/// changes.
+async fn serve(
+    config: Config,
+    file: Option<(PathBuf, Config)>,
+    threads: NonZeroUsize,
+) -> agent_bridge::error::Result<()> {
     let workers = Workers::start(threads, "agent-bridge")
         .map_err(|e| Error::internal(format!("cannot start the serving threads: {e}")))?;
     let server = Server::bind(&config).await?;
     let admin = Admin::bind(config.admin_listen, server.admin_state()).await?;
     // Installed before the address is logged: whoever reads it may signal at once.
     let shutdown = agent_bridge::server::shutdown_signal();
+    let reload = Reload::start(server.reloader(), file);
     tracing::info!(
         "admin (/metrics, /readyz, /routes) on http://{}",
         admin.local_addr()
@@ -141,8 +149,10 @@ async fn serve(config: Config, threads: NonZeroUsize) -> agent_bridge::error::Re
     // On this thread's runtime, which otherwise only waits for the signal: it answers while the serving
     // threads are busy, and through the drain.
     let admin = tokio::spawn(admin.serve());
+    let reload = tokio::spawn(reload.run());
     let serving = server.start_on(&workers)?;
     shutdown.await;
+    reload.abort();
     serving.stop().await;
     admin.abort();
     Ok(())

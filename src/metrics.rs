@@ -55,6 +55,11 @@ struct ErrorLabels {
     code: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabels {
+    outcome: &'static str,
+}
+
 type Seconds = Family<PairLabels, Histogram, fn() -> Histogram>;
 
 /// How one run went, as the hub reports it when the run ended.
@@ -85,6 +90,7 @@ pub struct Metrics {
     events_out: Family<EventLabels, Counter>,
     answers: Family<PairLabels, Counter>,
     errors: Family<ErrorLabels, Counter>,
+    reloads: Family<OutcomeLabels, Counter>,
     connections: Gauge,
     runs_in_flight: Gauge,
     gauges: Arc<Gauges>,
@@ -109,6 +115,7 @@ impl Metrics {
             events_out: Family::default(),
             answers: Family::default(),
             errors: Family::default(),
+            reloads: Family::default(),
             connections: Gauge::default(),
             runs_in_flight: Gauge::default(),
             gauges,
@@ -158,6 +165,11 @@ impl Metrics {
             "errors",
             "Failed runs, by the error's source (client, upstream, config, internal) and code",
             metrics.errors.clone(),
+        );
+        registry.register(
+            "config_reloads",
+            "Reloads of the routes file, by outcome: applied, or failed (the running routes stayed)",
+            metrics.reloads.clone(),
         );
         registry.register(
             "open_connections",
@@ -236,6 +248,11 @@ impl Metrics {
             };
             self.errors.get_or_create(&labels).inc();
         }
+    }
+
+    /// Counts a reload of the routes file: `applied`, or `failed`.
+    pub fn reloaded(&self, outcome: &'static str) {
+        self.reloads.get_or_create(&OutcomeLabels { outcome }).inc();
     }
 
     /// Every metric, in the OpenMetrics text format ([`CONTENT_TYPE`]), which Prometheus scrapes.

@@ -16,6 +16,7 @@ use crate::error::Result;
 use crate::face::{read_options, DynInbound, DynOutbound};
 use crate::mount::Mount;
 use crate::protocol::registry;
+use crate::route_state::RouteState;
 use crate::store::{Documents, Store};
 use crate::translate::{Agent, Runs, Translator};
 
@@ -28,6 +29,8 @@ pub struct Route {
     outbound: Arc<dyn DynOutbound>,
     /// What the inbound gets of the route.
     pub mount: Mount,
+    /// The state of its parts, for its next build (a reload).
+    kept: RouteState,
 }
 
 impl Route {
@@ -39,7 +42,29 @@ impl Route {
         local: SocketAddr,
         runs: &Runs,
     ) -> Result<Self> {
-        let outbound = registry::outbound(config, local)?;
+        Self::build(config, store, local, runs, RouteState::default())
+    }
+
+    /// Builds the route anew from its reloaded `config`, its parts keeping the state they had in `earlier`
+    /// (the same route's running build) where what they depend on did not change.
+    pub fn rebuild(
+        config: &RouteConfig,
+        store: Arc<dyn Store>,
+        local: SocketAddr,
+        runs: &Runs,
+        earlier: &Route,
+    ) -> Result<Self> {
+        Self::build(config, store, local, runs, RouteState::after(&earlier.kept))
+    }
+
+    fn build(
+        config: &RouteConfig,
+        store: Arc<dyn Store>,
+        local: SocketAddr,
+        runs: &Runs,
+        kept: RouteState,
+    ) -> Result<Self> {
+        let outbound = registry::outbound(config, local, &kept)?;
         let documents = Documents::new(Arc::clone(&store), &config.name);
         outbound.keep_in(&documents);
         let translator = Translator::new(
@@ -49,13 +74,14 @@ impl Route {
             config.timeout,
         )
         .with_answer_words(AnswerWords::new(&read_options(config)?))
-        .with_quota(config.quota)
+        .with_quota(config.quota, &kept)
         .with_runs(runs.clone())
         .with_pair(config.pair());
-        Ok(Self {
+        let inbound = registry::inbound(config, local, &kept)?;
+        let route = Self {
             name: config.name.clone(),
             pair: config.pair(),
-            inbound: registry::inbound(config, local)?,
+            inbound,
             outbound,
             mount: Mount {
                 path: config.path.clone(),
@@ -64,15 +90,24 @@ impl Route {
                     timeout: config.body_timeout,
                 },
                 translator: Arc::new(translator),
+                // A run that outlives its client can be resumed after a reload.
                 detached: (!config.detach_grace.is_zero()).then(|| {
-                    let run_buffer = config.run_buffer.unwrap_or(DEFAULT_RUN_BUFFER);
-                    Detached::new(config.detach_grace, run_buffer, documents.clone())
+                    let (grace, run_buffer) = (
+                        config.detach_grace,
+                        config.run_buffer.unwrap_or(DEFAULT_RUN_BUFFER),
+                    );
+                    kept.keep((grace, run_buffer), || {
+                        Detached::new(grace, run_buffer, documents.clone())
+                    })
                 }),
                 documents,
-                access: Arc::new(Access::new(config)),
+                access: Arc::new(Access::new(config, &kept)),
                 cors: Cors::new(&config.cors_origins),
             },
-        })
+            kept,
+        };
+        route.kept.settle();
+        Ok(route)
     }
 
     /// Serves one request addressed to the route: a browser's preflight, a call from its upstream back into

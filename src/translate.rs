@@ -31,6 +31,7 @@ use crate::model::{
     Turn,
 };
 use crate::normalize::Normalizer;
+use crate::route_state::RouteState;
 use crate::store::{Key, Record, Store};
 
 /// How many events may wait for a slow client before the upstream read pauses.
@@ -62,7 +63,7 @@ pub struct Translator {
     /// `[routes.quota]` conversations: how many one tenant keeps in the store.
     conversations_per_tenant: Option<NonZeroUsize>,
     /// `[routes.quota]` streams: the runs of each tenant under way.
-    streams: OpenStreams,
+    streams: Arc<OpenStreams>,
     /// Where the route's runs are counted, and what ends them when a shutdown's grace is over.
     runs: Runs,
 }
@@ -82,15 +83,19 @@ impl Translator {
             timeout,
             answer_words: AnswerWords::default(),
             conversations_per_tenant: None,
-            streams: OpenStreams::default(),
+            streams: Arc::default(),
             runs: Runs::unowned(),
         }
     }
 
-    /// Holds each tenant to the route's `[routes.quota]` conversations and streams.
-    pub fn with_quota(mut self, quota: Quota) -> Self {
+    /// Holds each tenant to the route's `[routes.quota]` conversations and streams; the count of runs under
+    /// way is `kept` across the route's reloads (while its quota stays the same).
+    pub fn with_quota(mut self, quota: Quota, kept: &RouteState) -> Self {
         self.conversations_per_tenant = quota.conversations;
-        self.streams.per_tenant = quota.streams;
+        self.streams = kept.keep(quota.streams, || OpenStreams {
+            per_tenant: quota.streams,
+            open: Mutex::default(),
+        });
         self
     }
 
@@ -258,7 +263,7 @@ impl Translator {
         let mut record = std::mem::take(&mut context.record);
         std::mem::replace(&mut context.reply, ReplyLog::Nothing).finish(&mut record);
         let upstream = self.agent.upstream_ids(&record);
-        // Kept before the client hears that the run ended: its next turn, sent at once to another replica
+        // RouteState before the client hears that the run ended: its next turn, sent at once to another replica
         // or to this proxy restarted after a crash, finds it.
         if let Err(error) = self.store.save(&key, record).await {
             tracing::error!(route = %self.route, "saving the conversation failed: {error}");

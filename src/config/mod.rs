@@ -298,16 +298,55 @@ impl Config {
     /// Reads and parses the file at `path`; errors name it as given. A relative `store.path` is relative
     /// to the file's folder, so the file means the same wherever the proxy is started.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
-        let file = path.display().to_string();
-        let text = std::fs::read_to_string(path)
-            .map_err(|err| ConfigError::unreadable(file.clone(), &err))?;
-        let mut config = Config::parse(&text, &file)?;
+        Config::parse_file(path, &Config::read(path)?)
+    }
+
+    /// The text of the file at `path`.
+    pub fn read(path: &Path) -> Result<String, ConfigError> {
+        std::fs::read_to_string(path)
+            .map_err(|err| ConfigError::unreadable(path.display().to_string(), &err))
+    }
+
+    /// Parses `text`, read from the file at `path`, as [`Config::load`] does.
+    pub fn parse_file(path: &Path, text: &str) -> Result<Config, ConfigError> {
+        let mut config = Config::parse(text, &path.display().to_string())?;
         if let (Some(store), Some(folder)) = (config.store.path.as_mut(), path.parent()) {
             if store.is_relative() {
                 *store = folder.join(&*store);
             }
         }
         Ok(config)
+    }
+
+    /// The keys whose value `newer` changes and that take effect only at a restart: every key but the
+    /// `[[routes]]`, which a live reload applies.
+    pub fn restart_keys(&self, newer: &Config) -> Vec<&'static str> {
+        let connections = (self.connections, newer.connections);
+        [
+            ("listen", self.listen != newer.listen),
+            ("admin_listen", self.admin_listen != newer.admin_listen),
+            ("log_format", self.log_format != newer.log_format),
+            ("[store]", self.store != newer.store),
+            (
+                "trusted_proxies",
+                self.trusted_proxies != newer.trusted_proxies,
+            ),
+            (
+                "header_read_timeout",
+                connections.0.header_read_timeout != connections.1.header_read_timeout,
+            ),
+            (
+                "keepalive_idle",
+                connections.0.keepalive_idle != connections.1.keepalive_idle,
+            ),
+            (
+                "max_connections",
+                connections.0.max_connections != connections.1.max_connections,
+            ),
+        ]
+        .into_iter()
+        .filter_map(|(key, changed)| changed.then_some(key))
+        .collect()
     }
 
     /// Parses and validates `text`; `file` names the source in errors.

@@ -131,7 +131,7 @@ pub fn decoding_key(pem: &str, algorithm: Algorithm) -> Option<DecodingKey> {
 }
 
 /// `[routes.jwt]`: which signed tokens admit a client, and which claim names its tenant.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct JwtConfig {
     /// The `iss` every token must carry.

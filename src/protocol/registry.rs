@@ -11,6 +11,7 @@ use crate::answers;
 use crate::config::{Config, ConfigError, Outbound, Protocol, RouteConfig};
 use crate::error::{Error, Result};
 use crate::face::{DynInbound, DynOutbound, FaceOptions, Options, Row};
+use crate::route_state::RouteState;
 use crate::upstream::Upstream;
 
 /// The `[routes.translate]` options the hub reads on every route, whatever its pair.
@@ -31,12 +32,20 @@ pub fn row(protocol: Protocol) -> &'static Row {
 }
 
 /// Builds the face `route` shows its clients; `local` is the address the proxy listens on.
-pub fn inbound(route: &RouteConfig, local: SocketAddr) -> Result<Box<dyn DynInbound>> {
-    (row(route.inbound).inbound)(route, local)
+pub fn inbound(
+    route: &RouteConfig,
+    local: SocketAddr,
+    kept: &RouteState,
+) -> Result<Box<dyn DynInbound>> {
+    (row(route.inbound).inbound)(route, local, kept)
 }
 
 /// Builds how `route` reaches its agent: its upstream's protocol, or the built-in echo agent.
-pub fn outbound(route: &RouteConfig, local: SocketAddr) -> Result<Arc<dyn DynOutbound>> {
+pub fn outbound(
+    route: &RouteConfig,
+    local: SocketAddr,
+    kept: &RouteState,
+) -> Result<Arc<dyn DynOutbound>> {
     let Outbound::Protocol(protocol) = route.outbound else {
         return Ok(Arc::new(echo::Echo));
     };
@@ -45,7 +54,7 @@ pub fn outbound(route: &RouteConfig, local: SocketAddr) -> Result<Arc<dyn DynOut
         .clone()
         .ok_or_else(|| Error::config(format!("route `{}` needs an upstream URL", route.name)))?;
     let upstream = Upstream::new(uri, route.upstream_headers.clone(), route.connect_timeout);
-    (row(protocol).outbound)(upstream, route, local)
+    (row(protocol).outbound)(upstream, route, local, kept)
 }
 
 /// Every `[routes.translate]` key that the hub or some protocol's face reads, sorted.

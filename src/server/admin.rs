@@ -6,7 +6,6 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
 use http::{header, Method, Request, Response, StatusCode};
 use hyper::body::Incoming;
 use hyper::server::conn::http1;
@@ -15,6 +14,7 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
+use super::LiveRoutes;
 use crate::body::{full, json_response, Body};
 use crate::error::{Error, Result};
 use crate::metrics::{self, Metrics};
@@ -32,8 +32,8 @@ pub struct AdminState {
     pub(super) store: Arc<dyn Store>,
     /// True from the moment the server starts to stop.
     pub(super) draining: watch::Receiver<bool>,
-    /// `GET /routes`'s body: the routes as [`crate::routes_view`] shows them.
-    pub(super) routes: Bytes,
+    /// The routes serving, whose view `GET /routes` answers.
+    pub(super) routes: LiveRoutes,
 }
 
 /// The admin listener, bound.
@@ -97,7 +97,7 @@ async fn answer(state: &AdminState, request: &Request<Incoming>) -> Response<Bod
             response
         }
         "/readyz" => ready(state).await,
-        "/routes" => json_response(StatusCode::OK, state.routes.to_vec()),
+        "/routes" => json_response(StatusCode::OK, state.routes.load().view.to_vec()),
         _ => plain(
             StatusCode::NOT_FOUND,
             "not found: GET /metrics, /readyz or /routes\n".into(),

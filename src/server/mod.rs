@@ -7,6 +7,7 @@
 mod admin;
 mod idle;
 mod limits;
+mod reload;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -14,6 +15,7 @@ use std::pin::{pin, Pin};
 use std::sync::Arc;
 use std::time::Duration;
 
+use arc_swap::ArcSwap;
 use http::{Method, Request, Response, StatusCode};
 use hyper::body::Incoming;
 use hyper::server::conn::{http1, http2};
@@ -37,6 +39,7 @@ use crate::workers::Workers;
 pub use admin::{Admin, AdminState};
 use idle::{Activity, Tracked};
 use limits::AcceptFailures;
+pub use reload::{Reload, Reloader};
 
 /// How long running streams may go on after a shutdown signal.
 pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
@@ -44,9 +47,14 @@ pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
 /// After the grace, how long the runs still going have to tell their clients they were ended.
 const GOODBYE: Duration = Duration::from_secs(1);
 
+/// The routes serving: a reload swaps in new ones; a request in flight goes on with those it started on.
+type LiveRoutes = Arc<ArcSwap<Routes>>;
+
 pub struct Server {
     listener: TcpListener,
-    routes: Arc<Routes>,
+    routes: LiveRoutes,
+    trusted_proxies: Arc<TrustedProxies>,
+    reloader: Reloader,
     limits: ConnectionLimits,
     shutdown_grace: Duration,
     gauges: Arc<Gauges>,
@@ -66,16 +74,19 @@ impl Server {
         let metrics = Metrics::new(Arc::clone(&gauges));
         let (runs, ender) = Runs::new(Arc::clone(&gauges), Arc::clone(&metrics));
         let store = store::open(&config.store).await?;
-        let routes = Arc::new(Routes::from_config(
-            config,
-            Arc::clone(&store),
-            local,
-            &runs,
-        )?);
+        let routes = Routes::from_config(config, Arc::clone(&store), local, &runs, None)?;
+        let routes = Arc::new(ArcSwap::from_pointee(routes));
         let (draining, draining_seen) = watch::channel(false);
         Ok(Self {
             listener,
-            routes,
+            routes: Arc::clone(&routes),
+            trusted_proxies: Arc::new(TrustedProxies::new(config.trusted_proxies.clone())),
+            reloader: Reloader {
+                routes: Arc::clone(&routes),
+                store: Arc::clone(&store),
+                local,
+                runs,
+            },
             limits: config.connections,
             shutdown_grace: DEFAULT_SHUTDOWN_GRACE,
             gauges,
@@ -84,7 +95,7 @@ impl Server {
                 metrics,
                 store,
                 draining: draining_seen,
-                routes: routes_json(config),
+                routes,
             },
             draining,
         })
@@ -93,6 +104,11 @@ impl Server {
     /// What the admin listener serves ([`Admin`]): the metrics, the store's readiness, the drain.
     pub fn admin_state(&self) -> AdminState {
         self.admin.clone()
+    }
+
+    /// What applies a reloaded routes file to the server ([`Reload`] watches the file).
+    pub fn reloader(&self) -> Reloader {
+        self.reloader.clone()
     }
 
     /// The server's live counts of connections and runs.
@@ -149,6 +165,7 @@ impl Server {
         };
         let connections = Connections {
             routes: self.routes,
+            trusted_proxies: self.trusted_proxies,
             http: Arc::new(Http::new(self.limits)),
             limits: self.limits,
             gauges: self.gauges,
@@ -156,12 +173,6 @@ impl Server {
         };
         (self.listener, serving, connections)
     }
-}
-
-/// `GET /routes`'s body.
-fn routes_json(config: &Config) -> bytes::Bytes {
-    let routes = serde_json::json!({ "routes": crate::routes_view::describe(config) });
-    serde_json::to_vec(&routes).unwrap_or_default().into()
 }
 
 fn cannot_share(error: std::io::Error) -> Error {
@@ -213,7 +224,9 @@ impl Serving {
 /// What every connection is served with, whichever thread accepted it.
 #[derive(Clone)]
 struct Connections {
-    routes: Arc<Routes>,
+    routes: LiveRoutes,
+    /// `trusted_proxies`: server-wide, fixed until a restart.
+    trusted_proxies: Arc<TrustedProxies>,
     http: Arc<Http>,
     limits: ConnectionLimits,
     /// Counts the open connections, across every serving thread.
@@ -296,15 +309,16 @@ impl Connections {
         let _ = stream.set_nodelay(true);
         let local = stream.local_addr().ok().map(LocalAddr);
         let peer = stream.peer_addr().ok();
-        let routes = Arc::clone(&self.routes);
+        let (routes, trusted_proxies) =
+            (Arc::clone(&self.routes), Arc::clone(&self.trusted_proxies));
         let service = service_fn(move |mut request: Request<Incoming>| {
             if let Some(local) = local {
                 request.extensions_mut().insert(local);
             }
             if let Some(peer) = peer {
-                routes.trusted_proxies.resolve(&mut request, peer);
+                trusted_proxies.resolve(&mut request, peer);
             }
-            let routes = Arc::clone(&routes);
+            let routes = routes.load_full();
             // Boxed: hyper keeps room for the service's future for as long as the connection lives,
             // and a boxed one is freed as soon as the response (a stream, say) has started.
             Box::pin(
@@ -407,11 +421,10 @@ fn listen(address: SocketAddr) -> std::io::Result<TcpListener> {
 pub async fn check(config: &Config) -> Result<()> {
     // The store is opened by `serve` only: checking a file neither creates nor locks its store.
     let store = Arc::new(store::MemoryStore::with_config(&config.store));
-    Routes::from_config(config, store, config.listen, &Runs::unowned()).map(drop)
+    Routes::from_config(config, store, config.listen, &Runs::unowned(), None).map(drop)
 }
 
-/// Installs the signal handlers at once, and resolves on SIGINT or SIGTERM. SIGHUP never stops the server:
-/// until live reload lands it is logged and the running configuration stays.
+/// Installs the signal handlers at once, and resolves on SIGINT or SIGTERM (SIGHUP reloads: [`Reload`]).
 #[cfg(unix)]
 pub fn shutdown_signal() -> impl Future<Output = ()> {
     use tokio::signal::unix::{signal, Signal, SignalKind};
@@ -427,21 +440,12 @@ pub fn shutdown_signal() -> impl Future<Output = ()> {
         }
     }
 
-    let [mut interrupt, mut terminate, mut hangup] = [
-        SignalKind::interrupt(),
-        SignalKind::terminate(),
-        SignalKind::hangup(),
-    ]
-    .map(|kind| signal(kind).ok());
+    let [mut interrupt, mut terminate] =
+        [SignalKind::interrupt(), SignalKind::terminate()].map(|kind| signal(kind).ok());
     async move {
-        loop {
-            tokio::select! {
-                () = received(&mut interrupt) => return,
-                () = received(&mut terminate) => return,
-                () = received(&mut hangup) => tracing::info!(
-                    "SIGHUP: live reload is not implemented yet; the running config stays"
-                ),
-            }
+        tokio::select! {
+            () = received(&mut interrupt) => {}
+            () = received(&mut terminate) => {}
         }
     }
 }
@@ -459,35 +463,47 @@ pub fn shutdown_signal() -> impl Future<Output = ()> {
 /// Every route, longest path first so the most specific mount point wins.
 struct Routes {
     routes: Vec<Route>,
-    trusted_proxies: TrustedProxies,
     /// Where each request a route answers is counted.
     metrics: Arc<Metrics>,
+    /// `GET /routes`'s body: the routes as [`crate::routes_view`] shows them.
+    view: bytes::Bytes,
 }
 
 impl Routes {
+    /// The routes of `config`; those of the same name in `earlier` (the running ones, on a reload) pass
+    /// their state on.
     fn from_config(
         config: &Config,
         store: Arc<dyn Store>,
         local: SocketAddr,
         runs: &Runs,
+        earlier: Option<&Routes>,
     ) -> Result<Self> {
         let warnings = registry::check(config).map_err(|error| Error::config(error.to_string()))?;
         for warning in warnings {
             tracing::warn!("{warning}");
         }
+        let earlier = |name: &str| earlier?.routes.iter().find(|route| route.name == name);
         let mut routes = config
             .routes
             .iter()
-            .map(|route| Route::from_config(route, Arc::clone(&store), local, runs))
+            .map(|route| {
+                let store = Arc::clone(&store);
+                match earlier(&route.name) {
+                    Some(earlier) => Route::rebuild(route, store, local, runs, earlier),
+                    None => Route::from_config(route, store, local, runs),
+                }
+            })
             .collect::<Result<Vec<_>>>()?;
         routes.sort_by_key(|route| std::cmp::Reverse(route.mount.path.len()));
         for route in &routes {
             tracing::info!(route = %route.name, path = %route.mount.path, "route ready");
         }
+        let view = serde_json::json!({ "routes": crate::routes_view::describe(config) });
         Ok(Self {
             routes,
-            trusted_proxies: TrustedProxies::new(config.trusted_proxies.clone()),
             metrics: Arc::clone(runs.metrics()),
+            view: serde_json::to_vec(&view).unwrap_or_default().into(),
         })
     }
 

@@ -25,6 +25,7 @@ use agent_bridge::model::{
     Usage,
 };
 use agent_bridge::protocol::a2a::Inbound;
+use agent_bridge::route_state::RouteState;
 use agent_bridge::store::Documents;
 use futures_util::stream::{self, BoxStream, StreamExt};
 use http_body_util::BodyExt;
@@ -48,7 +49,11 @@ fn route(translate: &[(&str, bool)]) -> RouteConfig {
 /// The inbound of a route from A2A to echo with the `translate` options.
 fn inbound(translate: &[(&str, bool)]) -> Inbound {
     let route = route(translate);
-    Inbound::new(&route, route.translate.read().expect("the options read"))
+    Inbound::new(
+        &route,
+        route.translate.read().expect("the options read"),
+        &RouteState::default(),
+    )
 }
 
 /// One answer of the inbound.

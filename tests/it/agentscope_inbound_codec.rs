@@ -24,6 +24,7 @@ use agent_bridge::model::{
     Artifact, Event, Interrupt, InterruptKind, Outcome, Part, ResumeStatus, Turn, Usage,
 };
 use agent_bridge::protocol::agentscope::{Inbound, InboundOptions};
+use agent_bridge::route_state::RouteState;
 use futures_util::stream;
 use http_body_util::BodyExt;
 use serde_json::{json, Value};
@@ -35,7 +36,7 @@ use crate::support::golden;
 // The harness
 
 fn inbound() -> Inbound {
-    Inbound::new(InboundOptions::default())
+    Inbound::new(InboundOptions::default(), &RouteState::default())
 }
 
 /// One answer of the inbound.

@@ -413,26 +413,3 @@ async fn with_the_file_table_full_healthz_waits_then_answers_once_idle_connectio
     );
     drop(attackers);
 }
-
-#[cfg(unix)]
-#[tokio::test]
-async fn sighup_is_logged_and_the_binary_keeps_serving() {
-    let (mut process, _config) = start_binary("", None);
-
-    process.signal(libc::SIGHUP);
-
-    within("the SIGHUP line", async {
-        while !process
-            .log()
-            .contains("SIGHUP: live reload is not implemented yet")
-        {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    })
-    .await;
-    assert_eq!(healthz_at(&process.address, CLOSED_WITHIN).await, Some(200));
-    assert!(
-        process.process.try_wait().expect("its status").is_none(),
-        "still running"
-    );
-}

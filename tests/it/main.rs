@@ -41,6 +41,7 @@ mod interop_agentscope;
 mod interop_cmdc;
 mod logs;
 mod matrix;
+mod reload;
 mod request_decoders;
 mod security;
 mod shutdown;

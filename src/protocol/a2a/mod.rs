@@ -32,8 +32,8 @@ pub const ROW: Row = Row {
     pause_cancel: true,
     inbound_options: Options::of::<InboundOptions>(),
     outbound_options: Options::of::<OutboundOptions>(),
-    inbound: |route, _| Ok(Box::new(Inbound::new(route, read_options(route)?))),
-    outbound: |upstream, route, _| Ok(Arc::new(Outbound::new(upstream, read_options(route)?))),
+    inbound: |route, _, kept| Ok(Box::new(Inbound::new(route, read_options(route)?, kept))),
+    outbound: |upstream, route, _, _| Ok(Arc::new(Outbound::new(upstream, read_options(route)?))),
 };
 
 /// A wire message as a canonical one: `user` → user, `agent` → assistant.

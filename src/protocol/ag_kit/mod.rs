@@ -25,8 +25,8 @@ pub const ROW: Row = Row {
     pause_cancel: false,
     inbound_options: Options::NONE,
     outbound_options: Options::NONE,
-    inbound: |_, _| Ok(Box::new(Inbound::new())),
-    outbound: |upstream, _, _| Ok(Arc::new(Outbound::new(upstream))),
+    inbound: |_, _, _| Ok(Box::new(Inbound::new())),
+    outbound: |upstream, _, _, _| Ok(Arc::new(Outbound::new(upstream))),
 };
 
 /// Interrupt reasons of the canonical pauses (`specs/ag-kit.md` §4.3); an upstream's own reasons pass

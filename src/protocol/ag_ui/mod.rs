@@ -25,8 +25,8 @@ pub const ROW: Row = Row {
     pause_cancel: true,
     inbound_options: Options::of::<InboundOptions>(),
     outbound_options: Options::of::<OutboundOptions>(),
-    inbound: |route, _| Ok(Box::new(Inbound::new(read_options(route)?))),
-    outbound: |upstream, route, _| {
+    inbound: |route, _, _| Ok(Box::new(Inbound::new(read_options(route)?))),
+    outbound: |upstream, route, _, _| {
         let options = read_options(route)?;
         Ok(Arc::new(Outbound::new(upstream, options, route.inbound)))
     },

@@ -28,6 +28,6 @@ pub const ROW: Row = Row {
     pause_cancel: false,
     inbound_options: Options::of::<InboundOptions>(),
     outbound_options: Options::of::<OutboundOptions>(),
-    inbound: |route, _| Ok(Box::new(Inbound::new(read_options(route)?))),
-    outbound: |upstream, route, _| Ok(Arc::new(Outbound::new(upstream, read_options(route)?))),
+    inbound: |route, _, kept| Ok(Box::new(Inbound::new(read_options(route)?, kept))),
+    outbound: |upstream, route, _, _| Ok(Arc::new(Outbound::new(upstream, read_options(route)?))),
 };

@@ -30,9 +30,11 @@ pub const ROW: Row = Row {
     pause_cancel: true,
     inbound_options: Options::NONE,
     outbound_options: Options::of::<OutboundOptions>(),
-    inbound: |route, local| Ok(Box::new(Inbound::new(route, local))),
-    outbound: |upstream, route, local| {
+    inbound: |route, local, kept| Ok(Box::new(Inbound::new(route, local, kept))),
+    outbound: |upstream, route, local, kept| {
         let options = read_options(route)?;
-        Ok(Arc::new(Outbound::new(upstream, route, options, local)?))
+        Ok(Arc::new(Outbound::new(
+            upstream, route, options, local, kept,
+        )?))
     },
 };

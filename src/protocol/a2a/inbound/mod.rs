@@ -62,6 +62,7 @@ use crate::error::Error;
 use crate::face::{InboundFace, RequestDecoder};
 use crate::model::{Event, History, Resume, ResumeStatus, Turn};
 use crate::mount::Mount;
+use crate::route_state::RouteState;
 use crate::sse;
 use crate::store::{Documents, Followed};
 use decode::{check_message, turn_for};
@@ -92,7 +93,9 @@ enum Endpoint {
 }
 
 impl Inbound {
-    pub fn new(route: &RouteConfig, options: InboundOptions) -> Self {
+    /// The route's tasks are `kept` across its reloads.
+    pub fn new(route: &RouteConfig, options: InboundOptions, kept: &RouteState) -> Self {
+        let per_tenant = route.quota.tasks.map_or(usize::MAX, |n| n.get());
         Self {
             card: CardTemplate::new(route),
             card_auth: route.card_auth,
@@ -101,10 +104,12 @@ impl Inbound {
                 tool_activity: false,
             },
             cancel_on_disconnect: true,
-            tasks: Arc::new(Registry::bounded(Bounds {
-                per_tenant: route.quota.tasks.map_or(usize::MAX, |n| n.get()),
-                ..Bounds::default()
-            })),
+            tasks: kept.keep(per_tenant, || {
+                Registry::bounded(Bounds {
+                    per_tenant,
+                    ..Bounds::default()
+                })
+            }),
         }
     }
 

@@ -43,6 +43,7 @@ use crate::detach::{self, Detached};
 use crate::face::{encode_frames, InboundFace, RequestDecoder};
 use crate::model::{Event, History, Turn};
 use crate::mount::Mount;
+use crate::route_state::RouteState;
 use crate::sse;
 use decode::Refusal;
 
@@ -54,7 +55,8 @@ pub struct Inbound {
 }
 
 impl Inbound {
-    pub fn new(options: InboundOptions) -> Self {
+    /// Which sessions have a run going is `kept` across the route's reloads.
+    pub fn new(options: InboundOptions, kept: &RouteState) -> Self {
         Self {
             history: if options.agentscope_session_memory {
                 History::Delta
@@ -64,7 +66,7 @@ impl Inbound {
             options: EncodeOptions {
                 question_tool: options.question_tool,
             },
-            running: Arc::default(),
+            running: kept.keep((), Running::default),
         }
     }
 
@@ -268,7 +270,7 @@ mod tests {
     use http_body_util::BodyExt;
 
     fn inbound() -> Inbound {
-        Inbound::new(InboundOptions::default())
+        Inbound::new(InboundOptions::default(), &RouteState::default())
     }
 
     async fn body_text(response: Response<Body>) -> String {

@@ -50,6 +50,7 @@ use crate::egress::{Egress, Policy, Requester};
 use crate::error::Error;
 use crate::face::{InboundFace, RequestDecoder};
 use crate::mount::Mount;
+use crate::route_state::RouteState;
 use crate::sse;
 use decode::is_blank;
 use socket::{upgrade, SocketClient, SocketLimits};
@@ -65,10 +66,8 @@ pub struct Inbound {
     /// Where the session's callback tools are called: checked against the route's `callback_allow`.
     callbacks: Egress,
     socket: SocketLimits,
-    /// `[routes.quota]` sessions.
-    sessions_per_tenant: Option<std::num::NonZeroUsize>,
-    /// The bytes of events each run keeps for late subscribers (`run_buffer`).
-    run_buffer: usize,
+    /// The route's sessions, kept across its reloads.
+    sessions: Arc<Sessions>,
 }
 
 /// The API key a caller's prompts and tokens are metered under (`stats.meter`).
@@ -160,8 +159,11 @@ impl From<Error> for ApiError {
 type Answer = Result<Response<Body>, ApiError>;
 
 impl Inbound {
-    /// `listen` is the address the proxy listens on: callback tools never lead there.
-    pub fn new(route: &RouteConfig, listen: SocketAddr) -> Self {
+    /// `listen` is the address the proxy listens on: callback tools never lead there. The sessions are
+    /// `kept` across the route's reloads while its `run_buffer` and `[routes.quota]` sessions stay the same.
+    pub fn new(route: &RouteConfig, listen: SocketAddr, kept: &RouteState) -> Self {
+        let run_buffer = route.run_buffer.unwrap_or(DEFAULT_RUN_BUFFER);
+        let per_tenant = route.quota.sessions;
         Self {
             runner: std::sync::OnceLock::new(),
             callbacks: Egress::new(
@@ -172,8 +174,9 @@ impl Inbound {
                 idle: route.ws_idle.unwrap_or(DEFAULT_WS_IDLE),
                 max_message: route.max_body,
             },
-            sessions_per_tenant: route.quota.sessions,
-            run_buffer: route.run_buffer.unwrap_or(DEFAULT_RUN_BUFFER),
+            sessions: kept.keep((run_buffer, per_tenant), || {
+                Sessions::new(run_buffer, per_tenant)
+            }),
         }
     }
 
@@ -181,7 +184,7 @@ impl Inbound {
     fn runner(&self, mount: &Mount) -> Arc<Runner> {
         Arc::clone(self.runner.get_or_init(|| {
             Arc::new(Runner {
-                sessions: Sessions::new(self.run_buffer, self.sessions_per_tenant),
+                sessions: Arc::clone(&self.sessions),
                 translator: Arc::clone(&mount.translator),
                 callbacks: self.callbacks.clone(),
                 documents: mount.documents.clone(),

@@ -48,6 +48,7 @@ use crate::error::{Error, Result};
 use crate::face::{OutboundFace, UpstreamDecoder};
 use crate::model::{Event, History, Message, Outcome, Role, Turn, Usage};
 use crate::relay::{Next, UpstreamEvents};
+use crate::route_state::RouteState;
 use crate::sse;
 use crate::store::{Documents, Record, UpstreamState};
 use crate::translate::RunContext;
@@ -193,12 +194,14 @@ pub enum StepEnd {
 }
 
 impl Outbound {
-    /// `local` is the address the proxy listens on: the callback URL's default host.
+    /// `local` is the address the proxy listens on: the callback URL's default host. The callbacks awaited
+    /// are `kept` across the route's reloads.
     pub fn new(
         upstream: Upstream,
         route: &RouteConfig,
         options: OutboundOptions,
         local: SocketAddr,
+        kept: &RouteState,
     ) -> Result<Self> {
         let callback_path = format!("{}{CALLBACK_PATH}", route.path.trim_end_matches('/'));
         let base = match &options.proxy_url {
@@ -216,7 +219,8 @@ impl Outbound {
                 max_bytes: MAX_CALLBACK_BYTES,
                 timeout: route.body_timeout,
             },
-            callbacks: Arc::default(),
+            // A run the route's previous build started still takes its callbacks.
+            callbacks: kept.keep((), Callbacks::default),
         })
     }
 

@@ -47,7 +47,7 @@ const RESULT_LIMIT: usize = 4096;
 
 /// What every run of a route shares.
 pub struct Runner {
-    pub sessions: Sessions,
+    pub sessions: Arc<Sessions>,
     pub translator: Arc<Translator>,
     /// The client for callback tools (the URL is each tool's own, checked against the route's policy).
     pub callbacks: Egress,
