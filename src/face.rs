@@ -59,6 +59,9 @@ pub struct Row {
     /// A client can dismiss a pause without answering it (A2A `tasks/cancel`, an AG-UI 1.0 `resume` entry
     /// `cancelled`, CMDC `POST …/abort`); others can only go away.
     pub pause_cancel: bool,
+    /// The canonical events (by their [`crate::model::Event::KINDS`] name) it has no form for: its clients
+    /// are not shown them (docs/translation.md), and each one is counted as a downgrade.
+    pub unshown: &'static [&'static str],
     /// The `[routes.translate]` options its inbound face reads.
     pub inbound_options: Options,
     /// The `[routes.translate]` options its outbound face reads.

@@ -56,6 +56,12 @@ struct ErrorLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DowngradeLabels {
+    route: String,
+    what: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct OutcomeLabels {
     outcome: &'static str,
 }
@@ -76,6 +82,8 @@ pub struct RunReport<'a> {
     /// The events the agent's side emitted, and those handed to the client.
     pub events_in: &'a EventCounts,
     pub events_out: &'a EventCounts,
+    /// What the run's pair could not carry, and how often ([`crate::translate::Losses`]).
+    pub downgrades: &'a [(&'static str, u64)],
 }
 
 /// Every metric of the proxy, registered once.
@@ -90,6 +98,7 @@ pub struct Metrics {
     events_out: Family<EventLabels, Counter>,
     answers: Family<PairLabels, Counter>,
     errors: Family<ErrorLabels, Counter>,
+    downgrades: Family<DowngradeLabels, Counter>,
     reloads: Family<OutcomeLabels, Counter>,
     connections: Gauge,
     runs_in_flight: Gauge,
@@ -115,6 +124,7 @@ impl Metrics {
             events_out: Family::default(),
             answers: Family::default(),
             errors: Family::default(),
+            downgrades: Family::default(),
             reloads: Family::default(),
             connections: Gauge::default(),
             runs_in_flight: Gauge::default(),
@@ -165,6 +175,12 @@ impl Metrics {
             "errors",
             "Failed runs, by the error's source (client, upstream, config, internal) and code",
             metrics.errors.clone(),
+        );
+        registry.register(
+            "downgrades",
+            "What a route's pair could not carry: canonical events its clients were not shown, by type, and runs \
+             whose client tools its agent could not be offered (client_tools)",
+            metrics.downgrades.clone(),
         );
         registry.register(
             "config_reloads",
@@ -239,6 +255,13 @@ impl Metrics {
                 family.get_or_create(&labels).inc_by(count);
             }
         }
+        for &(what, count) in report.downgrades {
+            let labels = DowngradeLabels {
+                route: labels.route.clone(),
+                what,
+            };
+            self.downgrades.get_or_create(&labels).inc_by(count);
+        }
         if let Some(error) = report.error {
             let labels = ErrorLabels {
                 route: labels.route,
@@ -311,6 +334,7 @@ mod tests {
             answers,
             events_in: &events,
             events_out: &events,
+            downgrades: &[("tool_call_start", 2)],
         };
         metrics.run_ended("chat", "ag-ui->a2a", &report("completed", None, 1));
         metrics.run_ended("chat", "ag-ui->a2a", &report("completed", None, 0));
@@ -340,6 +364,7 @@ mod tests {
             r#"agent_bridge_time_to_first_event_seconds_count{route="chat",pair="ag-ui->a2a"} 4"#,
             r#"agent_bridge_requests_total{route="chat",pair="ag-ui->a2a",code="401"} 1"#,
             r#"agent_bridge_open_runs{route="chat",pair="ag-ui->a2a"} 0"#,
+            r#"agent_bridge_downgrades_total{route="chat",what="tool_call_start"} 8"#,
             "agent_bridge_open_connections 0",
             "agent_bridge_runs_in_flight 0",
         ] {

@@ -76,7 +76,8 @@ impl Route {
         .with_answer_words(AnswerWords::new(&read_options(config)?))
         .with_quota(config.quota, &kept)
         .with_runs(runs.clone())
-        .with_pair(config.pair());
+        .with_pair(config.pair())
+        .with_losses(registry::counted_losses(config));
         let inbound = registry::inbound(config, local, &kept)?;
         let route = Self {
             name: config.name.clone(),

@@ -55,6 +55,8 @@ pub struct Translator {
     route: String,
     /// `inbound->outbound`, as logs name the route's pair.
     pair: String,
+    /// What the pair cannot carry, counted as the runs meet it.
+    losses: Losses,
     agent: Arc<dyn Agent>,
     store: Arc<dyn Store>,
     timeout: Duration,
@@ -78,6 +80,7 @@ impl Translator {
         Self {
             route,
             pair: String::new(),
+            losses: Losses::default(),
             agent,
             store,
             timeout,
@@ -102,6 +105,12 @@ impl Translator {
     /// Names the route's pair (`inbound->outbound`) in the line each finished run logs.
     pub fn with_pair(mut self, pair: String) -> Self {
         self.pair = pair;
+        self
+    }
+
+    /// Counts what the route's pair cannot carry (`downgrades_total`) as its runs meet it.
+    pub fn with_losses(mut self, losses: Losses) -> Self {
+        self.losses = losses;
         self
     }
 
@@ -178,6 +187,7 @@ impl Translator {
         let upstream = self.run_turn(turn, &mut context).await;
         let (outcome, error) = context.outcome();
         let duration = started.elapsed();
+        let downgrades = self.losses.met(&context);
         let report = RunReport {
             outcome,
             error,
@@ -186,6 +196,7 @@ impl Translator {
             answers: context.answers,
             events_in: &context.events_in,
             events_out: &context.events_out,
+            downgrades: &downgrades,
         };
         self.runs
             .metrics
@@ -297,6 +308,31 @@ impl Translator {
             () = closed.closed() => None,
             () = self.runs.ended() => Some(Err(Error::shutting_down())),
         }
+    }
+}
+
+/// What a route's pair cannot carry (docs/translation.md), as the hub counts it: the canonical events its
+/// clients are not shown, and the client's tools its agent cannot be offered.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Losses {
+    /// The [`Event::KINDS`] names the inbound has no form for.
+    pub unshown: &'static [&'static str],
+    /// The client's tools are not sent to the agent.
+    pub tools_unsent: bool,
+}
+
+impl Losses {
+    /// What of these a run met, and how often: its events not shown by kind, and `client_tools` once for a
+    /// turn whose tools were not sent.
+    fn met(&self, context: &RunContext) -> Vec<(&'static str, u64)> {
+        let tools =
+            (self.tools_unsent && !context.client_tools.is_empty()).then_some(("client_tools", 1));
+        context
+            .events_out
+            .counted()
+            .filter(|(kind, _)| self.unshown.contains(kind))
+            .chain(tools)
+            .collect()
     }
 }
 

@@ -12,6 +12,7 @@ use crate::config::{Config, ConfigError, Outbound, Protocol, RouteConfig};
 use crate::error::{Error, Result};
 use crate::face::{DynInbound, DynOutbound, FaceOptions, Options, Row};
 use crate::route_state::RouteState;
+use crate::translate::Losses;
 use crate::upstream::Upstream;
 
 /// The `[routes.translate]` options the hub reads on every route, whatever its pair.
@@ -122,6 +123,19 @@ fn pair_options(route: &RouteConfig) -> [Options; 3] {
         Outbound::Echo => Options::NONE,
     };
     [HUB_OPTIONS, row(route.inbound).inbound_options, outbound]
+}
+
+/// What the hub counts of the route's losses as its runs meet them.
+pub fn counted_losses(route: &RouteConfig) -> Losses {
+    let client = row(route.inbound);
+    let tools_unsent = match route.outbound {
+        Outbound::Protocol(upstream) => client.client_tools && !row(upstream).client_tools,
+        Outbound::Echo => false,
+    };
+    Losses {
+        unshown: client.unshown,
+        tools_unsent,
+    }
 }
 
 /// What the route's clients and agent can say that the other side has no form for.

@@ -90,6 +90,57 @@ async fn metrics_count_each_routes_runs_by_outcome_on_the_admin_port_only() {
 }
 
 #[tokio::test]
+async fn downgrades_count_what_each_lossy_pair_could_not_carry() {
+    // An AG-UI agent that reasons and steps, in front of AG-Kit v0 clients (no form for either).
+    let thinking = Upstream::serve([Reply::sse()
+        .event(started())
+        .event(json!({"type": "STEP_STARTED", "stepName": "look"}))
+        .event(json!({"type": "REASONING_START", "messageId": "r1"}))
+        .event(json!({"type": "REASONING_MESSAGE_START", "messageId": "r1", "role": "reasoning"}))
+        .event(json!({"type": "REASONING_MESSAGE_CONTENT", "messageId": "r1", "delta": "hmm"}))
+        .event(json!({"type": "REASONING_MESSAGE_END", "messageId": "r1"}))
+        .event(json!({"type": "REASONING_END", "messageId": "r1"}))
+        .event(json!({"type": "STEP_FINISHED", "stepName": "look"}))
+        .events(text("m1", &["shown"]))
+        .event(finished())])
+    .await;
+    // An A2A agent, which cannot be offered an AG-UI client's tools.
+    let a2a = crate::support::a2a::sunny_then_rain("task-1", "task-2").await;
+    let routes = Routes::default()
+        .route(Route::new("kit", "/kit", "ag-kit", "ag-ui").upstream(&thinking.url()))
+        .route(Route::new("tools", "/tools", "ag-ui", "a2a").upstream(&a2a.url()))
+        .route(Route::new("same", "/same", "ag-ui", "echo"));
+    let config = TempConfig::new("admin-downgrades", &routes.to_string());
+    let proxy = AgentBridge::start(serve_command(&config.0));
+
+    let mut chat = crate::support::ag_kit::Chat::new(&format!("http://{}/kit", proxy.address));
+    assert_eq!(chat.say("look it up").await.text(), "shown");
+    let mut offered = say("t1");
+    offered["tools"] = json!([ag_ui::tool("confirmAction")]);
+    let sunny = ag_ui::run(&format!("http://{}/tools", proxy.address), &offered).await;
+    assert_eq!(ag_ui::text_of(&sunny), "Sunny.");
+    ag_ui::run(&format!("http://{}/same", proxy.address), &offered).await;
+    proxy.logged("route=same").await;
+
+    let (_, metrics) = get(&format!("http://{}/metrics", proxy.admin)).await;
+    for line in [
+        r#"agent_bridge_downgrades_total{route="kit",what="reasoning_delta"} 1"#,
+        r#"agent_bridge_downgrades_total{route="kit",what="step_started"} 1"#,
+        r#"agent_bridge_downgrades_total{route="tools",what="client_tools"} 1"#,
+    ] {
+        assert!(metrics.contains(line), "{line} in\n{metrics}");
+    }
+    assert!(
+        !metrics.contains(r#"downgrades_total{route="same""#),
+        "AG-UI to echo loses nothing:\n{metrics}"
+    );
+    assert!(
+        !metrics.contains(r#"what="text_delta""#),
+        "text reaches every client:\n{metrics}"
+    );
+}
+
+#[tokio::test]
 async fn readyz_turns_503_the_moment_the_drain_starts() {
     let agent = Upstream::serve([Reply::sse().event(started()).gate().event(finished())]).await;
     let route = Route::new("chat", "/chat", "ag-ui", "ag-ui").upstream(&agent.url());

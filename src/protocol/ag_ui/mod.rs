@@ -23,6 +23,7 @@ pub const ROW: Row = Row {
     approvals: true,
     questions: true,
     pause_cancel: true,
+    unshown: &[],
     inbound_options: Options::of::<InboundOptions>(),
     outbound_options: Options::of::<OutboundOptions>(),
     inbound: |route, _, _| Ok(Box::new(Inbound::new(read_options(route)?))),
