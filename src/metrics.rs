@@ -94,6 +94,7 @@ pub struct Metrics {
     runs: Family<RunLabels, Counter>,
     durations: Seconds,
     first_events: Seconds,
+    first_bytes: Seconds,
     events_in: Family<EventLabels, Counter>,
     events_out: Family<EventLabels, Counter>,
     answers: Family<PairLabels, Counter>,
@@ -110,6 +111,11 @@ fn seconds() -> Histogram {
     Histogram::new(exponential_buckets(0.01, 2.0, 14))
 }
 
+/// Seconds from 1 ms to about 65 s: an upstream on the same network answers within milliseconds.
+fn short_seconds() -> Histogram {
+    Histogram::new(exponential_buckets(0.001, 2.0, 17))
+}
+
 impl Metrics {
     /// The metrics, with `gauges` read at each scrape.
     pub fn new(gauges: Arc<Gauges>) -> Arc<Self> {
@@ -120,6 +126,7 @@ impl Metrics {
             runs: Family::default(),
             durations: Family::new_with_constructor(seconds),
             first_events: Family::new_with_constructor(seconds),
+            first_bytes: Family::new_with_constructor(short_seconds),
             events_in: Family::default(),
             events_out: Family::default(),
             answers: Family::default(),
@@ -155,6 +162,11 @@ impl Metrics {
             "time_to_first_event_seconds",
             "From a run's request to the agent's first event",
             metrics.first_events.clone(),
+        );
+        registry.register(
+            "upstream_first_byte_seconds",
+            "From sending a request to the route's upstream to the head of its answer, per request",
+            metrics.first_bytes.clone(),
         );
         registry.register(
             "events_in",
@@ -208,6 +220,15 @@ impl Metrics {
             code,
         };
         self.requests.get_or_create(&labels).inc();
+    }
+
+    /// Where the requests to route `route`'s upstream time the head of their answer.
+    pub fn upstream_first_byte(&self, route: &str, pair: &str) -> FirstByte {
+        let labels = PairLabels {
+            route: route.to_owned(),
+            pair: pair.to_owned(),
+        };
+        FirstByte(self.first_bytes.get_or_create(&labels).clone())
     }
 
     /// Counts a run of route `route` as under way until the returned guard drops.
@@ -291,6 +312,16 @@ impl Metrics {
     }
 }
 
+/// The histogram of one route's upstream time to first byte ([`Metrics::upstream_first_byte`]).
+#[derive(Clone, Debug)]
+pub struct FirstByte(Histogram);
+
+impl FirstByte {
+    pub fn observe(&self, waited: Duration) {
+        self.0.observe(waited.as_secs_f64());
+    }
+}
+
 /// A run counted as under way ([`Metrics::run_opened`]) until dropped.
 pub struct OpenRun(Gauge);
 
@@ -347,6 +378,9 @@ mod tests {
         );
         metrics.answered("chat", "ag-ui->a2a", 200);
         metrics.answered("chat", "ag-ui->a2a", 401);
+        metrics
+            .upstream_first_byte("chat", "ag-ui->a2a")
+            .observe(Duration::from_millis(3));
         let open = metrics.run_opened("chat", "ag-ui->a2a");
         let still_open = metrics.encode();
         drop(open);
@@ -365,6 +399,7 @@ mod tests {
             r#"agent_bridge_requests_total{route="chat",pair="ag-ui->a2a",code="401"} 1"#,
             r#"agent_bridge_open_runs{route="chat",pair="ag-ui->a2a"} 0"#,
             r#"agent_bridge_downgrades_total{route="chat",what="tool_call_start"} 8"#,
+            r#"agent_bridge_upstream_first_byte_seconds_bucket{le="0.004",route="chat",pair="ag-ui->a2a"} 1"#,
             "agent_bridge_open_connections 0",
             "agent_bridge_runs_in_flight 0",
         ] {

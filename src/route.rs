@@ -64,7 +64,7 @@ impl Route {
         runs: &Runs,
         kept: RouteState,
     ) -> Result<Self> {
-        let outbound = registry::outbound(config, local, &kept)?;
+        let outbound = registry::outbound(config, local, &kept, runs.metrics())?;
         let documents = Documents::new(Arc::clone(&store), &config.name);
         outbound.keep_in(&documents);
         let translator = Translator::new(

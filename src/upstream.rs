@@ -4,7 +4,7 @@
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http::header::{ACCEPT, CONTENT_TYPE};
@@ -17,6 +17,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 
 use crate::error::{Error, Result};
+use crate::metrics::FirstByte;
 
 /// How much of an upstream's error body is read to explain the failure.
 const ERROR_BODY_LIMIT: usize = 64 * 1024;
@@ -39,6 +40,8 @@ pub struct Upstream {
     connector: HttpsConnector<HttpConnector>,
     uri: Uri,
     headers: Vec<(HeaderName, HeaderValue)>,
+    /// Where the time to each answer's head is observed (a route's agent; not a JWKS or a callback).
+    first_byte: Option<FirstByte>,
 }
 
 /// The pool names handed out so far.
@@ -60,7 +63,14 @@ impl Upstream {
             connector: connector(HttpConnector::new(), connect_timeout),
             uri,
             headers,
+            first_byte: None,
         }
+    }
+
+    /// Observes the time from each request to the head of its answer in `first_byte`.
+    pub fn timed(mut self, first_byte: FirstByte) -> Self {
+        self.first_byte = Some(first_byte);
+        self
     }
 
     /// The calling thread's client for this upstream. A connection is reused only by the thread that opened
@@ -166,9 +176,14 @@ impl Upstream {
             }
         }
         let uri = redacted(request.uri());
-        self.client().request(request).await.map_err(|e| {
+        let sent = Instant::now();
+        let response = self.client().request(request).await.map_err(|e| {
             Error::upstream_unreachable(format!("upstream {uri} unreachable: {}", error_chain(&e)))
-        })
+        })?;
+        if let Some(first_byte) = &self.first_byte {
+            first_byte.observe(sent.elapsed());
+        }
+        Ok(response)
     }
 }
 

@@ -11,6 +11,7 @@ use crate::answers;
 use crate::config::{Config, ConfigError, Outbound, Protocol, RouteConfig};
 use crate::error::{Error, Result};
 use crate::face::{DynInbound, DynOutbound, FaceOptions, Options, Row};
+use crate::metrics::Metrics;
 use crate::route_state::RouteState;
 use crate::translate::Losses;
 use crate::upstream::Upstream;
@@ -41,11 +42,13 @@ pub fn inbound(
     (row(route.inbound).inbound)(route, local, kept)
 }
 
-/// Builds how `route` reaches its agent: its upstream's protocol, or the built-in echo agent.
+/// Builds how `route` reaches its agent: its upstream's protocol, or the built-in echo agent. The upstream's
+/// requests are timed in `metrics`.
 pub fn outbound(
     route: &RouteConfig,
     local: SocketAddr,
     kept: &RouteState,
+    metrics: &Metrics,
 ) -> Result<Arc<dyn DynOutbound>> {
     let Outbound::Protocol(protocol) = route.outbound else {
         return Ok(Arc::new(echo::Echo));
@@ -54,7 +57,8 @@ pub fn outbound(
         .upstream
         .clone()
         .ok_or_else(|| Error::config(format!("route `{}` needs an upstream URL", route.name)))?;
-    let upstream = Upstream::new(uri, route.upstream_headers.clone(), route.connect_timeout);
+    let upstream = Upstream::new(uri, route.upstream_headers.clone(), route.connect_timeout)
+        .timed(metrics.upstream_first_byte(&route.name, &route.pair()));
     (row(protocol).outbound)(upstream, route, local, kept)
 }
 

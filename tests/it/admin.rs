@@ -73,6 +73,8 @@ async fn metrics_count_each_routes_runs_by_outcome_on_the_admin_port_only() {
         r#"agent_bridge_events_out_total{route="chat",pair="ag-ui->ag-ui",type="text_delta"} 3"#,
         r#"agent_bridge_events_in_total{route="chat",pair="ag-ui->ag-ui",type="run_started"} 1"#,
         r#"agent_bridge_time_to_first_event_seconds_count{route="chat",pair="ag-ui->ag-ui"} 1"#,
+        r#"agent_bridge_upstream_first_byte_seconds_count{route="chat",pair="ag-ui->ag-ui"} 1"#,
+        r#"agent_bridge_upstream_first_byte_seconds_count{route="broken",pair="ag-ui->ag-ui"} 1"#,
         r#"agent_bridge_run_duration_seconds_count{route="chat",pair="ag-ui->ag-ui"} 1"#,
         r#"agent_bridge_requests_total{route="chat",pair="ag-ui->ag-ui",code="200"} 1"#,
         r#"agent_bridge_open_runs{route="chat",pair="ag-ui->ag-ui"} 0"#,
