@@ -274,7 +274,7 @@ impl Translator {
         let mut record = std::mem::take(&mut context.record);
         std::mem::replace(&mut context.reply, ReplyLog::Nothing).finish(&mut record);
         let upstream = self.agent.upstream_ids(&record);
-        // RouteState before the client hears that the run ended: its next turn, sent at once to another replica
+        // Kept before the client hears that the run ended: its next turn, sent at once to another replica
         // or to this proxy restarted after a crash, finds it.
         if let Err(error) = self.store.save(&key, record).await {
             tracing::error!(route = %self.route, "saving the conversation failed: {error}");
