@@ -56,10 +56,14 @@ impl RunKey {
 pub struct Detached {
     grace: Duration,
     max_bytes: usize,
-    runs: Mutex<HashMap<RunKey, Arc<Log>>>,
+    runs: Arc<DetachedRuns>,
     /// Where the runs' events are kept for other replicas and restarts.
     documents: Documents,
 }
+
+/// A route's runs that outlive their clients, by name.
+#[derive(Default)]
+pub struct DetachedRuns(Mutex<HashMap<RunKey, Arc<Log>>>);
 
 /// What a request gets: the frames of the run it follows.
 pub type Frames = std::pin::Pin<Box<dyn Stream<Item = Bytes> + Send>>;
@@ -76,13 +80,20 @@ pub fn last_event_id(headers: &http::HeaderMap) -> Option<u64> {
 }
 
 impl Detached {
-    pub fn new(grace: Duration, max_bytes: usize, documents: Documents) -> Self {
-        Self {
+    /// Keeps each run `max_bytes` of events, for `grace` after its client left, in `runs` (a route's, kept
+    /// across its reloads).
+    pub fn new(
+        grace: Duration,
+        max_bytes: usize,
+        documents: Documents,
+        runs: Arc<DetachedRuns>,
+    ) -> Arc<Self> {
+        Arc::new(Self {
             grace,
             max_bytes,
-            runs: Mutex::new(HashMap::new()),
+            runs,
             documents,
-        }
+        })
     }
 
     /// The frames for a request naming `key`: the kept run's, from after `last_event_id` (or from its start
@@ -106,7 +117,7 @@ impl Detached {
     /// when no run of that name is kept (or it ended and the request names no event). A run this replica
     /// does not hold is looked for in the store.
     pub async fn resume(&self, key: &RunKey, last_event_id: Option<u64>) -> Option<Frames> {
-        if let Some(log) = lock(&self.runs).get(key) {
+        if let Some(log) = lock(&self.runs.0).get(key) {
             if last_event_id.is_none() && log.state().ended {
                 return None;
             }
@@ -171,7 +182,7 @@ impl Detached {
         S: Stream<Item = Bytes> + Send + Unpin + 'static,
     {
         let log = Arc::new(Log::new(self.max_bytes));
-        lock(&self.runs).insert(key.clone(), Arc::clone(&log));
+        lock(&self.runs.0).insert(key.clone(), Arc::clone(&log));
         // The first follower counts before the run starts: the run is not abandoned before anyone came.
         let frames = follow(Arc::clone(&log), 0);
         tokio::spawn(Arc::clone(self).drive(key, log, run));
@@ -223,7 +234,7 @@ impl Detached {
         }
         log.end();
         tokio::time::sleep(self.grace).await;
-        let mut runs = lock(&self.runs);
+        let mut runs = lock(&self.runs.0);
         if runs.get(&key).is_some_and(|kept| Arc::ptr_eq(kept, &log)) {
             runs.remove(&key);
         }

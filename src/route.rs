@@ -11,7 +11,7 @@ use crate::auth::Access;
 use crate::body::{Body, BodyLimit};
 use crate::config::{RouteConfig, DEFAULT_RUN_BUFFER};
 use crate::cors::Cors;
-use crate::detach::Detached;
+use crate::detach::{Detached, DetachedRuns};
 use crate::error::Result;
 use crate::face::{read_options, DynInbound, DynOutbound};
 use crate::mount::Mount;
@@ -91,15 +91,11 @@ impl Route {
                     timeout: config.body_timeout,
                 },
                 translator: Arc::new(translator),
-                // A run that outlives its client can be resumed after a reload.
                 detached: (!config.detach_grace.is_zero()).then(|| {
-                    let (grace, run_buffer) = (
-                        config.detach_grace,
-                        config.run_buffer.unwrap_or(DEFAULT_RUN_BUFFER),
-                    );
-                    kept.keep((grace, run_buffer), || {
-                        Detached::new(grace, run_buffer, documents.clone())
-                    })
+                    let run_buffer = config.run_buffer.unwrap_or(DEFAULT_RUN_BUFFER);
+                    // A run that outlives its client can be resumed after a reload.
+                    let runs = kept.keep((), DetachedRuns::default);
+                    Detached::new(config.detach_grace, run_buffer, documents.clone(), runs)
                 }),
                 documents,
                 access: Arc::new(Access::new(config, &kept)),

@@ -11,6 +11,7 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::num::NonZeroUsize;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
@@ -92,13 +93,12 @@ impl Translator {
     }
 
     /// Holds each tenant to the route's `[routes.quota]` conversations and streams; the count of runs under
-    /// way is `kept` across the route's reloads (while its quota stays the same).
+    /// way is `kept` across the route's reloads.
     pub fn with_quota(mut self, quota: Quota, kept: &RouteState) -> Self {
         self.conversations_per_tenant = quota.conversations;
-        self.streams = kept.keep(quota.streams, || OpenStreams {
-            per_tenant: quota.streams,
-            open: Mutex::default(),
-        });
+        self.streams = kept.keep((), OpenStreams::default);
+        let per_tenant = quota.streams.map_or(0, NonZeroUsize::get);
+        self.streams.per_tenant.store(per_tenant, Ordering::Relaxed);
         self
     }
 
@@ -339,22 +339,24 @@ impl Losses {
 /// The runs under way per tenant, held to `[routes.quota]` streams.
 #[derive(Default)]
 struct OpenStreams {
-    per_tenant: Option<NonZeroUsize>,
+    /// How many runs one tenant may have under way (0: no quota). A reload may change it.
+    per_tenant: AtomicUsize,
     open: Mutex<HashMap<String, usize>>,
 }
 
 impl OpenStreams {
     /// Counts one more run of `tenant` until the slot is dropped; too many when the tenant is at its quota.
     fn enter(&self, tenant: &str) -> Result<StreamSlot<'_>> {
-        let Some(quota) = self.per_tenant else {
+        let quota = self.per_tenant.load(Ordering::Relaxed);
+        if quota == 0 {
             return Ok(StreamSlot {
                 streams: self,
                 tenant: None,
             });
-        };
+        }
         let mut open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
         let count = open.entry(tenant.to_owned()).or_default();
-        if *count >= quota.get() {
+        if *count >= quota {
             return Err(Error::too_many(
                 format!(
                     "this client's runs under way reached its quota ({quota}); try again when one ends"

@@ -57,8 +57,13 @@ pub fn outbound(
         .upstream
         .clone()
         .ok_or_else(|| Error::config(format!("route `{}` needs an upstream URL", route.name)))?;
-    let upstream = Upstream::new(uri, route.upstream_headers.clone(), route.connect_timeout)
-        .timed(metrics.upstream_first_byte(&route.name, &route.pair()));
+    // Kept across reloads: its connection pools live as long as it does (one per serving thread).
+    let (headers, connect_timeout) = (&route.upstream_headers, route.connect_timeout);
+    let upstream = kept.keep((&uri, headers, connect_timeout), || {
+        Upstream::new(uri.clone(), headers.clone(), connect_timeout)
+    });
+    let upstream =
+        Upstream::clone(&upstream).timed(metrics.upstream_first_byte(&route.name, &route.pair()));
     (row(protocol).outbound)(upstream, route, local, kept)
 }
 
@@ -131,15 +136,19 @@ fn pair_options(route: &RouteConfig) -> [Options; 3] {
 
 /// What the hub counts of the route's losses as its runs meet them.
 pub fn counted_losses(route: &RouteConfig) -> Losses {
-    let client = row(route.inbound);
     let tools_unsent = match route.outbound {
-        Outbound::Protocol(upstream) => client.client_tools && !row(upstream).client_tools,
+        Outbound::Protocol(upstream) => tools_unsent(row(route.inbound), row(upstream)),
         Outbound::Echo => false,
     };
     Losses {
-        unshown: client.unshown,
+        unshown: row(route.inbound).unshown,
         tools_unsent,
     }
+}
+
+/// The tools `client`'s clients offer cannot be offered to `agent`'s agents.
+fn tools_unsent(client: &Row, agent: &Row) -> bool {
+    client.client_tools && !agent.client_tools
 }
 
 /// What the route's clients and agent can say that the other side has no form for.
@@ -150,7 +159,7 @@ pub fn losses(route: &RouteConfig) -> Vec<String> {
     let (inbound, client, agent) = (route.inbound, row(route.inbound), row(upstream));
     let crossings = [
         (
-            client.client_tools && !agent.client_tools,
+            tools_unsent(client, agent),
             format!("the tools {inbound} clients offer cannot be offered to an {upstream} agent, and are not sent"),
         ),
         (
@@ -220,6 +229,30 @@ mod tests {
             warnings_of(&text),
             ["routes.toml:8: routes[0].translate.agentscope_session_memory: not read by a route from cmdc to cmdc; ignored"]
         );
+    }
+
+    #[test]
+    fn each_rows_unshown_events_are_canonical_kinds_and_never_text_or_the_run_brackets() {
+        for protocol in Protocol::ALL {
+            for kind in row(protocol).unshown {
+                assert!(
+                    crate::model::Event::KINDS.contains(kind),
+                    "{protocol}: {kind} is no canonical event kind"
+                );
+            }
+            for always in [
+                "run_started",
+                "run_finished",
+                "run_error",
+                "text_delta",
+                "interrupt",
+            ] {
+                assert!(
+                    !row(protocol).unshown.contains(&always),
+                    "{protocol}: {always}"
+                );
+            }
+        }
     }
 
     #[test]

@@ -37,8 +37,9 @@ pub struct Reloader {
 impl Reloader {
     /// Builds the routes of `config`, checked as `agent-bridge check` checks them, each keeping the state
     /// of the running route of its name; they serve new requests at once, while requests in flight finish
-    /// on the routes they started on. On an error the running routes stay.
-    pub fn apply(&self, config: &Config) -> Result<()> {
+    /// on the routes they started on. On an error the running routes stay. Only the one [`Reload`] task
+    /// calls it: two at once would both build on the same running routes.
+    fn apply(&self, config: &Config) -> Result<()> {
         let earlier = self.routes.load_full();
         let routes = Routes::from_config(
             config,
@@ -122,7 +123,7 @@ impl Reload {
                 () = hung_up(&mut hangup) => true,
             };
             match &mut file {
-                Some(file) => file.reload(&reloader, asked),
+                Some(file) => file.reload(&reloader, asked).await,
                 None if asked => {
                     tracing::info!(
                         "SIGHUP: serving the built-in routes; there is no file to reload"
@@ -149,18 +150,20 @@ async fn hung_up(hangup: &mut Hangup) {
 
 impl WatchedFile {
     /// Reads the file; reloads it when its content changed, or when `asked` (SIGHUP).
-    fn reload(&mut self, reloader: &Reloader, asked: bool) {
+    async fn reload(&mut self, reloader: &Reloader, asked: bool) {
         let file = self.path.display();
-        let text = match Config::read(&self.path) {
-            Ok(text) => text,
-            // Between a swap's steps the file may be missing for a moment: the next cue reads it again.
-            Err(error) => return tracing::debug!("{error}"),
-        };
-        let hash = hash(&text);
-        if hash == self.hash && !asked {
+        let Some(text) = self.read() else { return };
+        let read = hash(&text);
+        if read == self.hash && !asked {
             return;
         }
-        self.hash = hash;
+        // A file written in place is empty, then partly written, for a moment: what reads the same twice, a
+        // moment apart, is whole. Anything else waits for the next cue or poll.
+        tokio::time::sleep(SETTLE).await;
+        if self.read().map(|again| hash(&again)) != Some(read) {
+            return;
+        }
+        self.hash = read;
         let config = match Config::parse_file(&self.path, &text) {
             Ok(config) => config,
             Err(error) => return refused(reloader, &error.to_string()),
@@ -178,6 +181,18 @@ impl WatchedFile {
             );
         }
         self.applied.routes = config.routes;
+    }
+
+    /// The file's text; `None` while it is missing (between a swap's steps) or empty (being written).
+    fn read(&self) -> Option<String> {
+        match Config::read(&self.path) {
+            Ok(text) if text.trim().is_empty() => None,
+            Ok(text) => Some(text),
+            Err(error) => {
+                tracing::debug!("{error}");
+                None
+            }
+        }
     }
 }
 

@@ -17,6 +17,7 @@
 //! (`run_buffer_exceeded: …`) and no more of that run: never a partial run presented as whole.
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -52,10 +53,10 @@ pub enum CreateError {
 pub struct Sessions {
     sessions: Mutex<HashMap<(String, String), Arc<Session>>>,
     meters: Mutex<HashMap<String, Meter>>,
-    /// `[routes.quota]` sessions: how many one tenant may keep.
-    per_tenant: Option<std::num::NonZeroUsize>,
-    /// The bytes of events each run keeps (`run_buffer`).
-    run_buffer: usize,
+    /// `[routes.quota]` sessions: how many one tenant may keep (0: no quota). A reload may change it.
+    per_tenant: AtomicUsize,
+    /// The bytes of events each run keeps (`run_buffer`). A reload may change it for the runs to come.
+    run_buffer: AtomicUsize,
 }
 
 impl Default for Sessions {
@@ -74,12 +75,25 @@ pub struct Meter {
 impl Sessions {
     /// Sessions whose runs keep `run_buffer` bytes of events, at most `per_tenant` of them per tenant.
     pub fn new(run_buffer: usize, per_tenant: Option<std::num::NonZeroUsize>) -> Self {
-        Self {
+        let sessions = Self {
             sessions: Mutex::default(),
             meters: Mutex::default(),
-            per_tenant,
-            run_buffer,
-        }
+            per_tenant: AtomicUsize::new(0),
+            run_buffer: AtomicUsize::new(0),
+        };
+        sessions.limit(run_buffer, per_tenant);
+        sessions
+    }
+
+    /// Holds the sessions to these limits from now on (a reload of their route changed them).
+    pub fn limit(&self, run_buffer: usize, per_tenant: Option<std::num::NonZeroUsize>) {
+        self.run_buffer.store(run_buffer, Ordering::Relaxed);
+        let per_tenant = per_tenant.map_or(0, std::num::NonZeroUsize::get);
+        self.per_tenant.store(per_tenant, Ordering::Relaxed);
+    }
+
+    fn run_buffer(&self) -> usize {
+        self.run_buffer.load(Ordering::Relaxed)
     }
 
     /// Registers a new session, first forgetting sessions idle for longer than a day.
@@ -102,9 +116,9 @@ impl Sessions {
         if sessions.contains_key(&key) {
             return Err(CreateError::Exists);
         }
-        let tenant_full = self.per_tenant.is_some_and(|quota| {
-            sessions.keys().filter(|(owner, _)| owner == tenant).count() >= quota.get()
-        });
+        let quota = self.per_tenant.load(Ordering::Relaxed);
+        let tenant_full =
+            quota > 0 && sessions.keys().filter(|(owner, _)| owner == tenant).count() >= quota;
         if sessions.len() >= MAX_SESSIONS || tenant_full {
             return Err(CreateError::Full);
         }
@@ -113,7 +127,7 @@ impl Sessions {
             id,
             model,
             system_prompt,
-            self.run_buffer,
+            self.run_buffer(),
         ));
         sessions.insert(key, Arc::clone(&session));
         Ok(session)
@@ -128,7 +142,7 @@ impl Sessions {
                 tenant,
                 id,
                 kept.clone(),
-                self.run_buffer,
+                self.run_buffer(),
             ))
         });
         session.take_in(kept);

@@ -104,12 +104,14 @@ impl Inbound {
                 tool_activity: false,
             },
             cancel_on_disconnect: true,
-            tasks: kept.keep(per_tenant, || {
-                Registry::bounded(Bounds {
+            tasks: {
+                let tasks = kept.keep((), Registry::new);
+                tasks.rebound(Bounds {
                     per_tenant,
                     ..Bounds::default()
-                })
-            }),
+                });
+                tasks
+            },
         }
     }
 

@@ -196,6 +196,11 @@ impl Registry {
         Self::bounded(Bounds::default())
     }
 
+    /// Holds the registry to `bounds` from now on (a reload of its route changed them).
+    pub fn rebound(&self, bounds: Bounds) {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner()).bounds = bounds;
+    }
+
     pub fn bounded(bounds: Bounds) -> Self {
         Self {
             inner: Mutex::new(Tasks {

@@ -160,7 +160,7 @@ type Answer = Result<Response<Body>, ApiError>;
 
 impl Inbound {
     /// `listen` is the address the proxy listens on: callback tools never lead there. The sessions are
-    /// `kept` across the route's reloads while its `run_buffer` and `[routes.quota]` sessions stay the same.
+    /// `kept` across the route's reloads (held to the new `run_buffer` and `[routes.quota]` sessions).
     pub fn new(route: &RouteConfig, listen: SocketAddr, kept: &RouteState) -> Self {
         let run_buffer = route.run_buffer.unwrap_or(DEFAULT_RUN_BUFFER);
         let per_tenant = route.quota.sessions;
@@ -174,9 +174,11 @@ impl Inbound {
                 idle: route.ws_idle.unwrap_or(DEFAULT_WS_IDLE),
                 max_message: route.max_body,
             },
-            sessions: kept.keep((run_buffer, per_tenant), || {
-                Sessions::new(run_buffer, per_tenant)
-            }),
+            sessions: {
+                let sessions = kept.keep((), Sessions::default);
+                sessions.limit(run_buffer, per_tenant);
+                sessions
+            },
         }
     }
 
