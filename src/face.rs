@@ -38,7 +38,7 @@ use crate::model::{Event, History, Turn};
 use crate::mount::Mount;
 use crate::route_state::RouteState;
 use crate::sse::SseEvent;
-use crate::store::{Documents, Record};
+use crate::store::{Documents, Record, UpstreamId};
 use crate::translate::{Agent, RunContext};
 use crate::upstream::Upstream;
 
@@ -132,9 +132,9 @@ pub trait OutboundFace: Send + Sync + 'static {
     fn run(&self, turn: &Turn, context: &mut RunContext)
         -> impl Future<Output = Result<()>> + Send;
 
-    /// What identifies the conversation upstream in `record` (for the log line of a finished run).
-    fn upstream_ids(&self, _record: &Record) -> Option<String> {
-        None
+    /// What identifies the conversation upstream in `record` (for the log line and span of a finished run).
+    fn upstream_ids(&self, _record: &Record) -> Vec<UpstreamId> {
+        Vec::new()
     }
 
     /// Whether `path` is where the upstream calls back into the proxy (CMDC callback tools).
@@ -164,7 +164,7 @@ impl<F: OutboundFace> Agent for F {
         Box::pin(OutboundFace::run(self, turn, context))
     }
 
-    fn upstream_ids(&self, record: &Record) -> Option<String> {
+    fn upstream_ids(&self, record: &Record) -> Vec<UpstreamId> {
         OutboundFace::upstream_ids(self, record)
     }
 }

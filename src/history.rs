@@ -210,7 +210,7 @@ mod tests {
 
     impl UpstreamState for Context {
         const OWNER: &'static str = "test";
-        const IDS: &'static [&'static str] = &[];
+        const IDS: &'static [(&'static str, &'static str)] = &[];
     }
 
     fn user(id: &str, text: &str) -> Message {

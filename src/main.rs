@@ -131,6 +131,9 @@ async fn serve(
     file: Option<(PathBuf, Config)>,
     threads: NonZeroUsize,
 ) -> agent_bridge::error::Result<()> {
+    // Before the first request: a run's span is made with what it installs.
+    let telemetry =
+        agent_bridge::telemetry::init(&config.telemetry, tokio::runtime::Handle::current())?;
     let workers = Workers::start(threads, "agent-bridge")
         .map_err(|e| Error::internal(format!("cannot start the serving threads: {e}")))?;
     let server = Server::bind(&config).await?;
@@ -155,5 +158,8 @@ async fn serve(
     reload.abort();
     serving.stop().await;
     admin.abort();
+    if let Some(telemetry) = telemetry {
+        telemetry.shutdown().await;
+    }
     Ok(())
 }

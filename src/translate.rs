@@ -33,7 +33,8 @@ use crate::model::{
 };
 use crate::normalize::Normalizer;
 use crate::route_state::RouteState;
-use crate::store::{Key, Record, Store};
+use crate::store::{Key, Record, Store, UpstreamId};
+use crate::telemetry::{store_span, RunSpan};
 
 /// How many events may wait for a slow client before the upstream read pauses.
 const EVENT_BUFFER: usize = 16;
@@ -47,8 +48,8 @@ pub trait Agent: Send + Sync {
     /// Runs one turn, emitting its events into `context`; returns when the agent is done.
     fn run<'a>(&'a self, turn: &'a Turn, context: &'a mut RunContext) -> BoxFuture<'a, Result<()>>;
 
-    /// What identifies the conversation upstream in `record`, for the log line of a finished run.
-    fn upstream_ids(&self, record: &Record) -> Option<String>;
+    /// What identifies the conversation upstream in `record`, for the log line and span of a finished run.
+    fn upstream_ids(&self, record: &Record) -> Vec<UpstreamId>;
 }
 
 /// Runs turns of one route.
@@ -142,11 +143,13 @@ impl Translator {
         let translator = Arc::clone(self);
         let in_flight = self.runs.gauges.start_run();
         let open = self.runs.metrics.run_opened(&self.route, &self.pair);
+        // The trace of the request that asked for the run (its `traceparent`), while it is current.
+        let parent = opentelemetry::Context::current();
         EventStream {
             receiver,
             run: Some(Box::pin(async move {
                 let _in_flight = (in_flight, open);
-                translator.run(turn, sender).await;
+                translator.run(turn, sender, &parent).await;
             })),
         }
     }
@@ -178,13 +181,15 @@ impl Translator {
         }
     }
 
-    /// Runs the turn, then counts it in the metrics and logs one line that says what it did.
-    async fn run(&self, turn: Turn, sender: mpsc::Sender<Event>) {
+    /// Runs the turn in its span under `parent`, then counts it in the metrics and logs one line that says
+    /// what it did.
+    async fn run(&self, turn: Turn, sender: mpsc::Sender<Event>, parent: &opentelemetry::Context) {
         let started = Instant::now();
+        let span = RunSpan::start(parent, &self.route, &self.pair, &turn.conversation);
         // Escaped and cut (a client chose it): one line, of bounded length.
         let conversation = crate::logging::clipped(&turn.conversation).to_string();
         let mut context = RunContext::new(&turn, sender);
-        let upstream = self.run_turn(turn, &mut context).await;
+        let upstream = span.within(self.run_turn(turn, &mut context)).await;
         let (outcome, error) = context.outcome();
         let duration = started.elapsed();
         let downgrades = self.losses.met(&context);
@@ -201,13 +206,20 @@ impl Translator {
         self.runs
             .metrics
             .run_ended(&self.route, &self.pair, &report);
+        span.end(outcome, error, &upstream);
+        let upstream: Vec<String> = upstream
+            .iter()
+            .map(|id| format!("{}={}", id.field, id.value))
+            .collect();
+        let upstream = match upstream.is_empty() {
+            true => "-".to_owned(),
+            false => upstream.join(" "),
+        };
         tracing::info!(
             route = %self.route,
             pair = %self.pair,
             conversation = conversation.as_str(),
-            upstream = crate::logging::clipped(upstream.as_deref().unwrap_or("-"))
-                .to_string()
-                .as_str(),
+            upstream = crate::logging::clipped(&upstream).to_string().as_str(),
             outcome,
             code = error
                 .map(|error| crate::logging::clipped(error.code()).to_string())
@@ -220,26 +232,26 @@ impl Translator {
 
     /// Runs the turn through `context`; what identifies the conversation upstream, once the run reached
     /// it and its upstream keeps one.
-    async fn run_turn(&self, mut turn: Turn, context: &mut RunContext) -> Option<String> {
+    async fn run_turn(&self, mut turn: Turn, context: &mut RunContext) -> Vec<UpstreamId> {
         let key = self.key(&turn.tenant, &turn.conversation);
         let _stream = match self.streams.enter(&turn.tenant) {
             Ok(slot) => slot,
             Err(error) => {
                 context.finish(Err(error)).await;
-                return None;
+                return Vec::new();
             }
         };
         context.record = match self.load_or_admit(&key).await {
             Ok(record) => record,
             Err(error) => {
                 context.finish(Err(error)).await;
-                return None;
+                return Vec::new();
             }
         };
         if let Err(error) = check_answers(&turn, &context.record) {
             // Refused before anything reached the upstream; the conversation stays as it was.
             context.finish(Err(error)).await;
-            return None;
+            return Vec::new();
         }
         let waiting = context.record.pending_interrupts.clone();
         // Calls the client did not answer this turn lapse, as unanswered interrupts do.
@@ -249,7 +261,7 @@ impl Translator {
             // Nothing reaches the upstream, and the stored conversation is left as it was: it waits on the
             // same interrupt, asked again.
             context.ask_again(unclear).await;
-            return None;
+            return Vec::new();
         }
         context.answers = turn.resume.len();
         context.reply = history::prepare(&mut turn, &mut context.record, self.agent.history());
@@ -276,7 +288,7 @@ impl Translator {
         let upstream = self.agent.upstream_ids(&record);
         // Kept before the client hears that the run ended: its next turn, sent at once to another replica
         // or to this proxy restarted after a crash, finds it.
-        if let Err(error) = self.store.save(&key, record).await {
+        if let Err(error) = store_span("store save", self.store.save(&key, record)).await {
             tracing::error!(route = %self.route, "saving the conversation failed: {error}");
         }
         if let Some(terminal) = terminal {
@@ -287,11 +299,11 @@ impl Translator {
 
     /// The conversation's record, or an empty one for a new conversation if its tenant has room for one.
     async fn load_or_admit(&self, key: &Key) -> Result<Record> {
-        if let Some(record) = self.store.load(key).await? {
+        if let Some(record) = store_span("store load", self.store.load(key)).await? {
             return Ok(record);
         }
         if let Some(quota) = self.conversations_per_tenant {
-            self.store.admit(key, quota.get()).await?;
+            store_span("store admit", self.store.admit(key, quota.get())).await?;
         }
         Ok(Record::default())
     }

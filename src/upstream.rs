@@ -18,6 +18,7 @@ use hyper_util::rt::TokioExecutor;
 
 use crate::error::{Error, Result};
 use crate::metrics::FirstByte;
+use crate::telemetry::RequestSpan;
 
 /// How much of an upstream's error body is read to explain the failure.
 const ERROR_BODY_LIMIT: usize = 64 * 1024;
@@ -176,14 +177,16 @@ impl Upstream {
             }
         }
         let uri = redacted(request.uri());
+        let span = RequestSpan::start(&mut request, &uri);
         let sent = Instant::now();
         let response = self.client().request(request).await.map_err(|e| {
             Error::upstream_unreachable(format!("upstream {uri} unreachable: {}", error_chain(&e)))
-        })?;
-        if let Some(first_byte) = &self.first_byte {
+        });
+        span.end(response.as_ref().map(|answer| answer.status().as_u16()));
+        if let (Some(first_byte), Ok(_)) = (&self.first_byte, &response) {
             first_byte.observe(sent.elapsed());
         }
-        Ok(response)
+        response
     }
 }
 

@@ -29,6 +29,7 @@ pub(super) fn validate(document: Document) -> Result<Config, Issue> {
         trusted_proxies: document.trusted_proxies,
         log_format: document.log_format,
         admin_listen: document.admin_listen,
+        telemetry: document.telemetry,
     })
 }
 

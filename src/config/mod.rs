@@ -150,6 +150,7 @@ pub struct Config {
     /// `admin_listen`: where `/metrics` and `/readyz` are served, never the traffic port (`--admin-listen`
     /// overrides).
     pub admin_listen: SocketAddr,
+    pub telemetry: TelemetryConfig,
 }
 
 /// `log_format`: text for people, one JSON object per line for log collectors.
@@ -269,7 +270,19 @@ pub(super) struct Document {
     #[serde(default)]
     pub(super) store: StoreConfig,
     #[serde(default)]
+    pub(super) telemetry: TelemetryConfig,
+    #[serde(default)]
     pub(super) routes: Vec<RouteConfig>,
+}
+
+/// `[telemetry]`: where traces go.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TelemetryConfig {
+    /// `otlp_endpoint`: an OTLP/HTTP collector (`http://127.0.0.1:4318`); the spans go to
+    /// `{otlp_endpoint}/v1/traces` as protobuf. Absent: no traces.
+    #[serde(default, deserialize_with = "de::upstream_url")]
+    pub otlp_endpoint: Option<http::Uri>,
 }
 
 /// [`DEFAULT_LISTEN`] as an address (a test keeps the two equal).
@@ -327,6 +340,7 @@ impl Config {
             ("admin_listen", self.admin_listen != newer.admin_listen),
             ("log_format", self.log_format != newer.log_format),
             ("[store]", self.store != newer.store),
+            ("[telemetry]", self.telemetry != newer.telemetry),
             (
                 "trusted_proxies",
                 self.trusted_proxies != newer.trusted_proxies,

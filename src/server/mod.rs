@@ -21,6 +21,7 @@ use hyper::body::Incoming;
 use hyper::server::conn::{http1, http2};
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use opentelemetry::context::FutureExt;
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio::sync::watch;
 
@@ -518,7 +519,9 @@ impl Routes {
             .find(|route| route.subpath(path).is_some())
         {
             Some(route) => {
-                let response = route.handle(request).await;
+                // A run this request starts continues the client's trace.
+                let trace = crate::telemetry::incoming(request.headers());
+                let response = route.handle(request).with_context(trace).await;
                 let status = response.status().as_u16();
                 self.metrics.answered(&route.name, &route.pair, status);
                 response

@@ -78,8 +78,19 @@ pub trait UpstreamState: Serialize + DeserializeOwned + Default + PartialEq {
     /// Whose state it is. A record written by another outbound (the route's upstream changed protocol)
     /// reads as a new upstream conversation.
     const OWNER: &'static str;
-    /// The fields that identify the conversation upstream (never a secret: they are logged).
-    const IDS: &'static [&'static str];
+    /// The fields that identify the conversation upstream (never a secret: they are logged), each with the
+    /// trace attribute that names it on a run's span.
+    const IDS: &'static [(&'static str, &'static str)];
+}
+
+/// One id of the conversation upstream ([`UpstreamState::IDS`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct UpstreamId {
+    /// Its field in the outbound's state, as the run's log line names it.
+    pub field: &'static str,
+    /// The trace attribute that names it.
+    pub attribute: &'static str,
+    pub value: String,
 }
 
 /// An outbound's state in the record, under its owner's name.
@@ -95,22 +106,26 @@ impl Record {
         !self.pending_interrupts.is_empty()
     }
 
-    /// The outbound's ids of the conversation upstream ([`UpstreamState::IDS`]), as `name=value` pairs for
-    /// a log line; `None` while it has none.
-    pub fn upstream_ids<S: UpstreamState>(&self) -> Option<String> {
-        let slot = self
-            .upstream
-            .as_ref()
-            .filter(|slot| slot.owner == S::OWNER)?;
-        let ids: Vec<String> = S::IDS
+    /// The outbound's ids of the conversation upstream ([`UpstreamState::IDS`]) that it has.
+    pub fn upstream_ids<S: UpstreamState>(&self) -> Vec<UpstreamId> {
+        let Some(slot) = self.upstream.as_ref().filter(|slot| slot.owner == S::OWNER) else {
+            return Vec::new();
+        };
+        S::IDS
             .iter()
-            .filter_map(|name| match slot.state.get(name)? {
-                Value::Null => None,
-                Value::String(id) => Some(format!("{name}={id}")),
-                id => Some(format!("{name}={id}")),
+            .filter_map(|&(field, attribute)| {
+                let value = match slot.state.get(field)? {
+                    Value::Null => return None,
+                    Value::String(id) => id.clone(),
+                    id => id.to_string(),
+                };
+                Some(UpstreamId {
+                    field,
+                    attribute,
+                    value,
+                })
             })
-            .collect();
-        (!ids.is_empty()).then(|| ids.join(" "))
+            .collect()
     }
 
     /// The outbound's state; its default when the conversation has none of this outbound's yet.
@@ -383,7 +398,7 @@ mod tests {
 
     impl UpstreamState for Session {
         const OWNER: &'static str = "one";
-        const IDS: &'static [&'static str] = &[];
+        const IDS: &'static [(&'static str, &'static str)] = &[];
     }
 
     #[derive(Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -393,7 +408,7 @@ mod tests {
 
     impl UpstreamState for Context {
         const OWNER: &'static str = "other";
-        const IDS: &'static [&'static str] = &[];
+        const IDS: &'static [(&'static str, &'static str)] = &[];
     }
 
     #[test]

@@ -46,4 +46,5 @@ mod request_decoders;
 mod security;
 mod shutdown;
 mod stores;
+mod telemetry;
 mod translation_table;

@@ -230,6 +230,8 @@ impl Decoder {
         }
         if !task_id.is_empty() && self.task_id.as_deref() != Some(task_id) {
             self.task_id = Some(task_id.to_owned());
+            // The run's span names its task even when the task ends with the run (the record keeps none).
+            crate::telemetry::annotate("a2a.task.id", task_id);
         }
     }
 

@@ -38,7 +38,7 @@ use crate::json::null_as_default;
 use crate::model::{Event, History, Outcome, Turn};
 use crate::relay::{relay, UpstreamEvents};
 use crate::sse;
-use crate::store::{Record, UpstreamState};
+use crate::store::{Record, UpstreamId, UpstreamState};
 use crate::translate::RunContext;
 use crate::upstream::{self, redacted, Upstream};
 
@@ -58,7 +58,8 @@ struct Conversation {
 
 impl UpstreamState for Conversation {
     const OWNER: &'static str = "a2a";
-    const IDS: &'static [&'static str] = &["context_id", "task_id"];
+    const IDS: &'static [(&'static str, &'static str)] =
+        &[("context_id", "a2a.context.id"), ("task_id", "a2a.task.id")];
 }
 
 /// The largest JSON answer accepted from an upstream (a blocking `message/send` result).
@@ -452,7 +453,7 @@ impl DiscoveredCard {
 }
 
 impl OutboundFace for Outbound {
-    fn upstream_ids(&self, record: &Record) -> Option<String> {
+    fn upstream_ids(&self, record: &Record) -> Vec<UpstreamId> {
         record.upstream_ids::<Conversation>()
     }
 

@@ -17,7 +17,7 @@ use crate::face::OutboundFace;
 use crate::model::{Event, History, Interrupt, InterruptKind, Turn};
 use crate::relay::{relay, UpstreamEvents};
 use crate::sse;
-use crate::store::{Record, UpstreamState};
+use crate::store::{Record, UpstreamId, UpstreamState};
 use crate::translate::RunContext;
 use crate::upstream::Upstream;
 use encode::request;
@@ -48,7 +48,8 @@ struct WaitingInterrupt {
 
 impl UpstreamState for Conversation {
     const OWNER: &'static str = "ag_kit";
-    const IDS: &'static [&'static str] = &["conversation_id"];
+    const IDS: &'static [(&'static str, &'static str)] =
+        &[("conversation_id", "ag_kit.conversation.id")];
 }
 
 impl Outbound {
@@ -67,7 +68,7 @@ fn remember_interrupt(interrupt: &Interrupt, record: &mut Record) {
 }
 
 impl OutboundFace for Outbound {
-    fn upstream_ids(&self, record: &Record) -> Option<String> {
+    fn upstream_ids(&self, record: &Record) -> Vec<UpstreamId> {
         record.upstream_ids::<Conversation>()
     }
 

@@ -34,7 +34,7 @@ struct Conversation {
 
 impl UpstreamState for Conversation {
     const OWNER: &'static str = "ag_ui";
-    const IDS: &'static [&'static str] = &[];
+    const IDS: &'static [(&'static str, &'static str)] = &[];
 }
 
 pub struct Outbound {

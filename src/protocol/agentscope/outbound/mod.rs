@@ -52,7 +52,7 @@ use crate::face::OutboundFace;
 use crate::model::{new_id, Event, History, Turn};
 use crate::relay::{relay, UpstreamEvents};
 use crate::sse;
-use crate::store::{Record, UpstreamState};
+use crate::store::{Record, UpstreamId, UpstreamState};
 use crate::translate::RunContext;
 use crate::upstream::Upstream;
 
@@ -68,7 +68,8 @@ struct Conversation {
 
 impl UpstreamState for Conversation {
     const OWNER: &'static str = "agentscope";
-    const IDS: &'static [&'static str] = &["identity"];
+    const IDS: &'static [(&'static str, &'static str)] =
+        &[("identity", "agentscope.session.identity")];
 }
 
 /// The largest SSE event accepted: more than [`sse::MAX_EVENT_BYTES`], as a completed `response` repeats the
@@ -156,7 +157,7 @@ fn remember_approvals(new: Vec<PendingApproval>, record: &mut Record) {
 }
 
 impl OutboundFace for Outbound {
-    fn upstream_ids(&self, record: &Record) -> Option<String> {
+    fn upstream_ids(&self, record: &Record) -> Vec<UpstreamId> {
         record.upstream_ids::<Conversation>()
     }
 

@@ -50,7 +50,7 @@ use crate::model::{Event, History, Message, Outcome, Role, Turn, Usage};
 use crate::relay::{Next, UpstreamEvents};
 use crate::route_state::RouteState;
 use crate::sse;
-use crate::store::{Documents, Record, UpstreamState};
+use crate::store::{Documents, Record, UpstreamId, UpstreamState};
 use crate::translate::RunContext;
 use crate::upstream::{self, Upstream};
 
@@ -75,7 +75,7 @@ struct Conversation {
 
 impl UpstreamState for Conversation {
     const OWNER: &'static str = "cmdc";
-    const IDS: &'static [&'static str] = &["session_id"];
+    const IDS: &'static [(&'static str, &'static str)] = &[("session_id", "cmdc.session.id")];
 }
 
 /// Where under the route the gateway calls the client's tools.
@@ -729,7 +729,7 @@ impl Drop for AbortGuard {
 }
 
 impl OutboundFace for Outbound {
-    fn upstream_ids(&self, record: &Record) -> Option<String> {
+    fn upstream_ids(&self, record: &Record) -> Vec<UpstreamId> {
         record.upstream_ids::<Conversation>()
     }
 
