@@ -42,6 +42,14 @@ where
         }
     }
 
+    /// The next frame, or how the body ended; the bytes it took are counted in `context`'s run. A frame that
+    /// breaks SSE (too large, not UTF-8) is `UPSTREAM_MALFORMED`.
+    pub async fn next_of(&mut self, context: &mut RunContext) -> Result<Next> {
+        let next = self.next().await;
+        context.read_from_upstream(self.reader.take_bytes_read());
+        next
+    }
+
     /// The next frame, or how the body ended. A frame that breaks SSE (too large, not UTF-8) is
     /// `UPSTREAM_MALFORMED`.
     pub async fn next(&mut self) -> Result<Next> {
@@ -83,10 +91,10 @@ where
     let mut out = Vec::new();
     loop {
         let next = match decoder.patience() {
-            Some(patience) => tokio::time::timeout(patience, events.next())
+            Some(patience) => tokio::time::timeout(patience, events.next_of(context))
                 .await
                 .unwrap_or(Ok(Next::End(StreamEnd::Whole)))?,
-            None => events.next().await?,
+            None => events.next_of(context).await?,
         };
         let over = match next {
             Next::Frame(frame) => decoder.frame(&frame, &mut out)?,

@@ -316,6 +316,8 @@ pub struct SseReader<B> {
     body: B,
     decoder: SseDecoder,
     body_done: bool,
+    /// The body's bytes read since [`SseReader::take_bytes_read`] last took them.
+    bytes_read: u64,
 }
 
 impl<B> SseReader<B>
@@ -328,7 +330,13 @@ where
             body,
             decoder: SseDecoder::new(max_event_bytes),
             body_done: false,
+            bytes_read: 0,
         }
+    }
+
+    /// How many bytes of the body were read since the last call.
+    pub fn take_bytes_read(&mut self) -> u64 {
+        std::mem::take(&mut self.bytes_read)
     }
 
     /// Next event; Ok(None) at a clean end of the body (after `finish`).
@@ -344,6 +352,7 @@ where
                 Some(Ok(frame)) => {
                     // Trailers carry nothing SSE cares about.
                     if let Ok(data) = frame.into_data() {
+                        self.bytes_read += data.len() as u64;
                         self.decoder.push(&data);
                     }
                 }

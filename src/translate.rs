@@ -226,6 +226,7 @@ impl Translator {
                 .as_deref(),
             duration_ms = duration.as_millis() as u64,
             events = context.events_out.total(),
+            upstream_bytes = context.upstream_bytes,
             "run finished"
         );
     }
@@ -615,6 +616,8 @@ pub struct RunContext {
     events_out: EventCounts,
     /// When the outbound emitted its first event.
     first_event: Option<Instant>,
+    /// The bytes of the agent's answers read (their bodies' bytes, as they came).
+    upstream_bytes: u64,
     /// The interrupt answers the run carried to its agent.
     answers: usize,
     /// How the run ended, once its terminal event reached the inbound: the outcome, and the error it failed
@@ -635,6 +638,7 @@ impl RunContext {
             events_in: EventCounts::default(),
             events_out: EventCounts::default(),
             first_event: None,
+            upstream_bytes: 0,
             answers: 0,
             ended: None,
         }
@@ -670,6 +674,11 @@ impl RunContext {
 
     /// Emits one event toward the client. Fails with a cancelled error once the client went away, so an
     /// outbound can stop with `?`.
+    /// Counts `bytes` more of the agent's answer read.
+    pub fn read_from_upstream(&mut self, bytes: u64) {
+        self.upstream_bytes += bytes;
+    }
+
     pub async fn emit(&mut self, event: Event) -> Result<()> {
         self.events_in.count(&event);
         self.first_event.get_or_insert_with(Instant::now);

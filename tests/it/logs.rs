@@ -76,6 +76,12 @@ async fn json_logs_are_one_object_per_line_and_a_finished_run_says_what_it_did()
     // RUN_STARTED, TEXT_MESSAGE_START, three deltas, TEXT_MESSAGE_END, RUN_FINISHED.
     assert_eq!(run["events"], 7, "{run}");
     assert!(run["duration_ms"].is_u64(), "{run}");
+    // Every frame the agent wrote, as it wrote them (`data: <json>\n\n`).
+    let frames = std::iter::once(started())
+        .chain(text("m1", &["all ", "of ", "it"]))
+        .chain([finished()]);
+    let written: usize = frames.map(|event| format!("data: {event}\n\n").len()).sum();
+    assert_eq!(run["upstream_bytes"], written, "{run}");
     assert_eq!(agent.received().len(), 1);
 }
 

@@ -427,7 +427,7 @@ impl Outbound {
         let mut out = Vec::new();
         loop {
             let next = tokio::select! {
-                next = reader.next() => next,
+                next = reader.next_of(context) => next,
                 Some(call) = next_call(&mut callbacks, handed.as_mut()) => {
                     let waiting = decoder.callback(call, &mut out);
                     for event in out.drain(..) {
