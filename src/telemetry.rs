@@ -9,7 +9,7 @@
 
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -41,7 +41,7 @@ const MAX_ANSWER_BYTES: usize = 64 * 1024;
 const FLUSH_AT_SHUTDOWN: Duration = Duration::from_secs(5);
 
 /// Whether spans are recorded and exported (`[telemetry] otlp_endpoint` is set). Without, no span is made
-/// at all: a run costs nothing more, and what is current stays the client's trace, passed on as it came.
+/// at all, and a client's trace is passed on as it came; a request without one costs nothing more.
 static RECORDING: AtomicBool = AtomicBool::new(false);
 
 fn recording() -> bool {
@@ -66,6 +66,11 @@ pub fn init(config: &TelemetryConfig, runtime: Handle) -> Result<Option<Telemetr
     let Some(endpoint) = &config.otlp_endpoint else {
         return Ok(None);
     };
+    if endpoint.query().is_some() {
+        return Err(Error::config(
+            "[telemetry] otlp_endpoint: the collector's base URL takes no query (spans go to its /v1/traces)",
+        ));
+    }
     let url = format!("{}/v1/traces", endpoint.to_string().trim_end_matches('/'));
     let exporter = SpanExporter::builder()
         .with_http()
@@ -102,37 +107,70 @@ impl Telemetry {
     }
 }
 
-/// The trace an incoming request belongs to (its `traceparent`); an empty context without one.
-pub fn incoming(headers: &HeaderMap) -> Context {
-    global::get_text_map_propagator(|propagator| propagator.extract(&HeaderExtractor(headers)))
+/// The trace an incoming request belongs to (its `traceparent`); `None` without one.
+pub fn incoming(headers: &HeaderMap) -> Option<Context> {
+    headers.contains_key("traceparent").then(|| {
+        global::get_text_map_propagator(|propagator| propagator.extract(&HeaderExtractor(headers)))
+    })
+}
+
+/// Whether spans are made or a client's trace is carried on: otherwise what runs under `context` needs
+/// none of it.
+fn traced(context: &Context) -> bool {
+    recording() || context.span().span_context().is_valid()
+}
+
+/// The upstream's ids a run's span names, as the outbound learns them and as the record keeps them, each
+/// set once at the end (a span's attributes are appended, never replaced).
+#[derive(Default)]
+struct RunIds(Mutex<Vec<(&'static str, String)>>);
+
+impl RunIds {
+    fn set(&self, attribute: &'static str, value: String) {
+        let mut ids = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        match ids.iter_mut().find(|(name, _)| *name == attribute) {
+            Some(id) => id.1 = value,
+            None => ids.push((attribute, value)),
+        }
+    }
 }
 
 /// A run of `route`, under the trace that was current when it was asked for.
 pub struct RunSpan(Context);
 
 impl RunSpan {
-    /// Starts the span of a run of `route` (pair `pair`) in conversation `conversation`.
+    /// Starts the span of a run of `route` (pair `inbound->outbound`) in conversation `conversation`.
     pub fn start(parent: &Context, route: &str, pair: &str, conversation: &str) -> Self {
         if !recording() {
             return Self(parent.clone());
         }
+        let agent = pair.rsplit("->").next().unwrap_or(pair);
         let span = tracer()
             .span_builder(format!("invoke_agent {route}"))
-            .with_kind(SpanKind::Server)
+            // The proxy invokes an agent elsewhere: a client of it, as GenAI's conventions have it.
+            .with_kind(SpanKind::Client)
             .with_attributes([
                 KeyValue::new("gen_ai.operation.name", "invoke_agent"),
+                KeyValue::new("gen_ai.provider.name", agent.to_owned()),
                 KeyValue::new("gen_ai.agent.name", route.to_owned()),
-                KeyValue::new("gen_ai.conversation.id", conversation.to_owned()),
+                // A client chose it: cut as the log line cuts it.
+                KeyValue::new(
+                    "gen_ai.conversation.id",
+                    crate::logging::clipped(conversation).to_string(),
+                ),
                 KeyValue::new("agent_bridge.route", route.to_owned()),
                 KeyValue::new("agent_bridge.pair", pair.to_owned()),
             ])
             .start_with_context(tracer(), parent);
-        Self(parent.with_span(span))
+        Self(parent.with_span(span).with_value(RunIds::default()))
     }
 
     /// Runs `future` inside the span: the upstream's and the store's spans are its children.
-    pub fn within<F: Future>(&self, future: F) -> impl Future<Output = F::Output> {
-        future.with_context(self.0.clone())
+    pub async fn within<F: Future>(&self, future: F) -> F::Output {
+        match traced(&self.0) {
+            true => future.with_context(self.0.clone()).await,
+            false => future.await,
+        }
     }
 
     /// Ends the span with how the run went, and the ids the upstream gave the conversation.
@@ -142,25 +180,37 @@ impl RunSpan {
         }
         let span = self.0.span();
         span.set_attribute(KeyValue::new("agent_bridge.outcome", outcome));
-        for id in upstream {
-            span.set_attribute(KeyValue::new(id.attribute, id.value.clone()));
+        if let Some(ids) = self.0.get::<RunIds>() {
+            for id in upstream {
+                ids.set(id.attribute, id.value.clone());
+            }
+            let ids = std::mem::take(&mut *ids.0.lock().unwrap_or_else(PoisonError::into_inner));
+            for (attribute, value) in ids {
+                span.set_attribute(KeyValue::new(attribute, value));
+            }
         }
         if let Some(error) = error {
-            span.set_attribute(KeyValue::new("error.type", error.code().to_owned()));
-            span.set_status(Status::error(error.message().to_owned()));
+            failed(&span, error);
         }
         span.end();
     }
 }
 
-/// Sets `attribute` on the current span (a run's, while its outbound reads the agent's answer).
+/// Marks `span` failed with `error`'s code: never its message, which may quote what an upstream answered.
+fn failed(span: &opentelemetry::trace::SpanRef<'_>, error: &Error) {
+    span.set_attribute(KeyValue::new("error.type", error.code_label()));
+    span.set_status(Status::error(error.code_label()));
+}
+
+/// Names the current run's upstream `attribute` (an id the outbound learned while reading the agent's
+/// answer, which the record may not keep: an A2A task that ended).
 pub fn annotate(attribute: &'static str, value: &str) {
     if !recording() {
         return;
     }
-    Context::current()
-        .span()
-        .set_attribute(KeyValue::new(attribute, value.to_owned()));
+    if let Some(ids) = Context::current().get::<RunIds>() {
+        ids.set(attribute, value.to_owned());
+    }
 }
 
 /// Runs `future` (a read or write of the conversation store) in a span `name` under the current one.
@@ -182,22 +232,34 @@ pub async fn store_span<F: Future>(name: &'static str, future: F) -> F::Output {
 pub struct RequestSpan(Context);
 
 impl RequestSpan {
-    /// Starts the span of `request`, and writes its trace context into the request's headers.
+    /// Starts the span of `request` (`url` as logs show it: no query, no user info), and writes its trace
+    /// context into the request's headers.
     pub fn start<B>(request: &mut http::Request<B>, url: &str) -> Self {
+        let current = Context::current();
+        if !traced(&current) {
+            return Self(current);
+        }
         let context = match recording() {
             true => {
-                let method = request.method().as_str().to_owned();
+                let uri = request.uri();
+                let port = uri.port_u16().unwrap_or(match uri.scheme_str() {
+                    Some("https") => 443,
+                    _ => 80,
+                });
                 let span = tracer()
-                    .span_builder(method.clone())
+                    .span_builder(request.method().as_str().to_owned())
                     .with_kind(SpanKind::Client)
                     .with_attributes([
-                        KeyValue::new("http.request.method", method),
+                        KeyValue::new("http.request.method", request.method().as_str().to_owned()),
                         KeyValue::new("url.full", url.to_owned()),
+                        KeyValue::new("server.address", uri.host().unwrap_or_default().to_owned()),
+                        KeyValue::new("server.port", i64::from(port)),
                     ])
-                    .start(tracer());
-                Context::current_with_span(span)
+                    .start_with_context(tracer(), &current);
+                current.with_span(span)
             }
-            false => Context::current(),
+            // The client's trace, carried on as it came.
+            false => current,
         };
         global::get_text_map_propagator(|propagator| {
             propagator.inject_context(&context, &mut HeaderInjector(request.headers_mut()))
@@ -205,21 +267,25 @@ impl RequestSpan {
         Self(context)
     }
 
-    /// Ends the span with the answer's status, or the failure to get one.
+    /// Ends the span at the head of the answer, with its status (4xx and 5xx are failures), or the failure
+    /// to get one.
     pub fn end(self, answered: std::result::Result<u16, &Error>) {
         if !recording() {
             return;
         }
         let span = self.0.span();
         match answered {
-            Ok(status) => span.set_attribute(KeyValue::new(
-                "http.response.status_code",
-                i64::from(status),
-            )),
-            Err(error) => {
-                span.set_attribute(KeyValue::new("error.type", error.code().to_owned()));
-                span.set_status(Status::error(error.message().to_owned()));
+            Ok(status) => {
+                span.set_attribute(KeyValue::new(
+                    "http.response.status_code",
+                    i64::from(status),
+                ));
+                if status >= 400 {
+                    span.set_attribute(KeyValue::new("error.type", status.to_string()));
+                    span.set_status(Status::error(String::new()));
+                }
             }
+            Err(error) => failed(&span, error),
         }
         span.end();
     }

@@ -520,8 +520,10 @@ impl Routes {
         {
             Some(route) => {
                 // A run this request starts continues the client's trace.
-                let trace = crate::telemetry::incoming(request.headers());
-                let response = route.handle(request).with_context(trace).await;
+                let response = match crate::telemetry::incoming(request.headers()) {
+                    Some(trace) => route.handle(request).with_context(trace).await,
+                    None => route.handle(request).await,
+                };
                 let status = response.status().as_u16();
                 self.metrics.answered(&route.name, &route.pair, status);
                 response

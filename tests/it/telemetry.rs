@@ -181,7 +181,8 @@ async fn a_runs_spans_continue_the_clients_trace_through_to_an_a2a_agent() {
     assert_eq!(service, "agent-bridge");
     assert_eq!(hex(&run.trace_id), TRACE_ID, "the client's trace goes on");
     assert_eq!(hex(&run.parent_span_id), CLIENT_SPAN_ID);
-    assert_eq!(run.kind, SpanKind::Server as i32);
+    assert_eq!(run.kind, SpanKind::Client as i32);
+    assert_eq!(attribute(run, "gen_ai.provider.name"), "a2a");
     assert_eq!(attribute(run, "gen_ai.operation.name"), "invoke_agent");
     assert_eq!(attribute(run, "gen_ai.conversation.id"), "thread-7");
     assert_eq!(attribute(run, "agent_bridge.route"), "weather");
@@ -202,6 +203,13 @@ async fn a_runs_spans_continue_the_clients_trace_through_to_an_a2a_agent() {
     assert_eq!(request.name, "POST");
     assert_eq!(attribute(request, "http.response.status_code"), "200");
     assert_eq!(attribute(request, "url.full"), agent.url());
+    assert_eq!(attribute(request, "server.address"), "127.0.0.1");
+    let task_ids = run
+        .attributes
+        .iter()
+        .filter(|a| a.key == "a2a.task.id")
+        .count();
+    assert_eq!(task_ids, 1, "each attribute once: {:?}", run.attributes);
     let names: Vec<&str> = children.iter().map(|span| span.name.as_str()).collect();
     assert!(
         names.contains(&"store load") && names.contains(&"store save"),
@@ -227,9 +235,9 @@ async fn without_telemetry_a_clients_traceparent_still_reaches_the_agent() {
     ask_with_traceparent(&proxy, "thread-8").await;
 
     let sent = calls(&agent, "message/stream");
-    let traceparent = sent[0].header("traceparent");
-    assert!(
-        traceparent.starts_with(&format!("00-{TRACE_ID}-")),
-        "{traceparent}"
+    assert_eq!(
+        sent[0].header("traceparent"),
+        format!("00-{TRACE_ID}-{CLIENT_SPAN_ID}-01"),
+        "the client's own, as it came: no span of the proxy's"
     );
 }

@@ -371,7 +371,11 @@ impl Drop for CancelGuard {
         };
         let upstream = self.upstream.clone();
         debug!(task = %task_id, "the run ended while its A2A task runs; canceling it");
-        runtime.spawn(async move { cancel_task(&upstream, &task_id).await });
+        // In the run's trace, whichever task sends it.
+        let cancel = async move { cancel_task(&upstream, &task_id).await };
+        runtime.spawn(opentelemetry::context::FutureExt::with_current_context(
+            cancel,
+        ));
     }
 }
 

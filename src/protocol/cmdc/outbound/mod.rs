@@ -713,7 +713,7 @@ impl Drop for AbortGuard {
         }
         let upstream = self.upstream.clone();
         let session = self.session.clone();
-        tokio::spawn(async move {
+        let abort = async move {
             let Ok(uri) = upstream.join(&format!("/v1/sessions/{session}/abort")) else {
                 return;
             };
@@ -724,7 +724,11 @@ impl Drop for AbortGuard {
             )
             .await;
             debug!(session = %session, answered = sent.is_ok(), "asked the CMDC gateway to abort the run");
-        });
+        };
+        // In the run's trace, whichever task sends it.
+        tokio::spawn(opentelemetry::context::FutureExt::with_current_context(
+            abort,
+        ));
     }
 }
 
