@@ -62,6 +62,9 @@ pub struct Row {
     /// The canonical events (by their [`crate::model::Event::KINDS`] name) it has no form for: its clients
     /// are not shown them (docs/translation.md), and each one is counted as a downgrade.
     pub unshown: &'static [&'static str],
+    /// The parts of a turn its agents cannot be sent (`client_tools`, `system_messages`, `context`,
+    /// `state`), each counted as a downgrade when a turn has them.
+    pub unsent: &'static [&'static str],
     /// The `[routes.translate]` options its inbound face reads.
     pub inbound_options: Options,
     /// The `[routes.translate]` options its outbound face reads.

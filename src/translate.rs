@@ -266,6 +266,7 @@ impl Translator {
         }
         context.answers = turn.resume.len();
         context.reply = history::prepare(&mut turn, &mut context.record, self.agent.history());
+        context.unsent = self.losses.unsent_of(&turn);
         let terminal = match self.run_outbound(&turn, context).await {
             Some(result) => {
                 if let Err(error) = &result {
@@ -330,21 +331,41 @@ impl Translator {
 pub struct Losses {
     /// The [`Event::KINDS`] names the inbound has no form for.
     pub unshown: &'static [&'static str],
-    /// The client's tools are not sent to the agent.
-    pub tools_unsent: bool,
+    /// The parts of a turn the outbound cannot send (see [`crate::face::Row::unsent`]).
+    pub unsent: &'static [&'static str],
 }
 
 impl Losses {
-    /// What of these a run met, and how often: its events not shown by kind, and `client_tools` once for a
-    /// turn whose tools were not sent.
+    /// What of the turn, as it goes to the agent, is not sent, and how much: `client_tools` and `context`
+    /// once, `state` once unless empty, `system_messages` per message.
+    fn unsent_of(&self, turn: &Turn) -> Vec<(&'static str, u64)> {
+        let system = turn
+            .messages
+            .iter()
+            .filter(|message| matches!(message.role, Role::System | Role::Developer))
+            .count() as u64;
+        let state = turn.state.as_ref().is_some_and(|state| {
+            !matches!(state, Value::Null) && state != &Value::Object(Default::default())
+        });
+        [
+            ("client_tools", u64::from(!turn.tools.is_empty())),
+            ("system_messages", system),
+            ("context", u64::from(!turn.context.is_empty())),
+            ("state", u64::from(state)),
+        ]
+        .into_iter()
+        .filter(|(part, count)| *count > 0 && self.unsent.contains(part))
+        .collect()
+    }
+
+    /// What of these a run met, and how often: its events not shown by kind, and the parts of its turn
+    /// not sent.
     fn met(&self, context: &RunContext) -> Vec<(&'static str, u64)> {
-        let tools =
-            (self.tools_unsent && !context.client_tools.is_empty()).then_some(("client_tools", 1));
         context
             .events_out
             .counted()
             .filter(|(kind, _)| self.unshown.contains(kind))
-            .chain(tools)
+            .chain(context.unsent.iter().copied())
             .collect()
     }
 }
@@ -618,6 +639,8 @@ pub struct RunContext {
     first_event: Option<Instant>,
     /// The bytes of the agent's answers read (their bodies' bytes, as they came).
     upstream_bytes: u64,
+    /// The parts of the turn the agent could not be sent ([`Losses::unsent_of`]).
+    unsent: Vec<(&'static str, u64)>,
     /// The interrupt answers the run carried to its agent.
     answers: usize,
     /// How the run ended, once its terminal event reached the inbound: the outcome, and the error it failed
@@ -639,6 +662,7 @@ impl RunContext {
             events_out: EventCounts::default(),
             first_event: None,
             upstream_bytes: 0,
+            unsent: Vec::new(),
             answers: 0,
             ended: None,
         }

@@ -136,19 +136,14 @@ fn pair_options(route: &RouteConfig) -> [Options; 3] {
 
 /// What the hub counts of the route's losses as its runs meet them.
 pub fn counted_losses(route: &RouteConfig) -> Losses {
-    let tools_unsent = match route.outbound {
-        Outbound::Protocol(upstream) => tools_unsent(row(route.inbound), row(upstream)),
-        Outbound::Echo => false,
+    let unsent = match route.outbound {
+        Outbound::Protocol(upstream) => row(upstream).unsent,
+        Outbound::Echo => &[],
     };
     Losses {
         unshown: row(route.inbound).unshown,
-        tools_unsent,
+        unsent,
     }
-}
-
-/// The tools `client`'s clients offer cannot be offered to `agent`'s agents.
-fn tools_unsent(client: &Row, agent: &Row) -> bool {
-    client.client_tools && !agent.client_tools
 }
 
 /// What the route's clients and agent can say that the other side has no form for.
@@ -159,7 +154,7 @@ pub fn losses(route: &RouteConfig) -> Vec<String> {
     let (inbound, client, agent) = (route.inbound, row(route.inbound), row(upstream));
     let crossings = [
         (
-            tools_unsent(client, agent),
+            client.client_tools && !agent.client_tools,
             format!("the tools {inbound} clients offer cannot be offered to an {upstream} agent, and are not sent"),
         ),
         (
@@ -232,12 +227,19 @@ mod tests {
     }
 
     #[test]
-    fn each_rows_unshown_events_are_canonical_kinds_and_never_text_or_the_run_brackets() {
+    fn each_rows_losses_name_canonical_kinds_and_turn_parts_and_never_text_or_the_run_brackets() {
         for protocol in Protocol::ALL {
             for kind in row(protocol).unshown {
                 assert!(
                     crate::model::Event::KINDS.contains(kind),
                     "{protocol}: {kind} is no canonical event kind"
+                );
+            }
+            for part in row(protocol).unsent {
+                let parts = ["client_tools", "system_messages", "context", "state"];
+                assert!(
+                    parts.contains(part),
+                    "{protocol}: {part} is no part of a turn"
                 );
             }
             for always in [

@@ -117,8 +117,14 @@ async fn downgrades_count_what_each_lossy_pair_could_not_carry() {
 
     let mut chat = crate::support::ag_kit::Chat::new(&format!("http://{}/kit", proxy.address));
     assert_eq!(chat.say("look it up").await.text(), "shown");
-    let mut offered = say("t1");
+    let mut offered = input(
+        "t1",
+        "r1",
+        json!([{"id": "s1", "role": "system", "content": "Be brief."}, user("u1", "hello")]),
+    );
     offered["tools"] = json!([ag_ui::tool("confirmAction")]);
+    offered["context"] = json!([{"description": "city", "value": "Paris"}]);
+    offered["state"] = json!({});
     let sunny = ag_ui::run(&format!("http://{}/tools", proxy.address), &offered).await;
     assert_eq!(ag_ui::text_of(&sunny), "Sunny.");
     ag_ui::run(&format!("http://{}/same", proxy.address), &offered).await;
@@ -129,6 +135,8 @@ async fn downgrades_count_what_each_lossy_pair_could_not_carry() {
         r#"agent_bridge_downgrades_total{route="kit",what="reasoning_delta"} 1"#,
         r#"agent_bridge_downgrades_total{route="kit",what="step_started"} 1"#,
         r#"agent_bridge_downgrades_total{route="tools",what="client_tools"} 1"#,
+        r#"agent_bridge_downgrades_total{route="tools",what="system_messages"} 1"#,
+        r#"agent_bridge_downgrades_total{route="tools",what="context"} 1"#,
     ] {
         assert!(metrics.contains(line), "{line} in\n{metrics}");
     }
@@ -137,8 +145,8 @@ async fn downgrades_count_what_each_lossy_pair_could_not_carry() {
         "AG-UI to echo loses nothing:\n{metrics}"
     );
     assert!(
-        !metrics.contains(r#"what="text_delta""#),
-        "text reaches every client:\n{metrics}"
+        !metrics.contains(r#"what="state""#),
+        "an empty state loses nothing:\n{metrics}"
     );
 }
 

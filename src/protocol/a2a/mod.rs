@@ -47,6 +47,7 @@ pub const ROW: Row = Row {
         "custom",
         "raw",
     ],
+    unsent: &["client_tools", "system_messages", "context", "state"],
     inbound_options: Options::of::<InboundOptions>(),
     outbound_options: Options::of::<OutboundOptions>(),
     inbound: |route, _, kept| Ok(Box::new(Inbound::new(route, read_options(route)?, kept))),

@@ -37,6 +37,7 @@ pub const ROW: Row = Row {
         "custom",
         "raw",
     ],
+    unsent: &["system_messages", "context", "state"],
     inbound_options: Options::NONE,
     outbound_options: Options::NONE,
     inbound: |_, _, _| Ok(Box::new(Inbound::new())),

@@ -24,6 +24,7 @@ pub const ROW: Row = Row {
     questions: true,
     pause_cancel: true,
     unshown: &[],
+    unsent: &[],
     inbound_options: Options::of::<InboundOptions>(),
     outbound_options: Options::of::<OutboundOptions>(),
     inbound: |route, _, _| Ok(Box::new(Inbound::new(read_options(route)?))),

@@ -35,6 +35,7 @@ pub const ROW: Row = Row {
         "custom",
         "raw",
     ],
+    unsent: &["context", "state"],
     inbound_options: Options::of::<InboundOptions>(),
     outbound_options: Options::of::<OutboundOptions>(),
     inbound: |route, _, kept| Ok(Box::new(Inbound::new(read_options(route)?, kept))),

@@ -38,6 +38,7 @@ pub const ROW: Row = Row {
         "custom",
         "raw",
     ],
+    unsent: &["context", "state"],
     inbound_options: Options::NONE,
     outbound_options: Options::of::<OutboundOptions>(),
     inbound: |route, local, kept| Ok(Box::new(Inbound::new(route, local, kept))),

@@ -141,6 +141,24 @@ fn free_port() -> u16 {
     listener.local_addr().expect("its address").port()
 }
 
+/// Whether nginx answers on `port`. Connecting is not enough: between the port's pick and nginx's bind, a
+/// listener of another test can take it (nginx then exits, but the connection succeeds).
+fn nginx_answers(port: u16) -> bool {
+    let Ok(mut stream) = TcpStream::connect(("127.0.0.1", port)) else {
+        return false;
+    };
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(1)));
+    if stream
+        .write_all(b"GET /healthz HTTP/1.0\r\nHost: balancer\r\n\r\n")
+        .is_err()
+    {
+        return false;
+    }
+    let mut answer = String::new();
+    let _ = std::io::Read::read_to_string(&mut stream, &mut answer);
+    answer.to_ascii_lowercase().contains("server: nginx")
+}
+
 fn ping(port: u16) -> bool {
     let Ok(mut stream) = TcpStream::connect(("127.0.0.1", port)) else {
         return false;
@@ -210,7 +228,7 @@ impl Balancer {
                 if matches!(process.try_wait(), Ok(Some(_))) {
                     break;
                 }
-                if TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                if nginx_answers(port) {
                     return Balancer {
                         process,
                         port,
