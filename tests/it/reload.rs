@@ -282,3 +282,27 @@ async fn a_routes_rate_limit_budget_survives_its_reload() {
         "the budget spent before the reload is still spent"
     );
 }
+
+#[tokio::test]
+async fn an_a2a_task_outlives_the_reload_of_its_route() {
+    let a2a = |timeout: &str| {
+        Routes::default().route(Route::new("tasks", "/a2a", "a2a", "echo").set("timeout", timeout))
+    };
+    let folder = ConfigFolder::new("reload-a2a-task", &a2a("30s"));
+    let proxy = AgentBridge::start(serve_command(&folder.file()));
+    let rpc = |method: &str, params: Value| {
+        let url = format!("http://{}/a2a", proxy.address);
+        let body = json!({"jsonrpc": "2.0", "id": "r1", "method": method, "params": params});
+        async move { crate::support::post_json(&url, &body).await.json().await }
+    };
+    let message = json!({"kind": "message", "role": "user", "messageId": "m1",
+                         "parts": [{"kind": "text", "text": "kept"}]});
+    let sent = rpc("message/send", json!({"message": message})).await;
+    let task = sent["result"]["id"].as_str().expect("a task").to_owned();
+
+    folder.save_by_rename(&a2a("60s").to_string());
+    reloaded(&proxy, 1).await;
+    let got = rpc("tasks/get", json!({"id": task})).await;
+    assert_eq!(got["result"]["id"], task.as_str(), "{got}");
+    assert_eq!(got["result"]["status"]["state"], "completed", "{got}");
+}
