@@ -1,8 +1,8 @@
 //! What a route keeps across a live reload: the in-memory state of its parts (tasks and sessions, run logs,
-//! rate-limit buckets, fetched key sets, callbacks awaited). A reload builds the route anew from its new
-//! configuration; each part asks the route's [`RouteState`] for its state instead of making it, and gets the
-//! one the route's previous build had when the configuration it depends on is the same. The store's records are keyed
-//! by route name already, so they need nothing of this.
+//! rate-limit buckets, fetched key sets, callbacks awaited, upstream connections). A reload builds the route
+//! anew from its new configuration; each part asks the route's [`RouteState`] for its state instead of
+//! making it, and gets the one the route's previous build had when the configuration it depends on is the
+//! same. The store's records are keyed by route name already, so they need nothing of this.
 
 use std::any::{Any, TypeId};
 use std::collections::hash_map::DefaultHasher;

@@ -183,7 +183,8 @@ impl Upstream {
             Error::upstream_unreachable(format!("upstream {uri} unreachable: {}", error_chain(&e)))
         });
         span.end(response.as_ref().map(|answer| answer.status().as_u16()));
-        if let (Some(first_byte), Ok(_)) = (&self.first_byte, &response) {
+        // The agent's own answers only: not an agent card on another origin, say.
+        if let (Some(first_byte), Ok(_), true) = (&self.first_byte, &response, with_headers) {
             first_byte.observe(sent.elapsed());
         }
         response

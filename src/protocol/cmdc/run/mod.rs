@@ -83,6 +83,8 @@ impl Runner {
             let _ = kept.send(());
             runner.drive(session, run, queued, control).await;
         };
+        // The run continues the trace of the request that started it (a REST prompt's `traceparent`).
+        let drive = opentelemetry::context::FutureExt::with_current_context(drive);
         match runtime {
             Some(runtime) => runtime.spawn(drive),
             None => tokio::spawn(drive),
