@@ -59,9 +59,10 @@ pub struct Row {
     /// A client can dismiss a pause without answering it (A2A `tasks/cancel`, an AG-UI 1.0 `resume` entry
     /// `cancelled`, CMDC `POST …/abort`); others can only go away.
     pub pause_cancel: bool,
-    /// The canonical events (by their [`crate::model::Event::KINDS`] name) it has no form for: its clients
-    /// are not shown them (docs/translation.md), and each one is counted as a downgrade.
-    pub unshown: &'static [&'static str],
+    /// The canonical events (families of [`crate::model::Event::KINDS`] names, [`crate::model::kinds`]) it
+    /// has no form for: its clients are not shown them (docs/translation.md), and each one is counted as a
+    /// downgrade.
+    pub unshown: &'static [&'static [&'static str]],
     /// The parts of a turn its agents cannot be sent (`client_tools`, `system_messages`, `context`,
     /// `state`), each counted as a downgrade when a turn has them.
     pub unsent: &'static [&'static str],

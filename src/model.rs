@@ -440,6 +440,28 @@ pub enum Event {
     },
 }
 
+/// Families of [`Event::KINDS`], as the protocols' rows name the events their clients are not shown.
+pub mod kinds {
+    pub const REASONING: &[&str] = &["reasoning_start", "reasoning_delta", "reasoning_end"];
+    pub const TOOL_CALLS: &[&str] = &[
+        "tool_call_start",
+        "tool_call_args",
+        "tool_call_end",
+        "tool_result",
+    ];
+    /// State, messages snapshots and steps.
+    pub const STATE_AND_STEPS: &[&str] = &[
+        "state_snapshot",
+        "state_delta",
+        "messages_snapshot",
+        "step_started",
+        "step_finished",
+    ];
+    pub const ARTIFACT: &[&str] = &["artifact"];
+    pub const USAGE: &[&str] = &["usage"];
+    pub const CUSTOM_AND_RAW: &[&str] = &["custom", "raw"];
+}
+
 impl Event {
     /// Every kind of event, as metrics name them; [`Event::kind`] indexes it.
     pub const KINDS: [&'static str; 23] = [

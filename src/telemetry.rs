@@ -126,7 +126,9 @@ fn traced(context: &Context) -> bool {
 struct RunIds(Mutex<Vec<(&'static str, String)>>);
 
 impl RunIds {
-    fn set(&self, attribute: &'static str, value: String) {
+    /// Names `attribute` `value`, cut as the log line cuts it (an agent chose it).
+    fn set(&self, attribute: &'static str, value: &str) {
+        let value = crate::logging::clipped(value).to_string();
         let mut ids = self.0.lock().unwrap_or_else(PoisonError::into_inner);
         match ids.iter_mut().find(|(name, _)| *name == attribute) {
             Some(id) => id.1 = value,
@@ -182,7 +184,7 @@ impl RunSpan {
         span.set_attribute(KeyValue::new("agent_bridge.outcome", outcome));
         if let Some(ids) = self.0.get::<RunIds>() {
             for id in upstream {
-                ids.set(id.attribute, id.value.clone());
+                ids.set(id.attribute, &id.value);
             }
             let ids = std::mem::take(&mut *ids.0.lock().unwrap_or_else(PoisonError::into_inner));
             for (attribute, value) in ids {
@@ -209,7 +211,7 @@ pub fn annotate(attribute: &'static str, value: &str) {
         return;
     }
     if let Some(ids) = Context::current().get::<RunIds>() {
-        ids.set(attribute, value.to_owned());
+        ids.set(attribute, value);
     }
 }
 

@@ -329,8 +329,8 @@ impl Translator {
 /// clients are not shown, and the client's tools its agent cannot be offered.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Losses {
-    /// The [`Event::KINDS`] names the inbound has no form for.
-    pub unshown: &'static [&'static str],
+    /// The [`Event::KINDS`] names the inbound has no form for, by family.
+    pub unshown: &'static [&'static [&'static str]],
     /// The parts of a turn the outbound cannot send (see [`crate::face::Row::unsent`]).
     pub unsent: &'static [&'static str],
 }
@@ -364,7 +364,7 @@ impl Losses {
         context
             .events_out
             .counted()
-            .filter(|(kind, _)| self.unshown.contains(kind))
+            .filter(|(kind, _)| self.unshown.iter().any(|family| family.contains(kind)))
             .chain(context.unsent.iter().copied())
             .collect()
     }

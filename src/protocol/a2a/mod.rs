@@ -19,6 +19,7 @@ use std::sync::Arc;
 use serde_json::{Map, Value};
 
 use crate::face::{read_options, Options, Row};
+use crate::model::kinds::{CUSTOM_AND_RAW, REASONING, STATE_AND_STEPS, TOOL_CALLS, USAGE};
 use crate::model::{History, Media, MediaKind, MediaSource, Message, Part, Role};
 
 /// A2A agents keep the history. A2A has no tools on either side, and pauses only as `input-required`, a
@@ -31,21 +32,11 @@ pub const ROW: Row = Row {
     questions: true,
     pause_cancel: true,
     unshown: &[
-        "reasoning_start",
-        "reasoning_delta",
-        "reasoning_end",
-        "tool_call_start",
-        "tool_call_args",
-        "tool_call_end",
-        "tool_result",
-        "state_snapshot",
-        "state_delta",
-        "messages_snapshot",
-        "step_started",
-        "step_finished",
-        "usage",
-        "custom",
-        "raw",
+        REASONING,
+        TOOL_CALLS,
+        STATE_AND_STEPS,
+        USAGE,
+        CUSTOM_AND_RAW,
     ],
     unsent: &["client_tools", "system_messages", "context", "state"],
     inbound_options: Options::of::<InboundOptions>(),

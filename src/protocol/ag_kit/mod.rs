@@ -13,6 +13,7 @@ pub use outbound::{Decoder, Outbound};
 use std::sync::Arc;
 
 use crate::face::{Options, Row};
+use crate::model::kinds::{ARTIFACT, CUSTOM_AND_RAW, REASONING, STATE_AND_STEPS, USAGE};
 use crate::model::History;
 
 /// An AG-Kit v0 agent keeps the history under its `conversationId`; `interrupt` carries both pauses.
@@ -23,20 +24,7 @@ pub const ROW: Row = Row {
     approvals: true,
     questions: true,
     pause_cancel: false,
-    unshown: &[
-        "reasoning_start",
-        "reasoning_delta",
-        "reasoning_end",
-        "state_snapshot",
-        "state_delta",
-        "messages_snapshot",
-        "step_started",
-        "step_finished",
-        "artifact",
-        "usage",
-        "custom",
-        "raw",
-    ],
+    unshown: &[REASONING, STATE_AND_STEPS, ARTIFACT, USAGE, CUSTOM_AND_RAW],
     unsent: &["system_messages", "context", "state"],
     inbound_options: Options::NONE,
     outbound_options: Options::NONE,

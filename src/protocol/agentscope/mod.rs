@@ -15,6 +15,7 @@ pub use outbound::{Decoder, Outbound};
 use std::sync::Arc;
 
 use crate::face::{read_options, Options, Row};
+use crate::model::kinds::{CUSTOM_AND_RAW, STATE_AND_STEPS};
 use crate::model::History;
 
 /// An AgentScope runtime takes the whole conversation, and pauses only with `mcp_approval_request`: a
@@ -26,15 +27,7 @@ pub const ROW: Row = Row {
     approvals: true,
     questions: false,
     pause_cancel: false,
-    unshown: &[
-        "state_snapshot",
-        "state_delta",
-        "messages_snapshot",
-        "step_started",
-        "step_finished",
-        "custom",
-        "raw",
-    ],
+    unshown: &[STATE_AND_STEPS, CUSTOM_AND_RAW],
     unsent: &["context", "state"],
     inbound_options: Options::of::<InboundOptions>(),
     outbound_options: Options::of::<OutboundOptions>(),

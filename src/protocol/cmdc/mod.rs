@@ -18,6 +18,7 @@ pub use run::Encoder;
 use std::sync::Arc;
 
 use crate::face::{read_options, Options, Row};
+use crate::model::kinds::{ARTIFACT, CUSTOM_AND_RAW, STATE_AND_STEPS};
 use crate::model::History;
 
 /// A CMDC gateway keeps the history in its session; the client's tools become callback tools.
@@ -28,16 +29,7 @@ pub const ROW: Row = Row {
     approvals: true,
     questions: true,
     pause_cancel: true,
-    unshown: &[
-        "state_snapshot",
-        "state_delta",
-        "messages_snapshot",
-        "step_started",
-        "step_finished",
-        "artifact",
-        "custom",
-        "raw",
-    ],
+    unshown: &[STATE_AND_STEPS, ARTIFACT, CUSTOM_AND_RAW],
     unsent: &["context", "state"],
     inbound_options: Options::NONE,
     outbound_options: Options::of::<OutboundOptions>(),
