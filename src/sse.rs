@@ -451,10 +451,25 @@ pub const MAX_EVENT_BYTES: usize = 10 * 1024 * 1024;
 /// gateway's own interval is 30 s.
 pub const HEARTBEAT: Duration = Duration::from_secs(15);
 
+/// The most bytes [`SseBody`] gathers into one frame before it hands them on, more being ready or not.
+const MAX_GATHERED_BYTES: usize = 64 * 1024;
+
+/// How many turns of its thread [`SseBody`] lets pass, finding nothing new, before it hands on what it
+/// gathered. The agent's next chunk comes through its connection's task, and one turn seldom brings it: with
+/// one, an unpaced agent's events still left one write each; with two, they leave about 45 per write and the
+/// proxy's CPU per event falls threefold (benches/RESULTS.md, issue 22).
+const LOOKS_AGAIN: u8 = 2;
+
 pin_project_lite::pin_project! {
-    /// An SSE response body: yields each frame of `frames` as soon as it is produced (one http
-    /// Frame per item, never batched), and a `: ping` comment after `heartbeat` of silence (the
-    /// timer restarts on every real frame). Ends when `frames` ends.
+    /// An SSE response body: the frames of `frames`, and a `: ping` comment after `heartbeat` of silence
+    /// (the timer restarts with every real frame). Ends when `frames` ends.
+    ///
+    /// Frames that are ready together leave together: when `frames` has nothing more, the body looks again
+    /// after the other tasks of its thread had their turn (the upstream connection's among them, which hands
+    /// over one chunk at a time), [`LOOKS_AGAIN`] times, and only then hands what it gathered to hyper,
+    /// which writes it in one go. A frame that stays alone goes out after those turns, never after a timer.
+    /// An agent that sends many events per read so costs one write per read, as through a pass-through
+    /// proxy, instead of one per event.
     ///
     /// The ping keeps proxies and load balancers from closing a connection that is only waiting
     /// for a slow model or a human decision.
@@ -465,7 +480,49 @@ pin_project_lite::pin_project! {
         idle: Sleep,
         heartbeat: Duration,
         ping: Bytes,
+        gathered: Gathered,
+        // How many times the body looked again for frames since it gathered its last one.
+        looked_again: u8,
         done: bool,
+    }
+}
+
+/// The frames an [`SseBody`] gathered to hand on as one.
+#[derive(Default)]
+struct Gathered {
+    /// The first frame, kept whole: most batches are one frame, and need no copy.
+    first: Option<Bytes>,
+    /// The frames after the first, copied behind it.
+    more: BytesMut,
+}
+
+impl Gathered {
+    fn push(&mut self, frame: Bytes) {
+        match self.first {
+            None => self.first = Some(frame),
+            Some(_) => self.more.extend_from_slice(&frame),
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.first.as_ref().map_or(0, Bytes::len) + self.more.len()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.first.is_none()
+    }
+
+    /// What was gathered, as one frame; `None` when nothing was.
+    fn take(&mut self) -> Option<Bytes> {
+        let first = self.first.take()?;
+        if self.more.is_empty() {
+            return Some(first);
+        }
+        let mut joined = BytesMut::with_capacity(first.len() + self.more.len());
+        joined.extend_from_slice(&first);
+        joined.extend_from_slice(&self.more);
+        self.more.clear();
+        Some(joined.freeze())
     }
 }
 
@@ -476,6 +533,8 @@ impl<S: Stream<Item = Bytes>> SseBody<S> {
             idle: tokio::time::sleep(heartbeat),
             heartbeat,
             ping: Bytes::from_static(PING),
+            gathered: Gathered::default(),
+            looked_again: 0,
             done: false,
         }
     }
@@ -496,28 +555,37 @@ impl<S: Stream<Item = Bytes>> Body for SseBody<S> {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
         let mut this = self.project();
-        if *this.done {
-            return Poll::Ready(None);
-        }
-        // Real frames win over a ping that is due at the same moment.
-        match this.frames.poll_next(cx) {
-            Poll::Ready(Some(frame)) => {
-                this.idle.as_mut().reset(Instant::now() + *this.heartbeat);
-                return Poll::Ready(Some(Ok(Frame::data(frame))));
+        while !*this.done && this.gathered.len() < MAX_GATHERED_BYTES {
+            // Real frames win over a ping that is due at the same moment.
+            match this.frames.as_mut().poll_next(cx) {
+                Poll::Ready(Some(frame)) => {
+                    this.gathered.push(frame);
+                    *this.looked_again = 0;
+                }
+                Poll::Ready(None) => *this.done = true,
+                Poll::Pending if this.gathered.is_empty() => {
+                    ready!(this.idle.as_mut().poll(cx));
+                    this.idle.as_mut().reset(Instant::now() + *this.heartbeat);
+                    return Poll::Ready(Some(Ok(Frame::data(this.ping.clone()))));
+                }
+                Poll::Pending if *this.looked_again < LOOKS_AGAIN => {
+                    *this.looked_again += 1;
+                    cx.waker().wake_by_ref();
+                    return Poll::Pending;
+                }
+                Poll::Pending => break,
             }
-            Poll::Ready(None) => {
-                *this.done = true;
-                return Poll::Ready(None);
-            }
-            Poll::Pending => {}
         }
-        ready!(this.idle.as_mut().poll(cx));
-        this.idle.as_mut().reset(Instant::now() + *this.heartbeat);
-        Poll::Ready(Some(Ok(Frame::data(this.ping.clone()))))
+        let frame = this.gathered.take();
+        if frame.is_some() {
+            *this.looked_again = 0;
+            this.idle.as_mut().reset(Instant::now() + *this.heartbeat);
+        }
+        Poll::Ready(frame.map(|frame| Ok(Frame::data(frame))))
     }
 
     fn is_end_stream(&self) -> bool {
-        self.done
+        self.done && self.gathered.is_empty()
     }
 }
 
@@ -970,20 +1038,72 @@ mod tests {
     // `tokio::time::pause` needs tokio's `test-util` feature, which the crate does not enable, so
     // these use short real timers and assert only bounds that a slow machine cannot break.
 
+    /// A waker that notes whether it was woken.
+    #[derive(Default)]
+    struct Woken(std::sync::atomic::AtomicBool);
+
+    impl std::task::Wake for Woken {
+        fn wake(self: std::sync::Arc<Self>) {
+            self.0.store(true, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+
+    /// Polls `body` once; whether it woke itself while polled.
+    fn poll_once<B: Body<Data = Bytes, Error = Infallible> + Unpin>(
+        body: &mut B,
+    ) -> (Poll<Option<Bytes>>, bool) {
+        let woken = std::sync::Arc::new(Woken::default());
+        let waker = std::task::Waker::from(std::sync::Arc::clone(&woken));
+        let polled = Pin::new(body)
+            .poll_frame(&mut Context::from_waker(&waker))
+            .map(|frame| frame.map(|frame| frame.unwrap().into_data().unwrap()));
+        (polled, woken.0.load(std::sync::atomic::Ordering::SeqCst))
+    }
+
     #[tokio::test]
-    async fn sse_body_yields_one_frame_per_item_in_order_and_ends_with_the_stream() {
+    async fn sse_body_hands_frames_ready_together_on_as_one_and_ends_with_the_stream() {
         let (tx, rx) = mpsc::channel(8);
         let mut body = Box::pin(SseBody::new(channel_stream(rx), Duration::from_secs(3600)));
         for frame in ["data: 1\n\n", "data: 2\n\n", "data: 3\n\n"] {
             tx.send(Bytes::from_static(frame.as_bytes())).await.unwrap();
         }
+        assert_eq!(
+            next_frame(&mut body).await.unwrap(),
+            "data: 1\n\ndata: 2\n\ndata: 3\n\n"
+        );
+        tx.send(Bytes::from_static(b"data: 4\n\n")).await.unwrap();
         drop(tx);
-        assert_eq!(next_frame(&mut body).await.unwrap(), "data: 1\n\n");
-        assert_eq!(next_frame(&mut body).await.unwrap(), "data: 2\n\n");
-        assert_eq!(next_frame(&mut body).await.unwrap(), "data: 3\n\n");
-        assert!(!body.is_end_stream());
-        assert_eq!(next_frame(&mut body).await, None);
+        assert_eq!(next_frame(&mut body).await.unwrap(), "data: 4\n\n");
         assert!(body.is_end_stream());
+        assert_eq!(next_frame(&mut body).await, None);
+    }
+
+    #[tokio::test]
+    async fn sse_body_looks_again_before_it_hands_a_frame_on() {
+        let (tx, rx) = mpsc::channel(8);
+        let mut body = Box::pin(SseBody::new(channel_stream(rx), Duration::from_secs(3600)));
+        tx.try_send(Bytes::from_static(b"data: 1\n\n")).unwrap();
+        // Nothing more is ready: the body asks to be polled again instead of handing the frame on...
+        assert_eq!(poll_once(&mut body), (Poll::Pending, true));
+        // ...and a frame that arrived meanwhile joins it, and the body looks again after it.
+        tx.try_send(Bytes::from_static(b"data: 2\n\n")).unwrap();
+        for _ in 0..LOOKS_AGAIN {
+            assert_eq!(poll_once(&mut body), (Poll::Pending, true));
+        }
+        let both = Bytes::from_static(b"data: 1\n\ndata: 2\n\n");
+        assert_eq!(poll_once(&mut body), (Poll::Ready(Some(both)), false));
+        // With nothing gathered, the body waits for the stream, not for itself.
+        assert_eq!(poll_once(&mut body), (Poll::Pending, false));
+    }
+
+    #[tokio::test]
+    async fn sse_body_hands_a_large_batch_on_without_looking_again() {
+        let (tx, rx) = mpsc::channel(8);
+        let mut body = Box::pin(SseBody::new(channel_stream(rx), Duration::from_secs(3600)));
+        let large = Bytes::from(vec![b'x'; MAX_GATHERED_BYTES]);
+        tx.try_send(large.clone()).unwrap();
+        tx.try_send(Bytes::from_static(b"data: 2\n\n")).unwrap();
+        assert_eq!(poll_once(&mut body), (Poll::Ready(Some(large)), false));
     }
 
     #[tokio::test]
