@@ -13,6 +13,8 @@
 //!   [`relay`]: what one more hop costs any proxy here), then through an HTTP RELAY on the same threads (a
 //!   Y client → hyper's server and hyper-util's client, set up as agent-bridge's, passing requests and
 //!   streams through untouched → the Y agent: what being a hyper proxy costs, translation aside), then
+//!   through NGINX as a pass-through proxy (Debian's `nginx`, `proxy_buffering off`, one worker; [`nginx`];
+//!   skipped with a note where it is not installed: the floor a production proxy sets), then
 //!   THROUGH the proxy (an X client → proxy → the Y agent). Each stream opens its own HTTP/1.1
 //!   connection(s) and makes one run. What each protocol's client sends and agent answers is one table,
 //!   [`protocols`]; the stamps are read from the raw bytes, whatever the frames.
@@ -35,13 +37,21 @@
 //! at the largest level, memory per open stream, against issue 7's targets (≤ 50 µs p50, ≤ 500 µs p99,
 //! ≤ 32 KiB per stream).
 //!
+//! Issue 22's load shapes are named workloads (`BENCH_WORKLOAD`): `light` (10 streams, 1,000 deltas/s each),
+//! `busy` (100 streams, 1,000 deltas/s each), `unpaced` (20 streams of 2,000 deltas, the agent writing as
+//! fast as it is read) and `start` (200 streams starting together: the time to their first event). Each
+//! runs the proxy on one thread with a core of its own (nginx pinned to the same core), the agent and the
+//! clients on the other cores, and ends with a table of the proxy next to nginx and the HTTP relay.
+//!
 //! Run: `cargo bench --bench proxy_latency`. Environment:
+//! - `BENCH_WORKLOAD=light|busy|unpaced|start` (the variables below still override its settings);
 //! - `BENCH_PAIRS=ag-ui>a2a,cmdc>ag-kit` (protocols `ag-ui`, `a2a`, `agentscope`, `ag-kit`, `cmdc`), or
 //!   `all` (the default: 25 pairs);
 //! - `BENCH_QUICK=1`: 20 deltas per stream instead of 100 and 100 memory streams (a smoke run);
 //! - `BENCH_EVENTS=N`, `BENCH_INTERVAL_MS=N` (default 50: 20 deltas/s per stream, 20,000/s at 1,000
 //!   streams), `BENCH_LEVELS=1,100,1000`, `BENCH_MEMORY_STREAMS=N` (default 1,000; 0 skips the step),
-//!   `BENCH_PROXY_THREADS=N` (default: all cores), `BENCH_TIMEOUT_S=N` (limit per pair, default 600),
+//!   `BENCH_PROXY_THREADS=N` (default: all cores; with fewer, the proxy's threads are pinned to the last
+//!   cores and everything else to the rest), `BENCH_TIMEOUT_S=N` (limit per pair, default 600),
 //!   `BENCH_STORE=memory,redb,redis` (the proxy's `[store]`, one or more, default memory: [`store`]; with
 //!   more than one, each level runs through a proxy on each, and a table puts them side by side).
 //!
@@ -52,6 +62,8 @@
 
 #[path = "proxy_latency/load.rs"]
 mod load;
+#[path = "proxy_latency/nginx.rs"]
+mod nginx;
 #[path = "proxy_latency/protocols.rs"]
 mod protocols;
 #[path = "proxy_latency/relay.rs"]
@@ -98,7 +110,49 @@ const ROUTE_PATH: &str = "/bench";
 // ---------------------------------------------------------------------------------------------------------
 // Settings
 
+/// A named load shape (`BENCH_WORKLOAD`), issue 22's: its streams, deltas per stream and pacing. Each runs
+/// the proxy on one thread pinned to a core of its own, the agent and the clients on the others.
+struct Workload {
+    name: &'static str,
+    streams: usize,
+    events: usize,
+    interval_ms: usize,
+}
+
+const WORKLOADS: [Workload; 4] = [
+    // What a chat user sees at light load: CPU per delta next to nginx's.
+    Workload {
+        name: "light",
+        streams: 10,
+        events: 2000,
+        interval_ms: 1,
+    },
+    // 100,000 deltas/s: throughput and added latency under load.
+    Workload {
+        name: "busy",
+        streams: 100,
+        events: 2000,
+        interval_ms: 1,
+    },
+    // An agent that writes as fast as it is read: many deltas per read.
+    Workload {
+        name: "unpaced",
+        streams: 20,
+        events: 2000,
+        interval_ms: 0,
+    },
+    // 200 streams starting together: the time to their first event.
+    Workload {
+        name: "start",
+        streams: 200,
+        events: 20,
+        interval_ms: 1,
+    },
+];
+
 struct Settings {
+    /// The named load shape, if one was asked for.
+    workload: Option<&'static str>,
     pairs: Vec<Pair>,
     events: usize,
     interval: Duration,
@@ -113,6 +167,13 @@ impl Settings {
     fn from_env() -> Result<Self, String> {
         let quick = std::env::var("BENCH_QUICK").is_ok_and(|v| !v.is_empty() && v != "0");
         let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+        let workload = match std::env::var("BENCH_WORKLOAD") {
+            Ok(name) => Some(WORKLOADS.iter().find(|w| w.name == name).ok_or_else(|| {
+                let names: Vec<_> = WORKLOADS.iter().map(|w| w.name).collect();
+                format!("BENCH_WORKLOAD: `{name}` is none of {names:?}")
+            })?),
+            Err(_) => None,
+        };
         let levels = match std::env::var("BENCH_LEVELS") {
             Ok(text) => text
                 .split(',')
@@ -122,7 +183,7 @@ impl Settings {
                         .map_err(|e| format!("BENCH_LEVELS: {e}"))
                 })
                 .collect::<Result<Vec<_>, _>>()?,
-            Err(_) => vec![1, 100, 1000],
+            Err(_) => workload.map_or(vec![1, 100, 1000], |w| vec![w.streams]),
         };
         if levels.contains(&0) {
             return Err("BENCH_LEVELS: 0 streams".into());
@@ -138,12 +199,26 @@ impl Settings {
                 .collect::<Result<_, _>>()?,
         };
         let settings = Self {
+            workload: workload.map(|w| w.name),
             pairs,
-            events: env_number("BENCH_EVENTS", if quick { 20 } else { 100 })?,
-            interval: Duration::from_millis(env_number("BENCH_INTERVAL_MS", 50)? as u64),
+            events: env_number(
+                "BENCH_EVENTS",
+                workload.map_or(if quick { 20 } else { 100 }, |w| w.events),
+            )?,
+            interval: Duration::from_millis(env_number(
+                "BENCH_INTERVAL_MS",
+                workload.map_or(50, |w| w.interval_ms),
+            )? as u64),
             levels,
-            memory_streams: env_number("BENCH_MEMORY_STREAMS", if quick { 100 } else { 1000 })?,
-            proxy_threads: env_number("BENCH_PROXY_THREADS", cores)?.max(1),
+            memory_streams: env_number(
+                "BENCH_MEMORY_STREAMS",
+                match (workload, quick) {
+                    (Some(_), _) => 0,
+                    (None, true) => 100,
+                    (None, false) => 1000,
+                },
+            )?,
+            proxy_threads: env_number("BENCH_PROXY_THREADS", workload.map_or(cores, |_| 1))?.max(1),
             timeout: Duration::from_secs(env_number("BENCH_TIMEOUT_S", 600)? as u64),
             quick,
         };
@@ -211,6 +286,15 @@ fn run_all(settings: &Settings) {
     );
     println!();
     print!("{}", report::summary_table(&summaries));
+    println!();
+    println!(
+        "Through the proxy next to nginx{}, at the largest level:",
+        settings
+            .workload
+            .map_or(String::new(), |w| format!(" (workload `{w}`)"))
+    );
+    println!();
+    print!("{}", report::passthrough_table(&summaries));
     let stores = report::summary_store_table(&summaries);
     if !stores.is_empty() {
         println!();
@@ -272,6 +356,8 @@ fn run_pair(settings: &Settings, pair: Pair) -> i32 {
     });
     now_ns();
     let open_files = system::raise_open_files(settings.most_files());
+    // Before any runtime starts, so that every thread lands where it belongs.
+    let placement = system::place(settings.proxy_threads);
 
     let upstream_rt = runtime(0, 1);
     let proxy_workers = rig::proxy_workers(settings.proxy_threads);
@@ -357,10 +443,29 @@ fn run_pair(settings: &Settings, pair: Pair) -> i32 {
             base: "",
         },
     };
+    let nginx = match nginx::Nginx::start(upstream_addr) {
+        Ok(nginx) => {
+            if let Some(placement) = placement {
+                system::pin(nginx.pid(), &placement.proxy);
+            }
+            Some(nginx)
+        }
+        Err(error) => {
+            eprintln!("proxy_latency: the nginx path is skipped: {error}");
+            None
+        }
+    };
+    let through_nginx = nginx.as_ref().map(|nginx| Target {
+        protocol: pair.outbound,
+        server: protocols::Server {
+            addr: nginx.addr,
+            base: "",
+        },
+    });
     let proxied = proxies[0].2;
     eprintln!(
         "{}{}: {} deltas per stream, {:?} apart; levels {:?}; stores {}; {} memory streams; threads: \
-         upstream 1, proxy {}, clients 1; open-file limit {}",
+         upstream 1, proxy {}, clients 1{}; open-file limit {}",
         pair.title(),
         if settings.quick { " (quick)" } else { "" },
         settings.events,
@@ -369,6 +474,10 @@ fn run_pair(settings: &Settings, pair: Pair) -> i32 {
         stores.iter().map(|store| store.name).collect::<Vec<_>>().join(", "),
         settings.memory_streams,
         settings.proxy_threads,
+        placement.map_or(String::new(), |p| format!(
+            " (proxy and nginx on cores {:?}, the rest on {:?})",
+            p.proxy, p.others
+        )),
         open_files.map_or("unknown".to_owned(), |n| n.to_string()),
     );
 
@@ -391,8 +500,11 @@ fn run_pair(settings: &Settings, pair: Pair) -> i32 {
     // Warm-up, not reported: code paths, allocator, the proxy's connection pool.
     client_rt.block_on(async {
         let through = proxies.iter().map(|(_, _, target)| *target);
-        for target in [direct, relayed, http_relayed].into_iter().chain(through) {
-            let _ = load::step(target, 10, settings.events, timeout).await;
+        let paths = [direct, relayed, http_relayed]
+            .into_iter()
+            .chain(through_nginx);
+        for target in paths.chain(through) {
+            let _ = load::step(target, 10, settings.events, timeout, None).await;
         }
     });
 
@@ -433,23 +545,28 @@ fn run_pair(settings: &Settings, pair: Pair) -> i32 {
         }
         eprintln!("{streams} concurrent streams:");
         let level = client_rt.block_on(async {
-            let step = |label, target| async move {
-                let result = load::step(target, streams, settings.events, timeout).await;
+            let step = |label, target, process| async move {
+                let result = load::step(target, streams, settings.events, timeout, process).await;
                 report::describe(label, &result);
                 tokio::time::sleep(Duration::from_millis(300)).await;
                 result
             };
-            let direct = step("direct", direct).await;
-            let relay = step("relay", relayed).await;
-            let http_relay = step("HTTP relay", http_relayed).await;
+            let direct = step("direct", direct, None).await;
+            let relay = step("relay", relayed, None).await;
+            let http_relay = step("HTTP relay", http_relayed, None).await;
+            let nginx = match (through_nginx, &nginx) {
+                (Some(target), Some(nginx)) => Some(step("nginx", target, Some(nginx.pid())).await),
+                _ => None,
+            };
             let mut proxied = Vec::new();
             for (store, _, target) in &proxies {
-                proxied.push((*store, step(store, *target).await));
+                proxied.push((*store, step(store, *target, None).await));
             }
             Level {
                 direct,
                 relay,
                 http_relay,
+                nginx,
                 proxied,
             }
         });
@@ -505,6 +622,7 @@ fn run_pair(settings: &Settings, pair: Pair) -> i32 {
             .block_on(async { tokio::time::timeout(Duration::from_secs(5), proxy.stop()).await });
     }
     drop(proxy_workers);
+    drop(nginx);
     upstream_rt.block_on(upstream.stop());
     client_rt.shutdown_timeout(Duration::from_secs(1));
     upstream_rt.shutdown_timeout(Duration::from_secs(1));

@@ -131,11 +131,13 @@ pub async fn run(target: Target, n: usize, events: usize) -> Result<(), String> 
 }
 
 /// One level of concurrency: the same load straight to the agent, through the bare relay, through the HTTP
-/// relay, through the proxy (once per store, in `BENCH_STORE`'s order).
+/// relay, through nginx, through the proxy (once per store, in `BENCH_STORE`'s order).
 pub struct Level {
     pub direct: StepResult,
     pub relay: StepResult,
     pub http_relay: StepResult,
+    /// Through nginx, where it is installed.
+    pub nginx: Option<StepResult>,
     pub proxied: Vec<(&'static str, StepResult)>,
 }
 
@@ -156,6 +158,7 @@ impl Level {
             ("HTTP relay".to_owned(), &self.http_relay),
         ]
         .into_iter()
+        .chain(self.nginx.iter().map(|r| ("nginx".to_owned(), r)))
         .chain(self.proxied.iter().map(|(store, r)| (through(store), r)))
         .collect()
     }
@@ -187,7 +190,17 @@ pub struct StepResult {
     pub others_cpu: Option<Duration>,
 }
 
-pub async fn step(target: Target, streams: usize, events: usize, timeout: Duration) -> StepResult {
+/// One step: `streams` concurrent runs of `events` deltas against `target`. The CPU counted as the proxy's
+/// is that of the proxy's threads, or of process `proxy_process` when another program proxies (nginx).
+pub async fn step(
+    target: Target,
+    streams: usize,
+    events: usize,
+    timeout: Duration,
+    proxy_process: Option<u32>,
+) -> StepResult {
+    let proxy_process_cpu = || proxy_process.and_then(system::process_cpu);
+    let process_before = proxy_process_cpu();
     let cpu_before = system::runtime_cpu();
     let sleeps_before = system::runtime_sleeps();
     let others_before = system::others_cpu();
@@ -234,6 +247,9 @@ pub async fn step(target: Target, streams: usize, events: usize, timeout: Durati
     result.cpu = cpu_before
         .zip(system::runtime_cpu())
         .map(|(before, after)| std::array::from_fn(|i| after[i].saturating_sub(before[i])));
+    if let (Some(cpu), Some(used)) = (&mut result.cpu, since(process_before, proxy_process_cpu())) {
+        cpu[system::PROXY] = used;
+    }
     result.sleeps = sleeps_before
         .zip(system::runtime_sleeps())
         .map(|(before, after)| std::array::from_fn(|i| after[i].saturating_sub(before[i])));

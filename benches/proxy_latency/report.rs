@@ -56,6 +56,7 @@ struct Row {
     direct: Option<f64>,
     relay: Option<f64>,
     http_relay: Option<f64>,
+    nginx: Option<f64>,
     proxy: Option<f64>,
     unit: &'static str,
 }
@@ -66,6 +67,11 @@ fn rows(level: &Level) -> Vec<Row> {
         direct: percentile(sorted(&level.direct), p).map(micros),
         relay: percentile(sorted(&level.relay), p).map(micros),
         http_relay: percentile(sorted(&level.http_relay), p).map(micros),
+        nginx: level
+            .nginx
+            .as_ref()
+            .and_then(|r| percentile(sorted(r), p))
+            .map(micros),
         proxy: percentile(sorted(level.proxy()), p).map(micros),
         unit: "µs",
     };
@@ -80,6 +86,7 @@ fn rows(level: &Level) -> Vec<Row> {
             direct: Some(rate(&level.direct)),
             relay: Some(rate(&level.relay)),
             http_relay: Some(rate(&level.http_relay)),
+            nginx: level.nginx.as_ref().map(rate),
             proxy: Some(rate(level.proxy())),
             unit: "deltas/s",
         },
@@ -90,10 +97,13 @@ pub fn table(results: &[Level]) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "| Streams | Metric | Direct | Relay | HTTP relay | Through proxy | Proxy / direct | Proxy − direct | \
-         Relay − direct | HTTP relay − direct |"
+        "| Streams | Metric | Direct | Relay | HTTP relay | nginx | Through proxy | Proxy / direct | \
+         Proxy − direct | Relay − direct | HTTP relay − direct | nginx − direct |"
     );
-    let _ = writeln!(out, "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+    let _ = writeln!(
+        out,
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+    );
     for level in results {
         for row in rows(level) {
             let ratio = match (row.direct, row.proxy) {
@@ -109,16 +119,18 @@ pub fn table(results: &[Level]) -> String {
                 |v: Option<f64>| v.map_or("–".to_owned(), |v| format!("{v:.0} {}", row.unit));
             let _ = writeln!(
                 out,
-                "| {} | {} | {} | {} | {} | {} | {ratio} | {} | {} | {} |",
+                "| {} | {} | {} | {} | {} | {} | {} | {ratio} | {} | {} | {} | {} |",
                 level.direct.streams,
                 row.metric,
                 show(row.direct),
                 show(row.relay),
                 show(row.http_relay),
+                show(row.nginx),
                 show(row.proxy),
                 added(row.proxy),
                 added(row.relay),
                 added(row.http_relay),
+                added(row.nginx),
             );
         }
     }
@@ -358,11 +370,73 @@ pub fn summary_line(
         "heap_kib": memory.map(|m| m.proxy_heap_per_stream() / 1024.0),
         "http_relay_rss_kib": memory.and_then(MemoryResult::http_relay_rss_per_stream).map(|b| b / 1024.0),
         "http_relay_heap_kib": memory.map(|m| m.http_relay_heap_per_stream() / 1024.0),
+        "passthrough": largest.map(passthrough_figures),
         "others": others,
         "failed": failed,
         "stores": store_figures(results),
     });
     format!("{SUMMARY}{summary}")
+}
+
+/// The proxy and nginx side by side at one level, each against direct: what issue 22 measures.
+fn passthrough_figures(level: &Level) -> Value {
+    let against_direct = |r: &StepResult| {
+        json!({
+            "throughput": rate(r) / rate(&level.direct),
+            "cpu": proxy_cpu_per_delta(r),
+            "p50": added_latency(&level.direct, r, all_deltas, 50),
+            "first_event_p50": added_latency(&level.direct, r, first_events, 50),
+        })
+    };
+    json!({
+        "proxy": against_direct(level.proxy()),
+        "nginx": level.nginx.as_ref().map(against_direct),
+        "http_relay": against_direct(&level.http_relay),
+    })
+}
+
+/// Every pair through the proxy next to nginx and the HTTP relay at the largest level: throughput and
+/// added latency against direct, CPU per delta; the proxy's figures as multiples of nginx's.
+pub fn passthrough_table(summaries: &[Value]) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "| Pair | Streams | Throughput / direct: proxy | nginx | HTTP relay | CPU per delta: proxy | nginx | \
+         HTTP relay | proxy ÷ nginx | Added p50: proxy | nginx | Added time to first event p50: proxy | nginx |"
+    );
+    let _ = writeln!(
+        out,
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+    );
+    for s in summaries {
+        let figures = &s["passthrough"];
+        let show = |path: &str, key: &str, unit: &str, digits: usize| {
+            figures[path][key]
+                .as_f64()
+                .map_or("–".to_owned(), |v| format!("{v:.digits$}{unit}"))
+        };
+        let cpu_ratio = figures["proxy"]["cpu"]
+            .as_f64()
+            .zip(figures["nginx"]["cpu"].as_f64())
+            .map_or("–".to_owned(), |(p, n)| format!("{:.2}×", p / n));
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {cpu_ratio} | {} | {} | {} | {} |",
+            s["pair"].as_str().unwrap_or("?"),
+            s["streams"],
+            show("proxy", "throughput", "×", 2),
+            show("nginx", "throughput", "×", 2),
+            show("http_relay", "throughput", "×", 2),
+            show("proxy", "cpu", " µs", 1),
+            show("nginx", "cpu", " µs", 1),
+            show("http_relay", "cpu", " µs", 1),
+            show("proxy", "p50", " µs", 0),
+            show("nginx", "p50", " µs", 0),
+            show("proxy", "first_event_p50", " µs", 0),
+            show("nginx", "first_event_p50", " µs", 0),
+        );
+    }
+    out
 }
 
 /// The summary in a line of a pair's output, if it is one.

@@ -31,7 +31,57 @@ static ALLOCATIONS: [AtomicU64; GROUPS] = [const { AtomicU64::new(0) }; GROUPS];
 /// Tags the calling thread as one of [`RUNTIMES`] (a runtime's `on_thread_start`).
 pub fn tag_thread(runtime: usize) {
     GROUP.with(|group| group.set(runtime));
+    if let Some(placement) = PLACEMENT.get() {
+        let cores = match runtime == PROXY {
+            true => &placement.proxy,
+            false => &placement.others,
+        };
+        pin(0, cores);
+    }
 }
+
+// ---------------------------------------------------------------------------------------------------------
+// Placement: the proxy alone on its cores
+
+/// The cores the proxy's threads run on, and those every other thread (upstream, clients) runs on.
+pub struct Placement {
+    pub proxy: Vec<usize>,
+    pub others: Vec<usize>,
+}
+
+static PLACEMENT: std::sync::OnceLock<Placement> = std::sync::OnceLock::new();
+
+/// From now on, threads tagged as the proxy's run on the last `proxy_threads` cores and every other thread
+/// on the rest, this one included; `None` (nothing pinned) when there is no core left for the rest.
+pub fn place(proxy_threads: usize) -> Option<&'static Placement> {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if proxy_threads >= cores {
+        return None;
+    }
+    let placement = PLACEMENT.get_or_init(|| Placement {
+        proxy: (cores - proxy_threads..cores).collect(),
+        others: (0..cores - proxy_threads).collect(),
+    });
+    pin(0, &placement.others);
+    Some(placement)
+}
+
+/// Pins process or thread `id` (0: the calling thread) to `cores`. Best effort: a failure leaves it where
+/// the kernel puts it.
+#[cfg(target_os = "linux")]
+pub fn pin(id: u32, cores: &[usize]) {
+    // SAFETY: the set is a plain bit mask built and read through libc's own macros, passed by pointer.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        for &core in cores {
+            libc::CPU_SET(core, &mut set);
+        }
+        libc::sched_setaffinity(id as libc::pid_t, std::mem::size_of_val(&set), &set);
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+pub fn pin(_id: u32, _cores: &[usize]) {}
 
 fn group() -> usize {
     // A thread being torn down has no thread-locals left: count it with the others.
@@ -175,6 +225,20 @@ pub fn others_cpu() -> Option<Duration> {
 
 #[cfg(not(target_os = "linux"))]
 pub fn others_cpu() -> Option<Duration> {
+    None
+}
+
+/// CPU time a single-threaded process `pid` used so far, from `/proc/<pid>/schedstat` (ns on CPU).
+#[cfg(target_os = "linux")]
+pub fn process_cpu(pid: u32) -> Option<Duration> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/schedstat")).ok()?;
+    Some(Duration::from_nanos(
+        stat.split_whitespace().next()?.parse().ok()?,
+    ))
+}
+
+#[cfg(not(target_os = "linux"))]
+pub fn process_cpu(_pid: u32) -> Option<Duration> {
     None
 }
 

@@ -213,7 +213,10 @@ impl PacedRun {
                 if let (1, Some(hold)) = (self.sent, self.hold.as_mut()) {
                     let _ = hold.wait_for(|released| *released).await;
                 }
-                tokio::time::sleep_until(first + self.interval * self.sent as u32).await;
+                // An unpaced agent (interval zero) writes as fast as its client reads.
+                if !self.interval.is_zero() {
+                    tokio::time::sleep_until(first + self.interval * self.sent as u32).await;
+                }
                 let frame = self.script.delta(self.sent, &format!("@{};", now_ns()));
                 self.sent += 1;
                 return Some((Ok(Frame::data(frame)), self));
