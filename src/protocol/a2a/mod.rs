@@ -10,9 +10,10 @@ mod rpc;
 mod tasks;
 pub mod wire;
 
-pub use inbound::{result_frame, EncodeOptions, Encoder, Inbound, Reader};
+pub use inbound::{EncodeOptions, Encoder, Inbound, Reader};
 pub use options::{InboundOptions, OutboundOptions};
 pub use outbound::{Decoder, Outbound};
+pub use rpc::result_frame;
 
 use std::sync::Arc;
 

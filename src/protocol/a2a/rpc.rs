@@ -1,13 +1,12 @@
 //! A2A inbound, the JSON-RPC 2.0 layer: the envelope checks, each answered with its own error code
 //! (`specs/a2a.md` §4.3), typed params with errors that name the field, and the response bytes.
 
-use bytes::{Bytes, BytesMut};
+use bytes::{BufMut, Bytes, BytesMut};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::Value;
 
 use super::wire::{self, code, RequestId, TaskState};
-use crate::sse;
 
 /// A JSON-RPC error to answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -210,16 +209,34 @@ pub fn params<T: DeserializeOwned>(params: Option<Value>) -> Result<T, RpcError>
 
 /// A result response as JSON.
 pub fn result_json<R: Serialize>(id: &RequestId, result: &R) -> Vec<u8> {
-    to_json(&wire::Response {
-        jsonrpc: "2.0",
-        id,
-        body: wire::ResponseBody::Result(result),
-    })
+    to_json(&result_response(id, result))
 }
 
 /// An error response as JSON.
 pub fn error_json(id: &RequestId, error: &RpcError) -> Vec<u8> {
-    to_json(&wire::Response::<()> {
+    to_json(&error_response(id, error))
+}
+
+/// A result response as one SSE frame.
+pub fn result_frame<R: Serialize>(id: &RequestId, result: &R) -> Bytes {
+    frame(&result_response(id, result))
+}
+
+/// An error response as one SSE frame.
+pub fn error_frame(id: &RequestId, error: &RpcError) -> Bytes {
+    frame(&error_response(id, error))
+}
+
+fn result_response<'a, R>(id: &'a RequestId, result: R) -> wire::Response<'a, R> {
+    wire::Response {
+        jsonrpc: "2.0",
+        id,
+        body: wire::ResponseBody::Result(result),
+    }
+}
+
+fn error_response<'a>(id: &'a RequestId, error: &RpcError) -> wire::Response<'a, ()> {
+    wire::Response {
         jsonrpc: "2.0",
         id,
         body: wire::ResponseBody::Error(wire::JsonRpcError {
@@ -227,18 +244,17 @@ pub fn error_json(id: &RequestId, error: &RpcError) -> Vec<u8> {
             message: error.message.clone(),
             data: None,
         }),
-    })
+    }
 }
 
-/// One SSE frame holding a response: `data: <json>\n\n`.
-pub fn frame(json: &[u8]) -> Bytes {
-    let mut buf = BytesMut::with_capacity(json.len() + 8);
-    // Our own serialization is UTF-8.
-    sse::write_event(
-        &mut buf,
-        None,
-        std::str::from_utf8(json).unwrap_or_default(),
-    );
+/// `response` as one SSE frame, `data: <json>\n\n`, serialized straight into it: serde_json writes no raw
+/// line break, so the JSON is one data line.
+fn frame<T: Serialize>(response: &T) -> Bytes {
+    let mut buf = BytesMut::with_capacity(256);
+    buf.put_slice(b"data: ");
+    // Serializing our own wire types into memory cannot fail.
+    let _ = serde_json::to_writer((&mut buf).writer(), response);
+    buf.put_slice(b"\n\n");
     buf.freeze()
 }
 
@@ -337,6 +353,9 @@ mod tests {
             String::from_utf8(result_json(&id, &json!({"a": 1}))).unwrap(),
             r#"{"jsonrpc":"2.0","id":"r1","result":{"a":1}}"#
         );
-        assert_eq!(&frame(b"{}")[..], b"data: {}\n\n");
+        assert_eq!(
+            &result_frame(&id, &json!({"text": "two\nlines"}))[..],
+            b"data: {\"jsonrpc\":\"2.0\",\"id\":\"r1\",\"result\":{\"text\":\"two\\nlines\"}}\n\n"
+        );
     }
 }

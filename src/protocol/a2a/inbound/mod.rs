@@ -49,6 +49,7 @@ use tokio::sync::broadcast::error::RecvError;
 use tokio::sync::mpsc;
 
 use super::card::{self, CardTemplate, CardVersion};
+use super::rpc::result_frame;
 use super::rpc::{self, Envelope, RpcError};
 use super::tasks::{
     self, Bounds, Cancel, Registry, Started, Subscription, CONTEXT_DOCUMENT, EVENTS_LOG,
@@ -366,7 +367,7 @@ impl Inbound {
         let first = result_frame(id, &StreamResult::Task(accepted.task));
         let id = id.clone();
         let rest = futures_util::stream::poll_fn(move |cx| receiver.poll_recv(cx))
-            .map(move |result| result_frame(&id, &result));
+            .map(move |result| result_frame(&id, &*result));
         Ok(futures_util::stream::once(ready(first)).chain(rest))
     }
 
@@ -548,11 +549,6 @@ impl Drop for CancelOnDrop<'_> {
     }
 }
 
-/// One stream result as the SSE frame of a `message/stream` answer to request `id`.
-pub fn result_frame(id: &RequestId, result: &StreamResult) -> Bytes {
-    rpc::frame(&rpc::result_json(id, result))
-}
-
 fn json_result<R: serde::Serialize>(id: &RequestId, result: &R) -> Response<Body> {
     body::json_response(StatusCode::OK, rpc::result_json(id, result))
 }
@@ -570,7 +566,7 @@ where
 
 /// A streaming method's error: one SSE event holding it, then the end.
 fn sse_error(id: &RequestId, error: &RpcError) -> Response<Body> {
-    let frame = rpc::frame(&rpc::error_json(id, error));
+    let frame = rpc::error_frame(id, error);
     sse_reply(futures_util::stream::once(ready(frame)))
 }
 

@@ -274,7 +274,7 @@ pub(super) async fn forward(
             Err(RecvError::Closed) => return,
         };
         for result in results {
-            if sender.send(result_frame(&id, &result)).await.is_err() {
+            if sender.send(result_frame(&id, &*result)).await.is_err() {
                 return;
             }
             if tasks::is_final(&result) {
