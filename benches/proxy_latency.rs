@@ -40,11 +40,13 @@
 //! Issue 22's load shapes are named workloads (`BENCH_WORKLOAD`): `light` (10 streams, 1,000 deltas/s each),
 //! `busy` (100 streams, 1,000 deltas/s each), `unpaced` (20 streams of 2,000 deltas, the agent writing as
 //! fast as it is read) and `start` (200 streams starting together: the time to their first event). Each
-//! runs the proxy on one thread with a core of its own (nginx pinned to the same core), the agent and the
-//! clients on the other cores, and ends with a table of the proxy next to nginx and the HTTP relay.
+//! runs the proxy on one thread with a core of its own (nginx, one process, pinned to the same core), the
+//! agent and the clients on the other cores, and ends with a table of the proxy next to nginx and the HTTP
+//! relay.
 //!
 //! Run: `cargo bench --bench proxy_latency`. Environment:
-//! - `BENCH_WORKLOAD=light|busy|unpaced|start` (the variables below still override its settings);
+//! - `BENCH_WORKLOAD=light|busy|unpaced|start` (the variables below but `BENCH_QUICK` still override its
+//!   settings);
 //! - `BENCH_PAIRS=ag-ui>a2a,cmdc>ag-kit` (protocols `ag-ui`, `a2a`, `agentscope`, `ag-kit`, `cmdc`), or
 //!   `all` (the default: 25 pairs);
 //! - `BENCH_QUICK=1`: 20 deltas per stream instead of 100 and 100 memory streams (a smoke run);
@@ -446,7 +448,9 @@ fn run_pair(settings: &Settings, pair: Pair) -> i32 {
     let nginx = match nginx::Nginx::start(upstream_addr) {
         Ok(nginx) => {
             if let Some(placement) = placement {
-                system::pin(nginx.pid(), &placement.proxy);
+                if let Err(error) = system::pin(nginx.pid(), &placement.proxy) {
+                    eprintln!("proxy_latency: nginx not pinned: {error}");
+                }
             }
             Some(nginx)
         }

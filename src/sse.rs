@@ -451,13 +451,18 @@ pub const MAX_EVENT_BYTES: usize = 10 * 1024 * 1024;
 /// gateway's own interval is 30 s.
 pub const HEARTBEAT: Duration = Duration::from_secs(15);
 
-/// The most bytes [`SseBody`] gathers into one frame before it hands them on, more being ready or not.
+/// Once [`SseBody`] holds this many bytes it hands them on, more being ready or not.
 const MAX_GATHERED_BYTES: usize = 64 * 1024;
+
+/// The most turns of its thread one batch of [`SseBody`] waits, however much keeps coming: an agent that
+/// never pauses still sees its events leave every few dozen. Each turn brings about one upstream chunk, and
+/// one read of an unpaced agent's stream held about 45 (benches/RESULTS.md, issue 22).
+const MAX_TURNS: u8 = 64;
 
 /// How many turns of its thread [`SseBody`] lets pass, finding nothing new, before it hands on what it
 /// gathered. The agent's next chunk comes through its connection's task, and one turn seldom brings it: with
-/// one, an unpaced agent's events still left one write each; with two, they leave about 45 per write and the
-/// proxy's CPU per event falls threefold (benches/RESULTS.md, issue 22).
+/// one, an unpaced agent's events still left one write each; with two, they leave in about one write per
+/// upstream read and the proxy's CPU per event falls threefold (benches/RESULTS.md, issue 22).
 const LOOKS_AGAIN: u8 = 2;
 
 pin_project_lite::pin_project! {
@@ -467,7 +472,8 @@ pin_project_lite::pin_project! {
     /// Frames that are ready together leave together: when `frames` has nothing more, the body looks again
     /// after the other tasks of its thread had their turn (the upstream connection's among them, which hands
     /// over one chunk at a time), [`LOOKS_AGAIN`] times, and only then hands what it gathered to hyper,
-    /// which writes it in one go. A frame that stays alone goes out after those turns, never after a timer.
+    /// which writes it in one go. A frame that stays alone goes out after those turns, never after a timer;
+    /// a batch waits [`MAX_TURNS`] at most, and holds [`MAX_GATHERED_BYTES`] (and the frame that crossed it).
     /// An agent that sends many events per read so costs one write per read, as through a pass-through
     /// proxy, instead of one per event.
     ///
@@ -481,48 +487,60 @@ pin_project_lite::pin_project! {
         heartbeat: Duration,
         ping: Bytes,
         gathered: Gathered,
-        // How many times the body looked again for frames since it gathered its last one.
-        looked_again: u8,
+        // The turns the batch waited so far, and those since it gathered its last frame.
+        turns: u8,
+        fruitless_turns: u8,
         done: bool,
     }
 }
 
 /// The frames an [`SseBody`] gathered to hand on as one.
 #[derive(Default)]
-struct Gathered {
-    /// The first frame, kept whole: most batches are one frame, and need no copy.
-    first: Option<Bytes>,
-    /// The frames after the first, copied behind it.
-    more: BytesMut,
+enum Gathered {
+    #[default]
+    Nothing,
+    /// Kept whole: most batches are one frame, and need no copy.
+    One(Bytes),
+    /// Copied together, each frame once.
+    Many(BytesMut),
 }
 
 impl Gathered {
     fn push(&mut self, frame: Bytes) {
-        match self.first {
-            None => self.first = Some(frame),
-            Some(_) => self.more.extend_from_slice(&frame),
+        *self = match std::mem::take(self) {
+            Gathered::Nothing => Gathered::One(frame),
+            Gathered::One(first) => {
+                let mut joined = BytesMut::with_capacity(first.len() + frame.len());
+                joined.extend_from_slice(&first);
+                joined.extend_from_slice(&frame);
+                Gathered::Many(joined)
+            }
+            Gathered::Many(mut joined) => {
+                joined.extend_from_slice(&frame);
+                Gathered::Many(joined)
+            }
         }
     }
 
     fn len(&self) -> usize {
-        self.first.as_ref().map_or(0, Bytes::len) + self.more.len()
+        match self {
+            Gathered::Nothing => 0,
+            Gathered::One(frame) => frame.len(),
+            Gathered::Many(joined) => joined.len(),
+        }
     }
 
     fn is_empty(&self) -> bool {
-        self.first.is_none()
+        matches!(self, Gathered::Nothing)
     }
 
-    /// What was gathered, as one frame; `None` when nothing was.
+    /// What was gathered, as one frame (its memory goes with it); `None` when nothing was.
     fn take(&mut self) -> Option<Bytes> {
-        let first = self.first.take()?;
-        if self.more.is_empty() {
-            return Some(first);
+        match std::mem::take(self) {
+            Gathered::Nothing => None,
+            Gathered::One(frame) => Some(frame),
+            Gathered::Many(joined) => Some(joined.freeze()),
         }
-        let mut joined = BytesMut::with_capacity(first.len() + self.more.len());
-        joined.extend_from_slice(&first);
-        joined.extend_from_slice(&self.more);
-        self.more.clear();
-        Some(joined.freeze())
     }
 }
 
@@ -534,7 +552,8 @@ impl<S: Stream<Item = Bytes>> SseBody<S> {
             heartbeat,
             ping: Bytes::from_static(PING),
             gathered: Gathered::default(),
-            looked_again: 0,
+            turns: 0,
+            fruitless_turns: 0,
             done: false,
         }
     }
@@ -560,7 +579,7 @@ impl<S: Stream<Item = Bytes>> Body for SseBody<S> {
             match this.frames.as_mut().poll_next(cx) {
                 Poll::Ready(Some(frame)) => {
                     this.gathered.push(frame);
-                    *this.looked_again = 0;
+                    *this.fruitless_turns = 0;
                 }
                 Poll::Ready(None) => *this.done = true,
                 Poll::Pending if this.gathered.is_empty() => {
@@ -568,8 +587,9 @@ impl<S: Stream<Item = Bytes>> Body for SseBody<S> {
                     this.idle.as_mut().reset(Instant::now() + *this.heartbeat);
                     return Poll::Ready(Some(Ok(Frame::data(this.ping.clone()))));
                 }
-                Poll::Pending if *this.looked_again < LOOKS_AGAIN => {
-                    *this.looked_again += 1;
+                Poll::Pending if *this.fruitless_turns < LOOKS_AGAIN && *this.turns < MAX_TURNS => {
+                    *this.fruitless_turns += 1;
+                    *this.turns += 1;
                     cx.waker().wake_by_ref();
                     return Poll::Pending;
                 }
@@ -578,7 +598,8 @@ impl<S: Stream<Item = Bytes>> Body for SseBody<S> {
         }
         let frame = this.gathered.take();
         if frame.is_some() {
-            *this.looked_again = 0;
+            *this.turns = 0;
+            *this.fruitless_turns = 0;
             this.idle.as_mut().reset(Instant::now() + *this.heartbeat);
         }
         Poll::Ready(frame.map(|frame| Ok(Frame::data(frame))))
@@ -603,8 +624,9 @@ pub const EVENT_STREAM: &str = "text/event-stream";
 /// The media type of a stream with its charset, as the AgentScope runtime and the CMDC gateway send it.
 pub const EVENT_STREAM_UTF8: &str = "text/event-stream; charset=utf-8";
 
-/// The streaming answer of every inbound: each of `frames` flushed as it comes, `ping` (a whole comment
-/// frame) after each [`HEARTBEAT`] of silence, under the `content_type` the protocol's own servers send.
+/// The streaming answer of every inbound: `frames` flushed as they come (those ready together in one write:
+/// [`SseBody`]), `ping` (a whole comment frame) after each [`HEARTBEAT`] of silence, under the
+/// `content_type` the protocol's own servers send.
 pub fn stream_response<S>(
     frames: S,
     content_type: &'static str,
@@ -1104,6 +1126,25 @@ mod tests {
         tx.try_send(large.clone()).unwrap();
         tx.try_send(Bytes::from_static(b"data: 2\n\n")).unwrap();
         assert_eq!(poll_once(&mut body), (Poll::Ready(Some(large)), false));
+    }
+
+    #[tokio::test]
+    async fn sse_body_hands_a_batch_on_after_its_most_turns_however_much_keeps_coming() {
+        // A frame on every other poll, forever: an agent that never pauses.
+        let mut ready = false;
+        let frames = futures_util::stream::poll_fn(move |_| {
+            ready = !ready;
+            match ready {
+                true => Poll::Ready(Some(Bytes::from_static(b"x"))),
+                false => Poll::Pending,
+            }
+        });
+        let mut body = Box::pin(SseBody::new(frames, Duration::from_secs(3600)));
+        for _ in 0..MAX_TURNS {
+            assert_eq!(poll_once(&mut body), (Poll::Pending, true));
+        }
+        let batch = Bytes::from(vec![b'x'; usize::from(MAX_TURNS) + 1]);
+        assert_eq!(poll_once(&mut body), (Poll::Ready(Some(batch)), false));
     }
 
     #[tokio::test]

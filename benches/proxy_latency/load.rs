@@ -248,7 +248,9 @@ pub async fn step(
         .zip(system::runtime_cpu())
         .map(|(before, after)| std::array::from_fn(|i| after[i].saturating_sub(before[i])));
     if let (Some(cpu), Some(used)) = (&mut result.cpu, since(process_before, proxy_process_cpu())) {
+        // Counted as the proxy's, not as other processes' too.
         cpu[system::PROXY] = used;
+        result.others_cpu = result.others_cpu.map(|others| others.saturating_sub(used));
     }
     result.sleeps = sleeps_before
         .zip(system::runtime_sleeps())

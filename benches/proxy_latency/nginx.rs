@@ -4,6 +4,7 @@
 //! time by its pid. Absent nginx, the path is skipped with a note.
 
 use std::net::SocketAddr;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -35,6 +36,7 @@ fn config(listen: SocketAddr, upstream: SocketAddr, folder: &Path) -> String {
          pid {pid};\nerror_log {folder}/error.log warn;\n\
          events {{ worker_connections 20000; }}\n\
          http {{\n  access_log off;\n  client_body_temp_path {folder}/body;\n  proxy_temp_path {folder}/proxy;\n\
+         fastcgi_temp_path {folder}/fastcgi;\n  uwsgi_temp_path {folder}/uwsgi;\n  scgi_temp_path {folder}/scgi;\n\
          upstream agent {{ server {upstream}; keepalive 1024; }}\n\
          server {{\n    listen {listen} backlog=4096;\n    location / {{\n      proxy_pass http://agent;\n\
          proxy_http_version 1.1;\n      proxy_set_header Connection \"\";\n      proxy_buffering off;\n\
@@ -56,7 +58,16 @@ impl Nginx {
             let file = folder.join("nginx.conf");
             std::fs::write(&file, config(listen, upstream, &folder))
                 .map_err(|e| format!("nginx.conf: {e}"))?;
-            let mut process = Command::new(&program)
+            let mut command = Command::new(&program);
+            // nginx (no master, no daemon) goes with the bench, even when the bench's time limit ends it.
+            // SAFETY: prctl only sets this child's parent-death signal between fork and exec.
+            unsafe {
+                command.pre_exec(|| {
+                    libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                    Ok(())
+                });
+            }
+            let mut process = command
                 .arg("-p")
                 .arg(&folder)
                 .arg("-c")
@@ -71,6 +82,12 @@ impl Nginx {
             let deadline = Instant::now() + Duration::from_secs(10);
             while Instant::now() < deadline {
                 if matches!(process.try_wait(), Ok(Some(_))) {
+                    // Refused its configuration, or lost its port to another listener: its log says which.
+                    let log = std::fs::read_to_string(folder.join("error.log")).unwrap_or_default();
+                    let _ = std::fs::remove_dir_all(&folder);
+                    if !log.contains("Address already in use") {
+                        return Err(format!("nginx exited at start: {}", log.trim()));
+                    }
                     break;
                 }
                 if answers(listen) {

@@ -36,7 +36,8 @@ pub fn tag_thread(runtime: usize) {
             true => &placement.proxy,
             false => &placement.others,
         };
-        pin(0, cores);
+        // `place` pinned a thread already: pinning works here.
+        let _ = pin(0, cores);
     }
 }
 
@@ -51,37 +52,66 @@ pub struct Placement {
 
 static PLACEMENT: std::sync::OnceLock<Placement> = std::sync::OnceLock::new();
 
-/// From now on, threads tagged as the proxy's run on the last `proxy_threads` cores and every other thread
-/// on the rest, this one included; `None` (nothing pinned) when there is no core left for the rest.
+/// From now on, threads tagged as the proxy's run on the last `proxy_threads` of the cores this process may
+/// use and every other thread on the rest, this one included; `None` (nothing pinned) when there is no core
+/// left for the rest, or pinning fails.
 pub fn place(proxy_threads: usize) -> Option<&'static Placement> {
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    if proxy_threads >= cores {
+    let cores = allowed_cores();
+    if proxy_threads >= cores.len() {
         return None;
     }
-    let placement = PLACEMENT.get_or_init(|| Placement {
-        proxy: (cores - proxy_threads..cores).collect(),
-        others: (0..cores - proxy_threads).collect(),
-    });
-    pin(0, &placement.others);
-    Some(placement)
+    let (others, proxy) = cores.split_at(cores.len() - proxy_threads);
+    if let Err(error) = pin(0, others) {
+        eprintln!("proxy_latency: nothing pinned: {error}");
+        return None;
+    }
+    Some(PLACEMENT.get_or_init(|| Placement {
+        proxy: proxy.to_vec(),
+        others: others.to_vec(),
+    }))
 }
 
-/// Pins process or thread `id` (0: the calling thread) to `cores`. Best effort: a failure leaves it where
-/// the kernel puts it.
+/// The cores this process may run on, by number.
 #[cfg(target_os = "linux")]
-pub fn pin(id: u32, cores: &[usize]) {
-    // SAFETY: the set is a plain bit mask built and read through libc's own macros, passed by pointer.
+fn allowed_cores() -> Vec<usize> {
+    // SAFETY: the set is a plain bit mask filled by the kernel and read through libc's own macro.
     unsafe {
         let mut set: libc::cpu_set_t = std::mem::zeroed();
-        for &core in cores {
-            libc::CPU_SET(core, &mut set);
+        if libc::sched_getaffinity(0, std::mem::size_of_val(&set), &mut set) != 0 {
+            return Vec::new();
         }
-        libc::sched_setaffinity(id as libc::pid_t, std::mem::size_of_val(&set), &set);
+        (0..libc::CPU_SETSIZE as usize)
+            .filter(|&core| libc::CPU_ISSET(core, &set))
+            .collect()
     }
 }
 
 #[cfg(not(target_os = "linux"))]
-pub fn pin(_id: u32, _cores: &[usize]) {}
+fn allowed_cores() -> Vec<usize> {
+    Vec::new()
+}
+
+/// Pins process or thread `id` (0: the calling thread) to `cores`.
+#[cfg(target_os = "linux")]
+pub fn pin(id: u32, cores: &[usize]) -> std::io::Result<()> {
+    // SAFETY: the set is a plain bit mask built through libc's own macro, passed by pointer.
+    let pinned = unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        for &core in cores {
+            libc::CPU_SET(core, &mut set);
+        }
+        libc::sched_setaffinity(id as libc::pid_t, std::mem::size_of_val(&set), &set)
+    };
+    match pinned {
+        0 => Ok(()),
+        _ => Err(std::io::Error::last_os_error()),
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+pub fn pin(_id: u32, _cores: &[usize]) -> std::io::Result<()> {
+    Ok(())
+}
 
 fn group() -> usize {
     // A thread being torn down has no thread-locals left: count it with the others.

@@ -253,7 +253,11 @@ fn frame<T: Serialize>(response: &T) -> Bytes {
     let mut buf = BytesMut::with_capacity(256);
     buf.put_slice(b"data: ");
     // Serializing our own wire types into memory cannot fail.
-    let _ = serde_json::to_writer((&mut buf).writer(), response);
+    let written = serde_json::to_writer((&mut buf).writer(), response);
+    debug_assert!(
+        written.is_ok(),
+        "serializing a response failed: {written:?}"
+    );
     buf.put_slice(b"\n\n");
     buf.freeze()
 }

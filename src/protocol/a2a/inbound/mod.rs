@@ -49,8 +49,7 @@ use tokio::sync::broadcast::error::RecvError;
 use tokio::sync::mpsc;
 
 use super::card::{self, CardTemplate, CardVersion};
-use super::rpc::result_frame;
-use super::rpc::{self, Envelope, RpcError};
+use super::rpc::{self, result_frame, Envelope, RpcError};
 use super::tasks::{
     self, Bounds, Cancel, Registry, Started, Subscription, CONTEXT_DOCUMENT, EVENTS_LOG,
 };
