@@ -390,6 +390,16 @@ pub fn write_event(buf: &mut BytesMut, event: Option<&str>, data: &str) {
     buf.put_u8(b'\n');
 }
 
+/// Appends one event whose data is `value` as JSON, serialized straight into `buf`: compact JSON has no raw
+/// line break (serde_json escapes them inside strings), so it is one data line, with no copy in between.
+pub fn write_json_event<T: serde::Serialize + ?Sized>(buf: &mut BytesMut, value: &T) {
+    buf.put_slice(b"data: ");
+    // Serializing the proxy's own wire types into memory cannot fail.
+    let written = serde_json::to_writer(buf.writer(), value);
+    debug_assert!(written.is_ok(), "serializing an event failed: {written:?}");
+    buf.put_slice(b"\n\n");
+}
+
 /// Appends a comment frame `: TEXT\n\n` (one `: ` line per line of `text`).
 pub fn write_comment(buf: &mut BytesMut, text: &str) {
     for line in Lines(Some(text)) {
@@ -1175,6 +1185,13 @@ mod tests {
             "ping came {:?} after the frame",
             sent.elapsed()
         );
+    }
+
+    #[test]
+    fn a_json_event_is_one_data_line_whatever_its_strings_hold() {
+        let mut buf = BytesMut::new();
+        write_json_event(&mut buf, &serde_json::json!({"text": "two\nlines\r"}));
+        assert_eq!(&buf[..], b"data: {\"text\":\"two\\nlines\\r\"}\n\n");
     }
 
     #[test]

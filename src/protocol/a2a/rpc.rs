@@ -1,12 +1,13 @@
 //! A2A inbound, the JSON-RPC 2.0 layer: the envelope checks, each answered with its own error code
 //! (`specs/a2a.md` §4.3), typed params with errors that name the field, and the response bytes.
 
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::{Bytes, BytesMut};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::Value;
 
 use super::wire::{self, code, RequestId, TaskState};
+use crate::sse;
 
 /// A JSON-RPC error to answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -247,18 +248,10 @@ fn error_response<'a>(id: &'a RequestId, error: &RpcError) -> wire::Response<'a,
     }
 }
 
-/// `response` as one SSE frame, `data: <json>\n\n`, serialized straight into it: serde_json writes no raw
-/// line break, so the JSON is one data line.
+/// `response` as one SSE frame, `data: <json>\n\n`.
 fn frame<T: Serialize>(response: &T) -> Bytes {
     let mut buf = BytesMut::with_capacity(256);
-    buf.put_slice(b"data: ");
-    // Serializing our own wire types into memory cannot fail.
-    let written = serde_json::to_writer((&mut buf).writer(), response);
-    debug_assert!(
-        written.is_ok(),
-        "serializing a response failed: {written:?}"
-    );
-    buf.put_slice(b"\n\n");
+    sse::write_json_event(&mut buf, response);
     buf.freeze()
 }
 

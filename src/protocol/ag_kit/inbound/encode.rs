@@ -84,9 +84,7 @@ impl EventEncoder for Encoder {
 }
 
 fn write(out: &mut BytesMut, event: &wire::Event<'_>) {
-    // Serializing our own wire types cannot fail.
-    let json = serde_json::to_string(event).unwrap_or_default();
-    sse::write_event(out, None, &json);
+    sse::write_json_event(out, event);
 }
 
 fn done(out: &mut BytesMut) {

@@ -254,9 +254,7 @@ impl Encoder {
 
 /// Appends one event as an SSE frame.
 fn write(buf: &mut BytesMut, event: &wire::Event<'_>) {
-    // Serializing our own wire types cannot fail.
-    let json = serde_json::to_string(event).unwrap_or_default();
-    sse::write_event(buf, None, &json);
+    sse::write_json_event(buf, event);
 }
 
 /// The one-to-one translations, borrowing from the canonical event. What AG-UI has no event for goes into a

@@ -180,9 +180,7 @@ impl<G> Encoder<G> {
     }
 
     fn write<T: Serialize>(&mut self, object: &T) {
-        // Serializing our own wire types cannot fail.
-        let json = serde_json::to_string(object).unwrap_or_default();
-        sse::write_event(&mut self.buf, None, &json);
+        sse::write_json_event(&mut self.buf, object);
     }
 
     fn response(&mut self, status: RunStatus, error: Option<&Error>, completed_at: Option<i64>) {
