@@ -11,8 +11,8 @@
 //! - `clients`: for 1, 100 and 1,000 concurrent streams, first DIRECT (a Y client → the Y agent), then
 //!   through a bare RELAY on the proxy's threads (a Y client → a byte-copying TCP relay → the Y agent,
 //!   [`relay`]: what one more hop costs any proxy here), then through an HTTP RELAY on the same threads (a
-//!   Y client → hyper's server and hyper-util's client, set up as agent-bridge's, passing requests and
-//!   streams through untouched → the Y agent: what being a hyper proxy costs, translation aside), then
+//!   Y client → hyper's server and hyper-util's pooled client, passing requests and streams through
+//!   untouched → the Y agent: what being a hyper proxy in the usual way costs, translation aside), then
 //!   through NGINX as a pass-through proxy (Debian's `nginx`, `proxy_buffering off`, one worker; [`nginx`];
 //!   skipped with a note where it is not installed: the floor a production proxy sets), then
 //!   THROUGH the proxy (an X client → proxy → the Y agent). Each stream opens its own HTTP/1.1

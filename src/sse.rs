@@ -470,9 +470,10 @@ const MAX_GATHERED_BYTES: usize = 64 * 1024;
 const MAX_TURNS: u8 = 64;
 
 /// How many turns of its thread [`SseBody`] lets pass, finding nothing new, before it hands on what it
-/// gathered. The agent's next chunk comes through its connection's task, and one turn seldom brings it: with
-/// one, an unpaced agent's events still left one write each; with two, they leave in about one write per
-/// upstream read and the proxy's CPU per event falls threefold (benches/RESULTS.md, issue 22).
+/// gathered. Events may come from another task (an A2A task's runner, a CMDC run, a run that outlives its
+/// client), and one turn seldom brings the next: with one, an unpaced agent's events still left one write
+/// each; with two, about one write per upstream read, and the proxy's CPU per event fell threefold
+/// (benches/RESULTS.md, issue 22; measured while the agent's connection still had a task of its own).
 const LOOKS_AGAIN: u8 = 2;
 
 pin_project_lite::pin_project! {
@@ -480,8 +481,8 @@ pin_project_lite::pin_project! {
     /// (the timer restarts with every real frame). Ends when `frames` ends.
     ///
     /// Frames that are ready together leave together: when `frames` has nothing more, the body looks again
-    /// after the other tasks of its thread had their turn (the upstream connection's among them, which hands
-    /// over one chunk at a time), [`LOOKS_AGAIN`] times, and only then hands what it gathered to hyper,
+    /// after the other tasks of its thread had their turn (the one feeding `frames`, where another task
+    /// does), [`LOOKS_AGAIN`] times, and only then hands what it gathered to hyper,
     /// which writes it in one go. A frame that stays alone goes out after those turns, never after a timer;
     /// a batch waits [`MAX_TURNS`] at most, and holds [`MAX_GATHERED_BYTES`] (and the frame that crossed it).
     /// An agent that sends many events per read so costs one write per read, as through a pass-through

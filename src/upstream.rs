@@ -1,8 +1,9 @@
-//! The pooled client every outbound uses to reach its upstream: HTTP/1.1 and HTTP/2, TLS for https
-//! upstreams, a connect timeout, the route's configured headers, and a pool of connections per thread.
+//! The client every outbound uses to reach its upstream: HTTP/1.1, TLS for https upstreams, a connect
+//! timeout, the route's configured headers, and a pool of connections per thread, each driven by the task
+//! that reads its answer (see [`connections`]).
 
-use std::cell::RefCell;
-use std::collections::HashMap;
+mod connections;
+
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -10,48 +11,33 @@ use bytes::Bytes;
 use http::header::{ACCEPT, CONTENT_TYPE};
 use http::{HeaderName, HeaderValue, Method, Request, Response, Uri};
 use http_body_util::{BodyExt, Full, Limited};
-use hyper::body::Incoming;
+use hyper_rustls::builderstates::WantsProtocols2;
 use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
 
 use crate::error::{Error, Result};
 use crate::metrics::FirstByte;
 use crate::telemetry::RequestSpan;
+use connections::Connections;
+pub use connections::UpstreamBody;
 
 /// How much of an upstream's error body is read to explain the failure.
 const ERROR_BODY_LIMIT: usize = 64 * 1024;
 /// How long reading that error body may take.
 const ERROR_BODY_TIMEOUT: Duration = Duration::from_secs(5);
-/// How many bytes one read from an upstream connection takes at most.
-const UPSTREAM_READ_BUFFER: usize = 4096;
-/// How many idle connections to one upstream each thread keeps for reuse. Each holds about 25 KiB of
-/// buffers; a burst of a thousand streams would otherwise leave a thousand of them behind, and a CMDC session
-/// leaves one behind for as long as it streams (its prompt's, while its events hold another).
-const IDLE_CONNECTIONS_PER_UPSTREAM: usize = 64;
-
-type HttpClient = Client<HttpsConnector<HttpConnector>, Full<Bytes>>;
 
 /// One route's view of its upstream: where it is, and what to send with every request.
 #[derive(Clone)]
 pub struct Upstream {
-    /// Names this upstream's connection pools: each thread keeps its own (see [`Upstream::client`]).
-    pool: u64,
-    connector: HttpsConnector<HttpConnector>,
+    connections: Connections,
     uri: Uri,
     headers: Vec<(HeaderName, HeaderValue)>,
     /// Where the time to each answer's head is observed (a route's agent; not a JWKS or a callback).
     first_byte: Option<FirstByte>,
 }
 
-/// The pool names handed out so far.
+/// The pool names handed out so far: each upstream's connections are its own.
 static POOLS: AtomicU64 = AtomicU64::new(0);
-
-thread_local! {
-    /// This thread's clients, by pool name.
-    static CLIENTS: RefCell<HashMap<u64, HttpClient>> = RefCell::new(HashMap::new());
-}
 
 impl Upstream {
     pub fn new(
@@ -59,9 +45,9 @@ impl Upstream {
         headers: Vec<(HeaderName, HeaderValue)>,
         connect_timeout: Duration,
     ) -> Self {
+        let connector = tls_or_plain().wrap_connector(tcp(HttpConnector::new(), connect_timeout));
         Self {
-            pool: POOLS.fetch_add(1, Ordering::Relaxed),
-            connector: connector(HttpConnector::new(), connect_timeout),
+            connections: Connections::new(POOLS.fetch_add(1, Ordering::Relaxed), connector),
             uri,
             headers,
             first_byte: None,
@@ -72,26 +58,6 @@ impl Upstream {
     pub fn timed(mut self, first_byte: FirstByte) -> Self {
         self.first_byte = Some(first_byte);
         self
-    }
-
-    /// The calling thread's client for this upstream. A connection is reused only by the thread that opened
-    /// it: one shared pool would hand a serving thread connections that another thread's runtime drives, and
-    /// every event read on them would then cross threads (src/workers.rs).
-    fn client(&self) -> HttpClient {
-        CLIENTS.with_borrow_mut(|clients| {
-            clients
-                .entry(self.pool)
-                .or_insert_with(|| {
-                    // hyper reads into 8 KiB, growing to 16 KiB, per connection; a stream holds its
-                    // connection for as long as it runs, and an agent's events are far smaller. A larger
-                    // event is read in several reads.
-                    Client::builder(TokioExecutor::new())
-                        .http1_read_buf_exact_size(UPSTREAM_READ_BUFFER)
-                        .pool_max_idle_per_host(IDLE_CONNECTIONS_PER_UPSTREAM)
-                        .build(self.connector.clone())
-                })
-                .clone()
-        })
     }
 
     /// The configured upstream URL.
@@ -113,7 +79,11 @@ impl Upstream {
 
     /// POSTs a JSON body to the upstream URL and returns the response once its head arrived with a 2xx
     /// status. Failures to connect and non-2xx answers become upstream errors.
-    pub async fn post_json(&self, body: Bytes, accept: &'static str) -> Result<Response<Incoming>> {
+    pub async fn post_json(
+        &self,
+        body: Bytes,
+        accept: &'static str,
+    ) -> Result<Response<UpstreamBody>> {
         let response = self.post_json_any_status(body, accept).await?;
         check_status(response).await
     }
@@ -125,7 +95,7 @@ impl Upstream {
         &self,
         body: Bytes,
         accept: &'static str,
-    ) -> Result<Response<Incoming>> {
+    ) -> Result<Response<UpstreamBody>> {
         self.post_json_to(self.uri.clone(), body, accept).await
     }
 
@@ -137,7 +107,7 @@ impl Upstream {
         uri: Uri,
         body: Bytes,
         accept: &'static str,
-    ) -> Result<Response<Incoming>> {
+    ) -> Result<Response<UpstreamBody>> {
         let request = Request::builder()
             .method(Method::POST)
             .uri(uri)
@@ -151,7 +121,7 @@ impl Upstream {
     /// GETs `uri` (an agent card, ...) and returns the response once its head arrived with a 2xx status. The
     /// configured headers go along only when `uri` is on the upstream's own origin: they usually carry its
     /// credentials.
-    pub async fn get(&self, uri: Uri, accept: &'static str) -> Result<Response<Incoming>> {
+    pub async fn get(&self, uri: Uri, accept: &'static str) -> Result<Response<UpstreamBody>> {
         let same_origin =
             uri.scheme() == self.uri.scheme() && uri.authority() == self.uri.authority();
         let request = Request::builder()
@@ -169,7 +139,7 @@ impl Upstream {
         &self,
         mut request: Request<Full<Bytes>>,
         with_headers: bool,
-    ) -> Result<Response<Incoming>> {
+    ) -> Result<Response<UpstreamBody>> {
         if with_headers {
             let headers = request.headers_mut();
             for (name, value) in &self.headers {
@@ -179,7 +149,7 @@ impl Upstream {
         let uri = redacted(request.uri());
         let span = RequestSpan::start(&mut request, &uri);
         let sent = Instant::now();
-        let response = self.client().request(request).await.map_err(|e| {
+        let response = self.connections.send(request).await.map_err(|e| {
             Error::upstream_unreachable(format!("upstream {uri} unreachable: {}", error_chain(&e)))
         });
         span.end(response.as_ref().map(|answer| answer.status().as_u16()));
@@ -208,22 +178,32 @@ pub fn redacted(uri: &Uri) -> String {
 /// How every client of the proxy connects, whatever resolves its names: within `connect_timeout`, without
 /// Nagle's delay, to http and https URLs (TLS by the web's roots, HTTP/1.1 or HTTP/2).
 pub fn connector<R>(
-    mut http: HttpConnector<R>,
+    http: HttpConnector<R>,
     connect_timeout: Duration,
 ) -> HttpsConnector<HttpConnector<R>> {
+    tls_or_plain()
+        .enable_http2()
+        .wrap_connector(tcp(http, connect_timeout))
+}
+
+/// TCP within `connect_timeout`, without Nagle's delay, for http and https URLs alike.
+fn tcp<R>(mut http: HttpConnector<R>, connect_timeout: Duration) -> HttpConnector<R> {
     http.set_connect_timeout(Some(connect_timeout));
     http.set_nodelay(true);
     http.enforce_http(false);
+    http
+}
+
+/// TLS by the web's roots for https URLs, plain TCP for http ones; HTTP/1.1 at least.
+fn tls_or_plain() -> hyper_rustls::HttpsConnectorBuilder<WantsProtocols2> {
     hyper_rustls::HttpsConnectorBuilder::new()
         .with_webpki_roots()
         .https_or_http()
         .enable_http1()
-        .enable_http2()
-        .wrap_connector(http)
 }
 
 /// The response if its status is 2xx, else an error that carries the status and (the start of) the body.
-pub async fn check_status(response: Response<Incoming>) -> Result<Response<Incoming>> {
+pub async fn check_status(response: Response<UpstreamBody>) -> Result<Response<UpstreamBody>> {
     if response.status().is_success() {
         Ok(response)
     } else {
@@ -232,14 +212,14 @@ pub async fn check_status(response: Response<Incoming>) -> Result<Response<Incom
 }
 
 /// Turns a non-2xx upstream answer into an error that carries its status and (the start of) its body.
-async fn status_error(response: Response<Incoming>) -> Error {
+async fn status_error(response: Response<UpstreamBody>) -> Error {
     let (status, body) = error_body(response).await;
     Error::upstream_status(status, &String::from_utf8_lossy(&body))
 }
 
 /// The status and the start of the body of an error answer, read within a size and a time bound (empty when
 /// the body cannot be read in time).
-pub async fn error_body(response: Response<Incoming>) -> (u16, Bytes) {
+pub async fn error_body(response: Response<UpstreamBody>) -> (u16, Bytes) {
     let status = response.status().as_u16();
     let body = Limited::new(response.into_body(), ERROR_BODY_LIMIT).collect();
     let body = match tokio::time::timeout(ERROR_BODY_TIMEOUT, body).await {
@@ -291,12 +271,80 @@ mod tests {
         (uri.parse().unwrap(), accepted)
     }
 
-    /// One whole request; its connection then goes back to the calling thread's pool.
+    /// One whole request; its connection goes back to the calling thread's pool as its body ends.
     async fn fetch(upstream: &Upstream) {
         let response = upstream.get(upstream.uri().clone(), "*/*").await.unwrap();
         response.into_body().collect().await.unwrap();
-        // hyper returns the connection to the pool on a task of its own.
-        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    /// A server that answers one request per connection with the target and the `Host` it was sent, then
+    /// closes the connection, and how many connections it accepted.
+    async fn one_answer_server() -> (std::net::SocketAddr, Arc<AtomicUsize>) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let count = Arc::clone(&accepted);
+        tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                count.fetch_add(1, Ordering::SeqCst);
+                tokio::spawn(async move {
+                    let mut head = Vec::new();
+                    let mut buf = [0; 1024];
+                    while !head.ends_with(b"\r\n\r\n") {
+                        match stream.read(&mut buf).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => head.extend_from_slice(&buf[..n]),
+                        }
+                    }
+                    let head = String::from_utf8(head).unwrap();
+                    let target = head.split(' ').nth(1).unwrap_or_default();
+                    let host = head
+                        .lines()
+                        .find_map(|line| line.strip_prefix("host: "))
+                        .unwrap_or_default();
+                    let body = serde_json::json!({ "target": target, "host": host }).to_string();
+                    let answer = format!(
+                        "HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n{body}",
+                        body.len()
+                    );
+                    let _ = stream.write_all(answer.as_bytes()).await;
+                });
+            }
+        });
+        (addr, accepted)
+    }
+
+    #[tokio::test]
+    async fn a_request_names_its_path_and_host_as_http_1_1_has_them() {
+        let (addr, _) = one_answer_server().await;
+        let upstream = Upstream::new(
+            format!("http://user:pw@{addr}/base").parse().unwrap(),
+            Vec::new(),
+            Duration::from_secs(5),
+        );
+        let card = upstream.join("/card?x=1").unwrap();
+        let answer = upstream.get(card, "*/*").await.unwrap();
+        let body = answer.into_body().collect().await.unwrap().to_bytes();
+        let seen: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(seen["target"], "/base/card?x=1");
+        assert_eq!(seen["host"], addr.to_string());
+    }
+
+    #[tokio::test]
+    async fn a_connection_the_agent_closed_while_idle_is_not_reused() {
+        let (addr, accepted) = one_answer_server().await;
+        let upstream = Upstream::new(
+            format!("http://{addr}/").parse().unwrap(),
+            Vec::new(),
+            Duration::from_secs(5),
+        );
+        for turn in 1..=3 {
+            fetch(&upstream).await;
+            assert_eq!(accepted.load(Ordering::SeqCst), turn);
+            // The agent's close reaches the idle connection.
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
 
     #[test]

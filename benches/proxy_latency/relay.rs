@@ -3,9 +3,11 @@
 //! - [`serve`]: a relay that copies bytes both ways between each client connection and a connection of its
 //!   own to the agent, understanding nothing: the cost of one more loopback hop and the threads that carry
 //!   it;
-//! - [`serve_http`]: an HTTP relay built of the same hyper parts as agent-bridge (a hyper server connection
-//!   per client, the pooled hyper-util client to the agent with the same settings), passing each request and
-//!   its streamed answer through untouched: the cost of being a hyper proxy at all, translation aside.
+//! - [`serve_http`]: an HTTP relay built as hyper proxies usually are (a hyper server connection per client,
+//!   hyper-util's pooled client to the agent with agent-bridge's read buffer), passing each request and its
+//!   streamed answer through untouched: the cost of being a hyper proxy at all, translation aside.
+//!   agent-bridge's own client drives each agent connection in the task that reads it instead
+//!   (src/upstream/connections.rs), so it can cost less than this floor.
 
 use std::net::SocketAddr;
 
@@ -21,7 +23,7 @@ use tokio::sync::oneshot;
 
 use crate::upstream::next_connection;
 
-/// As agent-bridge's client to its agents (src/upstream.rs).
+/// As agent-bridge's client to its agents (src/upstream/connections.rs).
 const READ_BUFFER: usize = 4096;
 const IDLE_CONNECTIONS: usize = 64;
 

@@ -26,7 +26,6 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::Uri;
 use http_body_util::{BodyExt, Limited};
-use hyper::body::Incoming;
 use serde::{Deserialize, Serialize};
 use tokio::sync::OnceCell;
 use tracing::{debug, info};
@@ -40,7 +39,7 @@ use crate::relay::{relay, UpstreamEvents};
 use crate::sse;
 use crate::store::{Record, UpstreamId, UpstreamState};
 use crate::translate::RunContext;
-use crate::upstream::{self, redacted, Upstream};
+use crate::upstream::{self, redacted, Upstream, UpstreamBody};
 
 /// What a conversation remembers of its A2A agent.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -186,7 +185,7 @@ impl Outbound {
     /// Reads the answer to `message/send` or `message/stream`, whatever its framing.
     async fn read(
         &self,
-        response: http::Response<Incoming>,
+        response: http::Response<UpstreamBody>,
         decoder: &mut Decoder,
         guard: &mut CancelGuard,
         context: &mut RunContext,
@@ -259,7 +258,7 @@ fn remember(decoder: &Decoder, record: &mut Record) {
 // --- Talking to the agent -------------------------------------------------------------------------------
 
 /// Reads a whole body, up to `limit` bytes.
-async fn read_body(body: Incoming, limit: usize) -> Result<Bytes> {
+async fn read_body(body: UpstreamBody, limit: usize) -> Result<Bytes> {
     Limited::new(body, limit)
         .collect()
         .await
@@ -271,7 +270,7 @@ async fn read_body(body: Incoming, limit: usize) -> Result<Bytes> {
 
 /// A non-2xx answer: the JSON-RPC error in its body if there is one (@a2a-js/sdk answers unhandled
 /// exceptions with HTTP 500 and a JSON-RPC error), else the status and the start of the body.
-async fn error_answer(response: http::Response<Incoming>) -> Error {
+async fn error_answer(response: http::Response<UpstreamBody>) -> Error {
     let (status, body) = upstream::error_body(response).await;
     match serde_json::from_slice::<wire::RawResponse<serde::de::IgnoredAny>>(&body) {
         Ok(wire::RawResponse {

@@ -465,7 +465,7 @@ mod runs {
     use http::header::CONTENT_TYPE;
     use http::HeaderMap;
     use http_body_util::StreamBody;
-    use hyper::body::Frame;
+    use hyper::body::{Frame, Incoming};
     use hyper_util::rt::TokioIo;
     use tokio::net::TcpListener;
 

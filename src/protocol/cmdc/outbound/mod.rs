@@ -52,7 +52,7 @@ use crate::route_state::RouteState;
 use crate::sse;
 use crate::store::{Documents, Record, UpstreamId, UpstreamState};
 use crate::translate::RunContext;
-use crate::upstream::{self, Upstream};
+use crate::upstream::{self, Upstream, UpstreamBody};
 
 /// What a conversation remembers of its gateway session.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -493,7 +493,7 @@ impl Outbound {
     }
 
     /// `GET …/events`: the session's event stream, from now on.
-    async fn subscribe(&self, session: &str) -> Result<UpstreamEvents<Incoming>, StepError> {
+    async fn subscribe(&self, session: &str) -> Result<UpstreamEvents<UpstreamBody>, StepError> {
         let events = self
             .upstream
             .get(self.session_uri(session, "/events")?, "text/event-stream")
