@@ -194,7 +194,8 @@ fn tcp<R>(mut http: HttpConnector<R>, connect_timeout: Duration) -> HttpConnecto
     http
 }
 
-/// TLS by the web's roots for https URLs, plain TCP for http ones; HTTP/1.1 at least.
+/// TLS by the web's roots for https URLs, plain TCP for http ones, HTTP/1.1 offered (HTTP/2 is the caller's
+/// to add).
 fn tls_or_plain() -> hyper_rustls::HttpsConnectorBuilder<WantsProtocols2> {
     hyper_rustls::HttpsConnectorBuilder::new()
         .with_webpki_roots()
@@ -253,8 +254,8 @@ mod tests {
 
     use super::*;
 
-    /// An HTTP server answering `{}` to everything, and how many connections it accepted.
-    async fn counting_server() -> (Uri, Arc<AtomicUsize>) {
+    /// An HTTP server answering `body` to everything, and how many connections it accepted.
+    async fn counting_server(body: &'static [u8]) -> (Uri, Arc<AtomicUsize>) {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let uri = format!("http://{}/", listener.local_addr().unwrap());
         let accepted = Arc::new(AtomicUsize::new(0));
@@ -262,8 +263,8 @@ mod tests {
         tokio::spawn(async move {
             while let Ok((stream, _)) = listener.accept().await {
                 count.fetch_add(1, Ordering::SeqCst);
-                let answer = service_fn(|_| async {
-                    Ok::<_, Infallible>(Response::new(Full::new(Bytes::from_static(b"{}"))))
+                let answer = service_fn(move |_| async move {
+                    Ok::<_, Infallible>(Response::new(Full::new(Bytes::from_static(body))))
                 });
                 tokio::spawn(http1::Builder::new().serve_connection(TokioIo::new(stream), answer));
             }
@@ -347,6 +348,52 @@ mod tests {
         }
     }
 
+    #[tokio::test]
+    async fn an_empty_answer_left_unread_leaves_its_connection_reusable() {
+        let (uri, accepted) = counting_server(b"").await;
+        let upstream = Upstream::new(uri, Vec::new(), Duration::from_secs(5));
+        for _ in 0..3 {
+            let answer = upstream.get(upstream.uri().clone(), "*/*").await.unwrap();
+            drop(answer);
+        }
+        assert_eq!(accepted.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test]
+    async fn a_stream_dropped_mid_way_closes_its_connection_to_the_agent() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (closed, seen_closed) = tokio::sync::oneshot::channel();
+        tokio::spawn(async move {
+            let (mut stream, _) = listener.accept().await.unwrap();
+            let mut buf = [0; 4096];
+            let _ = stream.read(&mut buf).await;
+            let head = "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n6\r\nfirst\n\r\n";
+            stream.write_all(head.as_bytes()).await.unwrap();
+            // The stream never ends: only the reader's leaving closes it.
+            while !matches!(stream.read(&mut buf).await, Ok(0) | Err(_)) {}
+            let _ = closed.send(());
+        });
+        let upstream = Upstream::new(
+            format!("http://{addr}/").parse().unwrap(),
+            Vec::new(),
+            Duration::from_secs(5),
+        );
+        let mut body = upstream
+            .get(upstream.uri().clone(), "*/*")
+            .await
+            .unwrap()
+            .into_body();
+        let first = body.frame().await.unwrap().unwrap().into_data().unwrap();
+        assert_eq!(first, "first\n");
+        drop(body);
+        tokio::time::timeout(Duration::from_secs(5), seen_closed)
+            .await
+            .expect("the agent sees the connection close within 5 s")
+            .unwrap();
+    }
+
     #[test]
     fn shown_urls_keep_no_query_and_no_user_info() {
         let uri: Uri = "https://user:pw@agent.example:8443/v1/run?api_key=secret&x=1"
@@ -375,7 +422,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_connection_is_reused_by_the_thread_that_opened_it_and_no_other() {
-        let (uri, accepted) = counting_server().await;
+        let (uri, accepted) = counting_server(b"{}").await;
         let upstream = Upstream::new(uri, Vec::new(), Duration::from_secs(5));
 
         fetch(&upstream).await;

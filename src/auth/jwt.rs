@@ -2,9 +2,9 @@
 //! the token's `tenant_claim`. Checked: the signature (an allowed asymmetric algorithm, the key of the token's
 //! `kid`), `exp` and `nbf` with [`LEEWAY_SECONDS`] of clock skew, `iss` and `aud`.
 //!
-//! Keys come from `public_key` or from `jwks_url`, fetched on first use with the client the outbounds use (src/upstream.rs)
-//! and again when a token names a `kid` the cached set lacks, at most once per `jwks_refresh`. A key set that
-//! cannot be fetched refuses with 503 (the token could be good), never admits.
+//! Keys come from `public_key` or from `jwks_url`, fetched on first use with the client the outbounds use
+//! (src/upstream.rs) and again when a token names a `kid` the cached set lacks, at most once per
+//! `jwks_refresh`. A key set that cannot be fetched refuses with 503 (the token could be good), never admits.
 
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};

@@ -10,7 +10,7 @@
 //! Connections speak HTTP/1.1 only: an agent's stream needs its own connection anyway, and sharing an
 //! HTTP/2 connection between streams would need the task of its own this module removes.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, VecDeque};
 use std::future::{poll_fn, Future};
 use std::pin::Pin;
@@ -25,11 +25,12 @@ use http::{HeaderValue, Request, Response, Uri};
 use http_body::{Body, Frame, SizeHint};
 use http_body_util::Full;
 use hyper::body::Incoming;
-use hyper::client::conn::http1;
+use hyper::client::conn::{http1, TrySendError};
 use hyper_rustls::{HttpsConnector, MaybeHttpsStream};
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
+use tokio::runtime::{Handle, RuntimeFlavor};
 use tower_service::Service;
 
 /// How many bytes one read from an upstream connection takes at most.
@@ -40,8 +41,11 @@ const READ_BUFFER: usize = 4096;
 const IDLE_PER_ORIGIN: usize = 64;
 /// How long an idle connection is kept.
 const IDLE_TIMEOUT: Duration = Duration::from_secs(90);
+/// How often a thread lets go of the idle connections its agents closed (Node and uvicorn servers close
+/// theirs after 5 s) or that timed out, whatever their pool: nothing reads an idle connection meanwhile.
+const SWEEP_EVERY: Duration = Duration::from_secs(5);
 
-type Connection = http1::Connection<MaybeHttpsStream<TokioIo<TcpStream>>, Full<Bytes>>;
+type Http1Connection = http1::Connection<MaybeHttpsStream<TokioIo<TcpStream>>, Full<Bytes>>;
 type Sender = http1::SendRequest<Full<Bytes>>;
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -56,47 +60,50 @@ thread_local! {
     /// This thread's idle connections, oldest first. A connection is reused only by the thread that opened
     /// it: its socket is registered with that thread's runtime (src/workers.rs).
     static IDLE: RefCell<HashMap<PoolKey, VecDeque<Idle>>> = RefCell::new(HashMap::new());
+    /// Whether this thread's sweeper runs.
+    static SWEEPING: Cell<bool> = const { Cell::new(false) };
 }
 
-/// A connection and the means to send on it.
-struct Driven {
+/// A connection to an agent and the means to send on it: in use while a body drives it, or idle in its
+/// thread's pool.
+struct PooledConnection {
     key: PoolKey,
     sender: Sender,
-    connection: Connection,
+    connection: Http1Connection,
     opened_by: ThreadId,
 }
 
 struct Idle {
-    driven: Driven,
+    connection: PooledConnection,
     since: Instant,
 }
 
-impl Driven {
+impl PooledConnection {
     /// Back to the pool of the thread that opened it, for the next request.
     fn release(self) {
         if self.opened_by != thread::current().id() {
             return;
         }
-        IDLE.with_borrow_mut(|idle| {
+        // A body dropped while its thread ends finds the pool gone: the connection closes.
+        let pooled = IDLE.try_with(|idle| {
+            let mut idle = idle.borrow_mut();
             let connections = idle.entry(self.key.clone()).or_default();
-            // Oldest first: those past their time go, and the oldest makes room.
-            let expired = connections
-                .iter()
-                .take_while(|idle| idle.since.elapsed() >= IDLE_TIMEOUT)
-                .count();
-            connections.drain(..expired);
             if connections.len() == IDLE_PER_ORIGIN {
                 connections.pop_front();
             }
             connections.push_back(Idle {
-                driven: self,
+                connection: self,
                 since: Instant::now(),
             });
         });
+        if pooled.is_ok() {
+            start_sweeping();
+        }
     }
 
-    /// Lets the connection read what the agent sent (a close, say) without waiting for the socket.
-    fn still_open(&mut self) -> bool {
+    /// Whether the connection can take a request now. It reads what the agent sent while it was idle (a
+    /// close, say) without waiting for the socket.
+    fn reusable(&mut self) -> bool {
         let mut cx = Context::from_waker(Waker::noop());
         Pin::new(&mut self.connection).poll(&mut cx).is_pending() && self.sender.is_ready()
     }
@@ -104,21 +111,63 @@ impl Driven {
 
 impl Idle {
     fn usable(&mut self) -> bool {
-        self.since.elapsed() < IDLE_TIMEOUT && self.driven.still_open()
+        self.since.elapsed() < IDLE_TIMEOUT && self.connection.reusable()
     }
 }
 
 /// The most recently used idle connection to `key` that is still usable.
-fn take_idle(key: &PoolKey) -> Option<Driven> {
+fn take_idle(key: &PoolKey) -> Option<PooledConnection> {
     IDLE.with_borrow_mut(|idle| {
         let connections = idle.get_mut(key)?;
         while let Some(mut candidate) = connections.pop_back() {
             if candidate.usable() {
-                return Some(candidate.driven);
+                return Some(candidate.connection);
             }
         }
         None
     })
+}
+
+/// Starts this thread's sweeper, unless it runs: every [`SWEEP_EVERY`] it drops the idle connections that are
+/// closed or too old, until none is left. Only on a single-threaded runtime, whose tasks stay on this
+/// thread (the serving threads'); elsewhere a connection is checked when a request would take it.
+fn start_sweeping() {
+    let Ok(runtime) = Handle::try_current() else {
+        return;
+    };
+    if SWEEPING.get() || runtime.runtime_flavor() != RuntimeFlavor::CurrentThread {
+        return;
+    }
+    SWEEPING.set(true);
+    runtime.spawn(async {
+        // Also when the runtime drops the task at its end.
+        let _stopped = Sweeping;
+        loop {
+            tokio::time::sleep(SWEEP_EVERY).await;
+            if !sweep() {
+                return;
+            }
+        }
+    });
+}
+
+/// Drops the idle connections that are closed or too old; false when none is left.
+fn sweep() -> bool {
+    IDLE.with_borrow_mut(|idle| {
+        idle.retain(|_, connections| {
+            connections.retain_mut(Idle::usable);
+            !connections.is_empty()
+        });
+        !idle.is_empty()
+    })
+}
+
+struct Sweeping;
+
+impl Drop for Sweeping {
+    fn drop(&mut self) {
+        SWEEPING.set(false);
+    }
 }
 
 /// Opens connections to one upstream's origins and reuses them.
@@ -131,6 +180,8 @@ pub(super) struct Connections {
 /// Why a request got no answer.
 #[derive(Debug, thiserror::Error)]
 pub(super) enum SendError {
+    #[error("{0} is not an absolute URL")]
+    NotAbsolute(Uri),
     #[error("connecting failed: {0}")]
     Connect(BoxError),
     #[error(transparent)]
@@ -143,18 +194,22 @@ impl Connections {
     }
 
     /// Sends `request` (its URI absolute) on an idle connection to its origin, or on a new one, and returns
-    /// the head of the answer. A request an idle connection could not take (the agent had closed it) goes on
-    /// a new connection; one it took is never sent twice.
+    /// the head of the answer. A request that an idle connection turned out unable to take (closed before
+    /// the request went out) goes on a new connection; one that went out is never sent twice, and fails if
+    /// the agent closed the connection meanwhile.
     pub(super) async fn send(
         &self,
         request: Request<Full<Bytes>>,
     ) -> Result<Response<UpstreamBody>, SendError> {
         let uri = request.uri().clone();
+        let (Some(origin), Some(host)) = (origin(&uri), host(&uri)) else {
+            return Err(SendError::NotAbsolute(uri));
+        };
         let key = PoolKey {
             pool: self.pool,
-            origin: origin(&uri),
+            origin,
         };
-        let request = origin_form(request);
+        let request = origin_form(request, host);
         let request = match take_idle(&key) {
             Some(idle) => match exchange(idle, request).await {
                 Ok(answer) => return Ok(answer),
@@ -171,7 +226,7 @@ impl Connections {
             .map_err(|e| e.into_error().into())
     }
 
-    async fn connect(&self, key: PoolKey, uri: Uri) -> Result<Driven, SendError> {
+    async fn connect(&self, key: PoolKey, uri: Uri) -> Result<PooledConnection, SendError> {
         let mut connector = self.connector.clone();
         poll_fn(|cx| connector.poll_ready(cx))
             .await
@@ -181,7 +236,7 @@ impl Connections {
             .read_buf_exact_size(Some(READ_BUFFER))
             .handshake(io)
             .await?;
-        Ok(Driven {
+        Ok(PooledConnection {
             key,
             sender,
             connection,
@@ -190,46 +245,52 @@ impl Connections {
     }
 }
 
-/// Sends `request` on `driven`, driving the connection until the answer's head arrived.
+/// Sends `request` on `pooled`, driving the connection until the answer's head arrived.
 async fn exchange(
-    mut driven: Driven,
+    mut pooled: PooledConnection,
     request: Request<Full<Bytes>>,
-) -> Result<Response<UpstreamBody>, hyper::client::conn::TrySendError<Request<Full<Bytes>>>> {
-    let mut answer = std::pin::pin!(driven.sender.try_send_request(request));
-    let mut connection = Some(driven.connection);
-    let head = poll_fn(|cx| loop {
-        if let Poll::Ready(head) = answer.as_mut().poll(cx) {
-            return Poll::Ready(head);
+) -> Result<Response<UpstreamBody>, TrySendError<Request<Full<Bytes>>>> {
+    let mut answer = std::pin::pin!(pooled.sender.try_send_request(request));
+    let mut connection = Some(pooled.connection);
+    // The connection first: it writes the request and reads the head, which the answer then holds.
+    let head = poll_fn(|cx| {
+        if let Some(open) = connection.as_mut() {
+            if let Poll::Ready(ended) = Pin::new(open).poll(cx) {
+                ended_early(ended);
+                // Dropped, it fails the answer if nothing did yet.
+                connection = None;
+            }
         }
-        let Some(open) = connection.as_mut() else {
-            return Poll::Pending;
-        };
-        if Pin::new(open).poll(cx).is_pending() {
-            return Poll::Pending;
-        }
-        // The connection ended: the answer now says how.
-        connection = None;
+        answer.as_mut().poll(cx)
     })
     .await?;
-    let driven = connection.map(|connection| Driven {
+    let pooled = connection.map(|connection| PooledConnection {
         connection,
-        ..driven
+        ..pooled
     });
-    Ok(head.map(|incoming| UpstreamBody { incoming, driven }))
+    Ok(head.map(|incoming| UpstreamBody { incoming, pooled }))
+}
+
+/// Notes why a connection ended while its answer was still due: the answer's own error says less.
+fn ended_early(ended: hyper::Result<()>) {
+    if let Err(error) = ended {
+        tracing::debug!("an upstream connection ended: {error}");
+    }
 }
 
 /// The body of an upstream's answer. Reading it drives its connection, which goes back to the pool once the
 /// body ended; dropping it earlier closes the connection, which tells the agent the reader went away.
 pub struct UpstreamBody {
     incoming: Incoming,
-    driven: Option<Driven>,
+    /// While the body still needs it.
+    pooled: Option<PooledConnection>,
 }
 
 impl std::fmt::Debug for UpstreamBody {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("UpstreamBody")
             .field("incoming", &self.incoming)
-            .field("driven", &self.driven.is_some())
+            .field("connected", &self.pooled.is_some())
             .finish()
     }
 }
@@ -241,27 +302,19 @@ impl UpstreamBody {
     ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
         let polled = Pin::new(&mut self.incoming).poll_frame(cx);
         match &polled {
-            Poll::Ready(None) => {
-                if let Some(driven) = self.driven.take() {
-                    driven.release();
-                }
-            }
-            Poll::Ready(Some(Err(_))) => self.driven = None,
+            Poll::Ready(None) => self.release(),
+            Poll::Ready(Some(Err(_))) => self.pooled = None,
             _ => {}
         }
         polled
     }
 
-    /// Lets the connection read from its socket and hand the body what arrived. False when there is no
-    /// connection to drive (it ended, and the body heard how).
-    fn drive(&mut self, cx: &mut Context<'_>) -> bool {
-        let Some(driven) = &mut self.driven else {
-            return false;
-        };
-        if Pin::new(&mut driven.connection).poll(cx).is_ready() {
-            self.driven = None;
+    fn release(&mut self) {
+        if let Some(mut pooled) = self.pooled.take() {
+            if pooled.reusable() {
+                pooled.release();
+            }
         }
-        true
     }
 }
 
@@ -275,10 +328,20 @@ impl Body for UpstreamBody {
     ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
         let this = self.get_mut();
         // Polling the body first tells the connection it may read on.
-        match this.poll_incoming(cx) {
-            Poll::Pending if this.drive(cx) => this.poll_incoming(cx),
-            polled => polled,
+        if let Poll::Ready(frame) = this.poll_incoming(cx) {
+            return Poll::Ready(frame);
         }
+        let Some(pooled) = &mut this.pooled else {
+            return Poll::Pending;
+        };
+        // The connection reads what the socket has and hands the body the next frame of it, or waits for
+        // the socket (woken through `cx`).
+        if let Poll::Ready(ended) = Pin::new(&mut pooled.connection).poll(cx) {
+            ended_early(ended);
+            // Dropped, it ends the body if nothing did yet.
+            this.pooled = None;
+        }
+        this.poll_incoming(cx)
     }
 
     fn is_end_stream(&self) -> bool {
@@ -290,26 +353,38 @@ impl Body for UpstreamBody {
     }
 }
 
-/// `scheme://authority` of an absolute URI.
-fn origin(uri: &Uri) -> String {
-    format!(
-        "{}://{}",
-        uri.scheme_str().unwrap_or("http"),
-        uri.authority().map_or("", |authority| authority.as_str())
-    )
-}
-
-/// The request as HTTP/1.1 sends it to an origin server: its path and query, and the host in `Host`.
-fn origin_form(mut request: Request<Full<Bytes>>) -> Request<Full<Bytes>> {
-    if let Some(authority) = request.uri().authority() {
-        let host = authority
-            .as_str()
-            .rsplit_once('@')
-            .map_or(authority.as_str(), |(_, host)| host);
-        if let Ok(host) = HeaderValue::from_str(host) {
-            request.headers_mut().entry(HOST).or_insert(host);
+impl Drop for UpstreamBody {
+    /// A body read to its end (whose reader stopped at its length, or had none to read) leaves its
+    /// connection reusable; otherwise the connection closes with it.
+    fn drop(&mut self) {
+        if self.incoming.is_end_stream() {
+            self.release();
         }
     }
+}
+
+/// `scheme://authority` of an absolute URI.
+fn origin(uri: &Uri) -> Option<String> {
+    Some(format!("{}://{}", uri.scheme_str()?, uri.authority()?))
+}
+
+/// What `Host` says for `uri`: its host, and its port unless the scheme's default (no user info).
+fn host(uri: &Uri) -> Option<HeaderValue> {
+    let host = uri.host()?;
+    let default_port = match uri.scheme_str() {
+        Some("https") => 443,
+        _ => 80,
+    };
+    let host = match uri.port_u16() {
+        Some(port) if port != default_port => format!("{host}:{port}"),
+        _ => host.to_owned(),
+    };
+    HeaderValue::from_str(&host).ok()
+}
+
+/// The request as HTTP/1.1 sends it to an origin server: its path and query, and `host` in `Host`.
+fn origin_form(mut request: Request<Full<Bytes>>, host: HeaderValue) -> Request<Full<Bytes>> {
+    request.headers_mut().entry(HOST).or_insert(host);
     let path = request
         .uri()
         .path_and_query()
@@ -317,4 +392,68 @@ fn origin_form(mut request: Request<Full<Bytes>>) -> Request<Full<Bytes>> {
         .unwrap_or_else(|| PathAndQuery::from_static("/"));
     *request.uri_mut() = Uri::from(path);
     request
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use http_body_util::BodyExt;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::sync::Notify;
+
+    use super::*;
+
+    fn host_of(uri: &str) -> String {
+        let host = host(&uri.parse().unwrap()).unwrap();
+        host.to_str().unwrap().to_owned()
+    }
+
+    #[test]
+    fn host_names_a_port_only_when_it_is_not_the_schemes_own() {
+        assert_eq!(host_of("https://agent.example:443/run"), "agent.example");
+        assert_eq!(host_of("http://agent.example:80/run"), "agent.example");
+        assert_eq!(host_of("http://agent.example:443/run"), "agent.example:443");
+        assert_eq!(
+            host_of("https://user:pw@agent.example:8443/"),
+            "agent.example:8443"
+        );
+        assert_eq!(host_of("http://[::1]:9001/"), "[::1]:9001");
+    }
+
+    fn idle_connections() -> usize {
+        IDLE.with_borrow(|idle| idle.values().map(VecDeque::len).sum())
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_sweeper_lets_go_of_a_connection_the_agent_closed() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let close = Arc::new(Notify::new());
+        let closing = Arc::clone(&close);
+        tokio::spawn(async move {
+            let (mut stream, _) = listener.accept().await.unwrap();
+            let mut buf = [0; 4096];
+            let _ = stream.read(&mut buf).await;
+            let answer = "HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}";
+            stream.write_all(answer.as_bytes()).await.unwrap();
+            closing.notified().await;
+        });
+        let connections = Connections::new(
+            u64::MAX,
+            super::super::tls_or_plain().wrap_connector(HttpConnector::new()),
+        );
+        let request = Request::get(format!("http://{addr}/"))
+            .body(Full::new(Bytes::new()))
+            .unwrap();
+        let answer = connections.send(request).await.unwrap();
+        answer.into_body().collect().await.unwrap();
+        assert_eq!(idle_connections(), 1, "idle in the pool");
+
+        close.notify_one();
+        // The close reaches the socket (real time), then the sweeper's turn comes (paused time).
+        std::thread::sleep(Duration::from_millis(100));
+        tokio::time::sleep(SWEEP_EVERY * 2).await;
+        assert_eq!(idle_connections(), 0, "swept");
+    }
 }
