@@ -464,29 +464,17 @@ pub const HEARTBEAT: Duration = Duration::from_secs(15);
 /// Once [`SseBody`] holds this many bytes it hands them on, more being ready or not.
 const MAX_GATHERED_BYTES: usize = 64 * 1024;
 
-/// The most turns of its thread one batch of [`SseBody`] waits, however much keeps coming: an agent that
-/// never pauses still sees its events leave every few dozen. Each turn brings about one upstream chunk, and
-/// one read of an unpaced agent's stream held about 45 (benches/RESULTS.md, issue 22).
-const MAX_TURNS: u8 = 64;
-
-/// How many turns of its thread [`SseBody`] lets pass, finding nothing new, before it hands on what it
-/// gathered. Events may come from another task (an A2A task's runner, a CMDC run, a run that outlives its
-/// client), and one turn seldom brings the next: with one, an unpaced agent's events still left one write
-/// each; with two, about one write per upstream read, and the proxy's CPU per event fell threefold
-/// (benches/RESULTS.md, issue 22; measured while the agent's connection still had a task of its own).
-const LOOKS_AGAIN: u8 = 2;
-
 pin_project_lite::pin_project! {
     /// An SSE response body: the frames of `frames`, and a `: ping` comment after `heartbeat` of silence
     /// (the timer restarts with every real frame). Ends when `frames` ends.
     ///
-    /// Frames that are ready together leave together: when `frames` has nothing more, the body looks again
-    /// after the other tasks of its thread had their turn (the one feeding `frames`, where another task
-    /// does), [`LOOKS_AGAIN`] times, and only then hands what it gathered to hyper,
-    /// which writes it in one go. A frame that stays alone goes out after those turns, never after a timer;
-    /// a batch waits [`MAX_TURNS`] at most, and holds [`MAX_GATHERED_BYTES`] (and the frame that crossed it).
-    /// An agent that sends many events per read so costs one write per read, as through a pass-through
-    /// proxy, instead of one per event.
+    /// Frames that are ready together leave together: the body takes every frame `frames` has ready and hands
+    /// them to hyper as one, which writes them in one go, up to [`MAX_GATHERED_BYTES`] (and the frame that
+    /// crossed it). An agent that sends many events per read so costs one write per read, as through a
+    /// pass-through proxy, instead of one per event. A frame never waits for another: the body hands on what
+    /// it has as soon as `frames` has nothing more (benches/RESULTS.md §0g: waiting a few turns of the
+    /// thread for more cost latency under load and saved no CPU once the agent's connection is read in the
+    /// client's task).
     ///
     /// The ping keeps proxies and load balancers from closing a connection that is only waiting
     /// for a slow model or a human decision.
@@ -498,9 +486,6 @@ pin_project_lite::pin_project! {
         heartbeat: Duration,
         ping: Bytes,
         gathered: Gathered,
-        // The turns the batch waited so far, and those since it gathered its last frame.
-        turns: u8,
-        fruitless_turns: u8,
         done: bool,
     }
 }
@@ -563,8 +548,6 @@ impl<S: Stream<Item = Bytes>> SseBody<S> {
             heartbeat,
             ping: Bytes::from_static(PING),
             gathered: Gathered::default(),
-            turns: 0,
-            fruitless_turns: 0,
             done: false,
         }
     }
@@ -588,29 +571,18 @@ impl<S: Stream<Item = Bytes>> Body for SseBody<S> {
         while !*this.done && this.gathered.len() < MAX_GATHERED_BYTES {
             // Real frames win over a ping that is due at the same moment.
             match this.frames.as_mut().poll_next(cx) {
-                Poll::Ready(Some(frame)) => {
-                    this.gathered.push(frame);
-                    *this.fruitless_turns = 0;
-                }
+                Poll::Ready(Some(frame)) => this.gathered.push(frame),
                 Poll::Ready(None) => *this.done = true,
                 Poll::Pending if this.gathered.is_empty() => {
                     ready!(this.idle.as_mut().poll(cx));
                     this.idle.as_mut().reset(Instant::now() + *this.heartbeat);
                     return Poll::Ready(Some(Ok(Frame::data(this.ping.clone()))));
                 }
-                Poll::Pending if *this.fruitless_turns < LOOKS_AGAIN && *this.turns < MAX_TURNS => {
-                    *this.fruitless_turns += 1;
-                    *this.turns += 1;
-                    cx.waker().wake_by_ref();
-                    return Poll::Pending;
-                }
                 Poll::Pending => break,
             }
         }
         let frame = this.gathered.take();
         if frame.is_some() {
-            *this.turns = 0;
-            *this.fruitless_turns = 0;
             this.idle.as_mut().reset(Instant::now() + *this.heartbeat);
         }
         Poll::Ready(frame.map(|frame| Ok(Frame::data(frame))))
@@ -1112,50 +1084,24 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn sse_body_looks_again_before_it_hands_a_frame_on() {
+    async fn sse_body_hands_what_it_gathered_on_as_soon_as_nothing_more_is_ready() {
         let (tx, rx) = mpsc::channel(8);
         let mut body = Box::pin(SseBody::new(channel_stream(rx), Duration::from_secs(3600)));
         tx.try_send(Bytes::from_static(b"data: 1\n\n")).unwrap();
-        // Nothing more is ready: the body asks to be polled again instead of handing the frame on...
-        assert_eq!(poll_once(&mut body), (Poll::Pending, true));
-        // ...and a frame that arrived meanwhile joins it, and the body looks again after it.
-        tx.try_send(Bytes::from_static(b"data: 2\n\n")).unwrap();
-        for _ in 0..LOOKS_AGAIN {
-            assert_eq!(poll_once(&mut body), (Poll::Pending, true));
-        }
-        let both = Bytes::from_static(b"data: 1\n\ndata: 2\n\n");
-        assert_eq!(poll_once(&mut body), (Poll::Ready(Some(both)), false));
+        let one = Bytes::from_static(b"data: 1\n\n");
+        assert_eq!(poll_once(&mut body), (Poll::Ready(Some(one)), false));
         // With nothing gathered, the body waits for the stream, not for itself.
         assert_eq!(poll_once(&mut body), (Poll::Pending, false));
     }
 
     #[tokio::test]
-    async fn sse_body_hands_a_large_batch_on_without_looking_again() {
+    async fn sse_body_hands_a_large_batch_on_while_more_is_ready() {
         let (tx, rx) = mpsc::channel(8);
         let mut body = Box::pin(SseBody::new(channel_stream(rx), Duration::from_secs(3600)));
         let large = Bytes::from(vec![b'x'; MAX_GATHERED_BYTES]);
         tx.try_send(large.clone()).unwrap();
         tx.try_send(Bytes::from_static(b"data: 2\n\n")).unwrap();
         assert_eq!(poll_once(&mut body), (Poll::Ready(Some(large)), false));
-    }
-
-    #[tokio::test]
-    async fn sse_body_hands_a_batch_on_after_its_most_turns_however_much_keeps_coming() {
-        // A frame on every other poll, forever: an agent that never pauses.
-        let mut ready = false;
-        let frames = futures_util::stream::poll_fn(move |_| {
-            ready = !ready;
-            match ready {
-                true => Poll::Ready(Some(Bytes::from_static(b"x"))),
-                false => Poll::Pending,
-            }
-        });
-        let mut body = Box::pin(SseBody::new(frames, Duration::from_secs(3600)));
-        for _ in 0..MAX_TURNS {
-            assert_eq!(poll_once(&mut body), (Poll::Pending, true));
-        }
-        let batch = Bytes::from(vec![b'x'; usize::from(MAX_TURNS) + 1]);
-        assert_eq!(poll_once(&mut body), (Poll::Ready(Some(batch)), false));
     }
 
     #[tokio::test]
