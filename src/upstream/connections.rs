@@ -5,7 +5,7 @@
 //! then costs two task turns, the connection's and the reader's. Here whoever reads the body drives the
 //! connection too ([`UpstreamBody`]), so a read from the socket and the events it carries are handled in one
 //! turn. An idle connection waits in its thread's pool, undriven, until a request takes it; it is checked
-//! then, and one the agent closed meanwhile is dropped.
+//! then and every few seconds by its thread's sweeper, and one the agent closed meanwhile is dropped.
 //!
 //! Connections speak HTTP/1.1 only: an agent's stream needs its own connection anyway, and sharing an
 //! HTTP/2 connection between streams would need the task of its own this module removes.
