@@ -272,6 +272,11 @@ mod tests {
         (uri.parse().unwrap(), accepted)
     }
 
+    /// An upstream at `url`, with no headers of its own.
+    fn upstream_at(url: &str) -> Upstream {
+        Upstream::new(url.parse().unwrap(), Vec::new(), Duration::from_secs(5))
+    }
+
     /// One whole request; its connection goes back to the calling thread's pool as its body ends.
     async fn fetch(upstream: &Upstream) {
         let response = upstream.get(upstream.uri().clone(), "*/*").await.unwrap();
@@ -319,11 +324,7 @@ mod tests {
     #[tokio::test]
     async fn a_request_names_its_path_and_host_as_http_1_1_has_them() {
         let (addr, _) = one_answer_server().await;
-        let upstream = Upstream::new(
-            format!("http://user:pw@{addr}/base").parse().unwrap(),
-            Vec::new(),
-            Duration::from_secs(5),
-        );
+        let upstream = upstream_at(&format!("http://user:pw@{addr}/base"));
         let card = upstream.join("/card?x=1").unwrap();
         let answer = upstream.get(card, "*/*").await.unwrap();
         let body = answer.into_body().collect().await.unwrap().to_bytes();
@@ -335,11 +336,7 @@ mod tests {
     #[tokio::test]
     async fn a_connection_the_agent_closed_while_idle_is_not_reused() {
         let (addr, accepted) = one_answer_server().await;
-        let upstream = Upstream::new(
-            format!("http://{addr}/").parse().unwrap(),
-            Vec::new(),
-            Duration::from_secs(5),
-        );
+        let upstream = upstream_at(&format!("http://{addr}/"));
         for turn in 1..=3 {
             fetch(&upstream).await;
             assert_eq!(accepted.load(Ordering::SeqCst), turn);
@@ -351,7 +348,7 @@ mod tests {
     #[tokio::test]
     async fn an_empty_answer_left_unread_leaves_its_connection_reusable() {
         let (uri, accepted) = counting_server(b"").await;
-        let upstream = Upstream::new(uri, Vec::new(), Duration::from_secs(5));
+        let upstream = upstream_at(&uri.to_string());
         for _ in 0..3 {
             let answer = upstream.get(upstream.uri().clone(), "*/*").await.unwrap();
             drop(answer);
@@ -375,11 +372,7 @@ mod tests {
             while !matches!(stream.read(&mut buf).await, Ok(0) | Err(_)) {}
             let _ = closed.send(());
         });
-        let upstream = Upstream::new(
-            format!("http://{addr}/").parse().unwrap(),
-            Vec::new(),
-            Duration::from_secs(5),
-        );
+        let upstream = upstream_at(&format!("http://{addr}/"));
         let mut body = upstream
             .get(upstream.uri().clone(), "*/*")
             .await
@@ -408,7 +401,7 @@ mod tests {
         let addr = listener.local_addr().unwrap();
         drop(listener);
         let uri: Uri = format!("http://{addr}/run?api_key=secret").parse().unwrap();
-        let upstream = Upstream::new(uri, Vec::new(), Duration::from_secs(5));
+        let upstream = upstream_at(&uri.to_string());
         let error = upstream
             .post_json(Bytes::from_static(b"{}"), "*/*")
             .await
@@ -423,7 +416,7 @@ mod tests {
     #[tokio::test]
     async fn a_connection_is_reused_by_the_thread_that_opened_it_and_no_other() {
         let (uri, accepted) = counting_server(b"{}").await;
-        let upstream = Upstream::new(uri, Vec::new(), Duration::from_secs(5));
+        let upstream = upstream_at(&uri.to_string());
 
         fetch(&upstream).await;
         fetch(&upstream).await;
