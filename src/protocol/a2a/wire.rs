@@ -4,8 +4,6 @@
 //! One set of types serves both directions. `null` is read as absent; absent optionals are never written;
 //! booleans the SDKs omit when false (`final`, `append`, `lastChunk`) default to false.
 
-use std::borrow::Cow;
-
 use serde::{Deserialize, Serialize};
 
 use crate::json::null_as_default;
@@ -72,52 +70,6 @@ pub struct RawResponse<R> {
     pub result: Option<R>,
     #[serde(default)]
     pub error: Option<JsonRpcError>,
-}
-
-impl RawResponse<StreamResult> {
-    /// Reads one response of a stream. `StreamResult` is untagged: serde would buffer the result and try
-    /// each variant in turn, formatting an error for every miss (an artifact chunk is the fourth variant: its
-    /// decoding cost 9 times an AG-UI event's). So the result's `kind` is read first, with a scan that keeps
-    /// nothing, and only that variant is parsed. Each variant's `kind` is typed, so this picks what the
-    /// untagged parse would; anything it does not settle (no or an unknown `kind`, a miss) takes the untagged
-    /// parse.
-    pub fn parse(data: &str) -> serde_json::Result<Self> {
-        let typed = match peek_kind(data).as_deref() {
-            Some("artifact-update") => parse_as(data, StreamResult::ArtifactUpdate),
-            Some("status-update") => parse_as(data, StreamResult::StatusUpdate),
-            Some("task") => parse_as(data, StreamResult::Task),
-            Some("message") => parse_as(data, StreamResult::Message),
-            _ => None,
-        };
-        typed.map_or_else(|| serde_json::from_str(data), Ok)
-    }
-}
-
-/// The `result.kind` of a response, if it has one.
-fn peek_kind(data: &str) -> Option<Cow<'_, str>> {
-    #[derive(Deserialize)]
-    struct Response<'a> {
-        #[serde(borrow)]
-        result: Option<Kind<'a>>,
-    }
-    #[derive(Deserialize)]
-    struct Kind<'a> {
-        #[serde(borrow)]
-        kind: Option<Cow<'a, str>>,
-    }
-    serde_json::from_str::<Response>(data).ok()?.result?.kind
-}
-
-/// The response with its result read as one variant; `None` when it is not that variant.
-fn parse_as<R: serde::de::DeserializeOwned>(
-    data: &str,
-    variant: fn(R) -> StreamResult,
-) -> Option<RawResponse<StreamResult>> {
-    let response = serde_json::from_str::<RawResponse<R>>(data).ok()?;
-    Some(RawResponse {
-        result: response.result.map(variant),
-        error: response.error,
-    })
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -225,7 +177,7 @@ pub enum MessageRole {
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "lowercase")]
+#[serde(tag = "kind", rename_all = "lowercase", try_from = "PartFields")]
 pub enum Part {
     Text {
         text: String,
@@ -250,6 +202,68 @@ impl Part {
             text: text.into(),
             metadata: None,
         }
+    }
+}
+
+/// Every member a [`Part`] may have. Read in one pass, then told apart by `kind`, wherever `kind` stands:
+/// serde's own reading of a tagged enum buffers the whole object first.
+#[derive(Deserialize)]
+struct PartFields {
+    kind: PartKind,
+    text: Option<String>,
+    file: Option<File>,
+    data: Option<Map<String, Value>>,
+    metadata: Option<Map<String, Value>>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "lowercase")]
+enum PartKind {
+    Text,
+    File,
+    Data,
+}
+
+impl TryFrom<PartFields> for Part {
+    type Error = MissingField;
+
+    fn try_from(fields: PartFields) -> Result<Self, MissingField> {
+        let PartFields {
+            kind,
+            text,
+            file,
+            data,
+            metadata,
+        } = fields;
+        Ok(match kind {
+            PartKind::Text => Part::Text {
+                text: required(text, "text")?,
+                metadata,
+            },
+            PartKind::File => Part::File {
+                file: required(file, "file")?,
+                metadata,
+            },
+            PartKind::Data => Part::Data {
+                data: required(data, "data")?,
+                metadata,
+            },
+        })
+    }
+}
+
+/// `value`, or the error naming the member `name` it came from.
+fn required<T>(value: Option<T>, name: &'static str) -> Result<T, MissingField> {
+    value.ok_or(MissingField(name))
+}
+
+/// A member the variant `kind` names must have, in serde's own words (`rpc` reads them).
+#[derive(Debug)]
+struct MissingField(&'static str);
+
+impl std::fmt::Display for MissingField {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "missing field `{}`", self.0)
     }
 }
 
@@ -425,12 +439,97 @@ pub enum ArtifactUpdateKind {
 
 /// What a `message/send` result or a stream event holds, told apart by `kind`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(untagged)]
+#[serde(untagged, try_from = "ResultFields")]
 pub enum StreamResult {
     Task(Task),
     Message(Message),
     StatusUpdate(TaskStatusUpdateEvent),
     ArtifactUpdate(TaskArtifactUpdateEvent),
+}
+
+/// Every member a [`StreamResult`] variant may have, read in one pass and then told apart by `kind`. serde's
+/// own reading of an untagged enum buffers the object and tries each variant in turn (an artifact chunk, the
+/// fourth, cost 9 times an AG-UI event); `kind` cannot be read first, as peers write it anywhere (sorted
+/// keys put it after `artifact`).
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ResultFields {
+    kind: ResultKind,
+    id: Option<String>,
+    task_id: Option<String>,
+    context_id: Option<String>,
+    status: Option<TaskStatus>,
+    #[serde(default, deserialize_with = "null_as_default")]
+    artifacts: Vec<Artifact>,
+    #[serde(default, deserialize_with = "null_as_default")]
+    history: Vec<Message>,
+    role: Option<MessageRole>,
+    message_id: Option<String>,
+    parts: Option<Vec<Part>>,
+    #[serde(default, deserialize_with = "null_as_default")]
+    reference_task_ids: Vec<String>,
+    artifact: Option<Artifact>,
+    #[serde(default, deserialize_with = "null_as_default")]
+    append: bool,
+    #[serde(default, deserialize_with = "null_as_default")]
+    last_chunk: bool,
+    #[serde(rename = "final", default, deserialize_with = "null_as_default")]
+    is_final: bool,
+    metadata: Option<Map<String, Value>>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "kebab-case")]
+enum ResultKind {
+    Task,
+    Message,
+    StatusUpdate,
+    ArtifactUpdate,
+}
+
+impl TryFrom<ResultFields> for StreamResult {
+    type Error = MissingField;
+
+    fn try_from(fields: ResultFields) -> Result<Self, MissingField> {
+        Ok(match fields.kind {
+            ResultKind::Task => StreamResult::Task(Task {
+                kind: TaskKind::Task,
+                id: required(fields.id, "id")?,
+                context_id: required(fields.context_id, "contextId")?,
+                status: required(fields.status, "status")?,
+                artifacts: fields.artifacts,
+                history: fields.history,
+                metadata: fields.metadata,
+            }),
+            ResultKind::Message => StreamResult::Message(Message {
+                kind: MessageKind::Message,
+                role: required(fields.role, "role")?,
+                message_id: required(fields.message_id, "messageId")?,
+                parts: required(fields.parts, "parts")?,
+                context_id: fields.context_id,
+                task_id: fields.task_id,
+                reference_task_ids: fields.reference_task_ids,
+                metadata: fields.metadata,
+            }),
+            ResultKind::StatusUpdate => StreamResult::StatusUpdate(TaskStatusUpdateEvent {
+                kind: StatusUpdateKind::StatusUpdate,
+                task_id: required(fields.task_id, "taskId")?,
+                context_id: required(fields.context_id, "contextId")?,
+                status: required(fields.status, "status")?,
+                is_final: fields.is_final,
+                metadata: fields.metadata,
+            }),
+            ResultKind::ArtifactUpdate => StreamResult::ArtifactUpdate(TaskArtifactUpdateEvent {
+                kind: ArtifactUpdateKind::ArtifactUpdate,
+                task_id: required(fields.task_id, "taskId")?,
+                context_id: required(fields.context_id, "contextId")?,
+                artifact: required(fields.artifact, "artifact")?,
+                append: fields.append,
+                last_chunk: fields.last_chunk,
+                metadata: fields.metadata,
+            }),
+        })
+    }
 }
 
 // --- Agent card ----------------------------------------------------------------------------------------------
@@ -483,4 +582,66 @@ pub struct AgentSkill {
         skip_serializing_if = "Vec::is_empty"
     )]
     pub examples: Vec<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn read<T: serde::de::DeserializeOwned>(value: Value) -> Result<T, String> {
+        serde_json::from_value(value).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn each_result_is_told_by_its_kind_wherever_kind_stands() {
+        let message = json!({"role": "agent", "parts": [{"text": "hi", "kind": "text"}],
+            "messageId": "m1", "taskId": "t1", "kind": "message"});
+        let results = [
+            json!({"id": "t1", "contextId": "c1", "status": {"state": "working"},
+                "history": [message], "kind": "task"}),
+            message.clone(),
+            json!({"taskId": "t1", "contextId": "c1", "final": true, "kind": "status-update",
+                "status": {"state": "input-required", "message": message}}),
+            json!({"append": true, "artifact": {"artifactId": "a1", "parts": [
+                    {"data": {"n": 1}, "kind": "data"},
+                    {"file": {"uri": "https://example.com/f"}, "kind": "file"}]},
+                "contextId": "c1", "kind": "artifact-update", "lastChunk": null, "taskId": "t1"}),
+        ];
+        let kinds: Vec<_> = results
+            .into_iter()
+            .map(|value| {
+                let result: StreamResult = read(value.clone()).unwrap();
+                // What is read is what was sent (`null` read as absent).
+                let mut sent = value;
+                sent.as_object_mut().unwrap().remove("lastChunk");
+                assert_eq!(serde_json::to_value(&result).unwrap(), sent);
+                std::mem::discriminant(&result)
+            })
+            .collect();
+        let distinct: std::collections::HashSet<_> = kinds.iter().collect();
+        assert_eq!(distinct.len(), 4, "four variants");
+    }
+
+    #[test]
+    fn a_result_or_part_without_a_member_its_kind_needs_names_it() {
+        let update = json!({"kind": "artifact-update", "taskId": "t1", "contextId": "c1"});
+        assert_eq!(
+            read::<StreamResult>(update).unwrap_err(),
+            "missing field `artifact`"
+        );
+        let task = json!({"kind": "task", "id": "t1", "status": {"state": "working"}});
+        assert_eq!(
+            read::<StreamResult>(task).unwrap_err(),
+            "missing field `contextId`"
+        );
+        assert_eq!(
+            read::<Part>(json!({"kind": "text", "data": {}})).unwrap_err(),
+            "missing field `text`"
+        );
+        let unknown = read::<StreamResult>(json!({"kind": "note", "taskId": "t1"})).unwrap_err();
+        assert!(unknown.starts_with("unknown variant `note`"), "{unknown}");
+        let untold = read::<Part>(json!({"text": "hi"})).unwrap_err();
+        assert_eq!(untold, "missing field `kind`");
+    }
 }

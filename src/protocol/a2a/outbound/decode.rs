@@ -98,11 +98,12 @@ impl Decoder {
         if data.trim().is_empty() {
             return Ok(false);
         }
-        let response = wire::RawResponse::<wire::StreamResult>::parse(data).map_err(|e| {
-            Error::upstream_malformed(format!(
-                "upstream sent something that is not an A2A 0.2.5 JSON-RPC response: {e}"
-            ))
-        })?;
+        let response = serde_json::from_str::<wire::RawResponse<wire::StreamResult>>(data)
+            .map_err(|e| {
+                Error::upstream_malformed(format!(
+                    "upstream sent something that is not an A2A 0.2.5 JSON-RPC response: {e}"
+                ))
+            })?;
         match response {
             wire::RawResponse {
                 error: Some(error), ..
@@ -422,7 +423,7 @@ impl Decoder {
             ..
         } = artifact;
         let (text, data) = split_parts(parts);
-        let shown = self.artifacts.entry(artifact_id.clone()).or_default();
+        let shown = self.shown_artifact(&artifact_id);
         let known = !shown.message_id.is_empty();
         if !known {
             shown.message_id = new_id("msg");
@@ -430,13 +431,13 @@ impl Decoder {
         if let Some(text) = text {
             if append || !known {
                 // Appending, or creating (an unknown artifact with `append`, as the seed vendor sends).
+                shown.text.push_str(&text);
                 if !text.is_empty() {
                     out.push(Event::TextDelta {
                         message_id: shown.message_id.clone(),
-                        delta: text.clone(),
+                        delta: text,
                     });
                 }
-                shown.text.push_str(&text);
             } else {
                 replace_text(shown, text, out);
             }
@@ -462,6 +463,16 @@ impl Decoder {
         }
     }
 
+    /// What the artifact `id` has shown so far (nothing, the first time).
+    fn shown_artifact(&mut self, id: &str) -> &mut ShownArtifact {
+        // Looked up before it is inserted: the id is copied once per artifact, not per chunk.
+        if !self.artifacts.contains_key(id) {
+            self.artifacts
+                .insert(id.to_owned(), ShownArtifact::default());
+        }
+        self.artifacts.get_mut(id).expect("inserted above")
+    }
+
     /// An artifact as a task shows it whole: only what was not shown yet.
     fn artifact_snapshot(
         &mut self,
@@ -470,10 +481,7 @@ impl Decoder {
         out: &mut Vec<Event>,
     ) {
         let (text, data) = split_parts(artifact.parts);
-        let shown = self
-            .artifacts
-            .entry(artifact.artifact_id.clone())
-            .or_default();
+        let shown = self.shown_artifact(&artifact.artifact_id);
         if shown.message_id.is_empty() {
             shown.message_id = new_id("msg");
         }
@@ -549,7 +557,10 @@ fn split_parts(parts: Vec<wire::Part>) -> (Option<String>, Vec<Part>) {
     let mut data = Vec::new();
     for part in parts {
         match part {
-            wire::Part::Text { text: t, .. } => text.get_or_insert_with(String::new).push_str(&t),
+            wire::Part::Text { text: t, .. } => match &mut text {
+                Some(text) => text.push_str(&t),
+                None => text = Some(t),
+            },
             other => data.push(part_from_wire(other)),
         }
     }
