@@ -17,6 +17,7 @@
 //! upstream). Measured numbers are in benches/RESULTS.md.
 
 use std::hint::black_box;
+use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
 use criterion::{criterion_group, criterion_main, BatchSize, BenchmarkId, Criterion, Throughput};
@@ -215,11 +216,13 @@ fn agentscope_encoder(turn: &Turn) -> agentscope::Encoder {
     agentscope::Encoder::new(turn, "session_bench", options, ())
 }
 
-/// The A2A inbound's `message/stream`: the task's results, each framed as a JSON-RPC response.
+/// The A2A inbound's `message/stream`: the task's results, each framed as a JSON-RPC response, written into
+/// one buffer as the client's stream writes them.
 struct A2aEncoder {
     encoder: a2a::Encoder,
-    request: a2a::wire::RequestId,
+    frames: a2a::ResultFrames,
     results: Vec<a2a::wire::StreamResult>,
+    buf: BytesMut,
 }
 
 impl A2aEncoder {
@@ -230,8 +233,9 @@ impl A2aEncoder {
                 "context_bench",
                 a2a::EncodeOptions::default(),
             ),
-            request: a2a::wire::RequestId::String("request_bench".to_owned()),
+            frames: a2a::ResultFrames(a2a::wire::RequestId::String("request_bench".to_owned())),
             results: Vec::new(),
+            buf: BytesMut::new(),
         }
     }
 }
@@ -239,10 +243,10 @@ impl A2aEncoder {
 impl Encode for A2aEncoder {
     fn encode(&mut self, event: Event) -> usize {
         self.encoder.encode(event, &mut self.results);
-        self.results
-            .drain(..)
-            .map(|result| black_box(a2a::result_frame(&self.request, &result)).len())
-            .sum()
+        for result in self.results.drain(..) {
+            self.frames.encode(Arc::new(result), &mut self.buf);
+        }
+        black_box(self.buf.split()).len()
     }
 }
 

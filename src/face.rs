@@ -302,14 +302,14 @@ fn fields<T: DeserializeOwned>() -> &'static [&'static str] {
 }
 
 /// An inbound's encoding of one run's canonical events (normalized: one `RunStarted` first, exactly one
-/// terminal event last).
-pub trait EventEncoder {
+/// terminal event last); or, with `I`, of the protocol's own items that a run was encoded into first.
+pub trait EventEncoder<I = Event> {
     /// Where the output goes: frames (`BytesMut`), or the protocol's wire items when the inbound keeps them
     /// for more than one reader (A2A tasks, CMDC runs).
     type Out;
 
     /// Appends what `event` is in the protocol (often one item; none for events it has no form for).
-    fn encode(&mut self, event: Event, out: &mut Self::Out);
+    fn encode(&mut self, event: I, out: &mut Self::Out);
 
     /// Appends what the end of the run's events says (nothing, once the terminal event was encoded).
     fn finish(&mut self, _out: &mut Self::Out) {}
@@ -322,8 +322,8 @@ const MAX_BATCH_BYTES: usize = 64 * 1024;
 /// buffer. It never waits for an event to fill a buffer: an event that is alone goes out alone.
 pub fn encode_frames<S, E>(events: S, encoder: E) -> EncodedFrames<S, E>
 where
-    S: Stream<Item = Event> + Unpin,
-    E: EventEncoder<Out = BytesMut> + Unpin,
+    S: Stream + Unpin,
+    E: EventEncoder<S::Item, Out = BytesMut> + Unpin,
 {
     EncodedFrames {
         events,
@@ -343,8 +343,8 @@ pub struct EncodedFrames<S, E> {
 
 impl<S, E> Stream for EncodedFrames<S, E>
 where
-    S: Stream<Item = Event> + Unpin,
-    E: EventEncoder<Out = BytesMut> + Unpin,
+    S: Stream + Unpin,
+    E: EventEncoder<S::Item, Out = BytesMut> + Unpin,
 {
     type Item = Bytes;
 

@@ -13,7 +13,7 @@ pub mod wire;
 pub use inbound::{EncodeOptions, Encoder, Inbound, Reader};
 pub use options::{InboundOptions, OutboundOptions};
 pub use outbound::{Decoder, Outbound};
-pub use rpc::result_frame;
+pub use rpc::ResultFrames;
 
 use std::sync::Arc;
 

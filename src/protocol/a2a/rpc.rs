@@ -1,12 +1,15 @@
 //! A2A inbound, the JSON-RPC 2.0 layer: the envelope checks, each answered with its own error code
 //! (`specs/a2a.md` §4.3), typed params with errors that name the field, and the response bytes.
 
+use std::sync::Arc;
+
 use bytes::{Bytes, BytesMut};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::Value;
 
-use super::wire::{self, code, RequestId, TaskState};
+use super::wire::{self, code, RequestId, StreamResult, TaskState};
+use crate::face::EventEncoder;
 use crate::sse;
 
 /// A JSON-RPC error to answer.
@@ -221,6 +224,18 @@ pub fn error_json(id: &RequestId, error: &RpcError) -> Vec<u8> {
 /// A result response as one SSE frame.
 pub fn result_frame<R: Serialize>(id: &RequestId, result: &R) -> Bytes {
     frame(&result_response(id, result))
+}
+
+/// The results of a stream, each a response to `id` in an SSE frame, written into the caller's buffer: every
+/// result that is ready goes out in one write ([`crate::face::encode_frames`]).
+pub struct ResultFrames(pub RequestId);
+
+impl EventEncoder<Arc<StreamResult>> for ResultFrames {
+    type Out = BytesMut;
+
+    fn encode(&mut self, result: Arc<StreamResult>, out: &mut BytesMut) {
+        sse::write_json_event(out, &result_response(&self.0, &*result));
+    }
 }
 
 /// An error response as one SSE frame.

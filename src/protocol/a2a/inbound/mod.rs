@@ -49,7 +49,7 @@ use tokio::sync::broadcast::error::RecvError;
 use tokio::sync::mpsc;
 
 use super::card::{self, CardTemplate, CardVersion};
-use super::rpc::{self, result_frame, Envelope, RpcError};
+use super::rpc::{self, result_frame, Envelope, ResultFrames, RpcError};
 use super::tasks::{
     self, Bounds, Cancel, Registry, Started, Subscription, CONTEXT_DOCUMENT, EVENTS_LOG,
 };
@@ -59,7 +59,7 @@ use crate::auth::{self, KeySources};
 use crate::body::{self, Body};
 use crate::config::RouteConfig;
 use crate::error::Error;
-use crate::face::{InboundFace, RequestDecoder};
+use crate::face::{encode_frames, InboundFace, RequestDecoder};
 use crate::model::{Event, History, Resume, ResumeStatus, Turn};
 use crate::mount::Mount;
 use crate::route_state::RouteState;
@@ -363,11 +363,11 @@ impl Inbound {
     {
         let (sender, mut receiver) = mpsc::channel::<Arc<StreamResult>>(EVENT_BUFFER);
         let accepted = self.accept(tenant, documents, params, start, Some(sender))?;
-        let first = result_frame(id, &StreamResult::Task(accepted.task));
-        let id = id.clone();
-        let rest = futures_util::stream::poll_fn(move |cx| receiver.poll_recv(cx))
-            .map(move |result| result_frame(&id, &*result));
-        Ok(futures_util::stream::once(ready(first)).chain(rest))
+        let first = Arc::new(StreamResult::Task(accepted.task));
+        let results = futures_util::stream::once(ready(first)).chain(
+            futures_util::stream::poll_fn(move |cx| receiver.poll_recv(cx)),
+        );
+        Ok(encode_frames(results, ResultFrames(id.clone())))
     }
 
     /// `tasks/cancel`: the canceled task. A paused task has no run to stop, but its upstream still waits for
