@@ -42,7 +42,8 @@
 //! fast as it is read) and `start` (200 streams starting together: the time to their first event). Each
 //! runs the proxy on one thread with a core of its own (nginx, one process, pinned to the same core), the
 //! agent and the clients on the other cores, and ends with a table of the proxy next to nginx and the HTTP
-//! relay.
+//! relay, with how far each one's memory grew during the step at its peak (the proxy's and the relay's
+//! live heap on their threads, nginx's RSS: sampled every 10 ms).
 //!
 //! Run: `cargo bench --bench proxy_latency`. Environment:
 //! - `BENCH_WORKLOAD=light|busy|unpaced|start` (the variables below but `BENCH_QUICK` still override its

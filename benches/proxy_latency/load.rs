@@ -1,6 +1,8 @@
 //! The load: concurrent client streams of one protocol against one server (the scripted agent directly, the
 //! relay, or the proxy), and what they saw; and the memory step, streams held open mid-run.
 
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use http_body_util::BodyExt;
@@ -188,6 +190,9 @@ pub struct StepResult {
     pub listen_overflows: Option<u64>,
     /// CPU time other processes on the machine used during the step: the contention measured.
     pub others_cpu: Option<Duration>,
+    /// The most the proxy's memory grew during the step, in bytes: the live heap of the proxy's threads, or
+    /// the RSS of process `proxy_process` (nginx), sampled every 10 ms.
+    pub memory_peak: Option<i64>,
 }
 
 /// One step: `streams` concurrent runs of `events` deltas against `target`. The CPU counted as the proxy's
@@ -206,6 +211,24 @@ pub async fn step(
     let others_before = system::others_cpu();
     let overflows_before = system::listen_overflows();
     let allocations_before = system::allocations();
+    let memory = move || match proxy_process {
+        Some(pid) => system::process_rss(pid).map(|bytes| bytes as i64),
+        None => Some(system::live_bytes()[system::PROXY]),
+    };
+    let memory_before = memory();
+    let memory_peak = Arc::new(AtomicI64::new(i64::MIN));
+    let sampler = tokio::spawn({
+        let peak = Arc::clone(&memory_peak);
+        async move {
+            let mut every = tokio::time::interval(Duration::from_millis(10));
+            loop {
+                every.tick().await;
+                if let Some(now) = memory() {
+                    peak.fetch_max(now, Ordering::Relaxed);
+                }
+            }
+        }
+    });
     let begin = Instant::now();
     let mut tasks = JoinSet::new();
     for n in 0..streams {
@@ -225,6 +248,7 @@ pub async fn step(
         allocations: [0; 3],
         listen_overflows: None,
         others_cpu: None,
+        memory_peak: None,
     };
     let deadline = tokio::time::Instant::now() + timeout;
     let mut deltas = Vec::with_capacity(streams * events);
@@ -243,6 +267,9 @@ pub async fn step(
         .map(|&(_, latency)| latency)
         .collect();
     result.wall = begin.elapsed();
+    sampler.abort();
+    result.memory_peak =
+        memory_before.map(|before| memory_peak.load(Ordering::Relaxed).max(before) - before);
     result.others_cpu = since(others_before, system::others_cpu());
     result.cpu = cpu_before
         .zip(system::runtime_cpu())

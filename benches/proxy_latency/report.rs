@@ -386,6 +386,7 @@ fn passthrough_figures(level: &Level) -> Value {
             "cpu": proxy_cpu_per_delta(r),
             "p50": added_latency(&level.direct, r, all_deltas, 50),
             "first_event_p50": added_latency(&level.direct, r, first_events, 50),
+            "memory_peak_kib": r.memory_peak.map(|bytes| bytes as f64 / 1024.0),
         })
     };
     json!({
@@ -402,11 +403,12 @@ pub fn passthrough_table(summaries: &[Value]) -> String {
     let _ = writeln!(
         out,
         "| Pair | Streams | Throughput / direct: proxy | nginx | HTTP relay | CPU per delta: proxy | nginx | \
-         HTTP relay | proxy ÷ nginx | Added p50: proxy | nginx | Added time to first event p50: proxy | nginx |"
+         HTTP relay | proxy ÷ nginx | Added p50: proxy | nginx | Added time to first event p50: proxy | nginx | \
+         Peak memory growth: proxy (live heap) | nginx (RSS) | HTTP relay (live heap) |"
     );
     let _ = writeln!(
         out,
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
     );
     for s in summaries {
         let figures = &s["passthrough"];
@@ -421,7 +423,7 @@ pub fn passthrough_table(summaries: &[Value]) -> String {
             .map_or("–".to_owned(), |(p, n)| format!("{:.2}×", p / n));
         let _ = writeln!(
             out,
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {cpu_ratio} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {cpu_ratio} | {} | {} | {} | {} | {} | {} | {} |",
             s["pair"].as_str().unwrap_or("?"),
             s["streams"],
             show("proxy", "throughput", "×", 2),
@@ -434,6 +436,9 @@ pub fn passthrough_table(summaries: &[Value]) -> String {
             show("nginx", "p50", " µs", 0),
             show("proxy", "first_event_p50", " µs", 0),
             show("nginx", "first_event_p50", " µs", 0),
+            show("proxy", "memory_peak_kib", " KiB", 0),
+            show("nginx", "memory_peak_kib", " KiB", 0),
+            show("http_relay", "memory_peak_kib", " KiB", 0),
         );
     }
     out

@@ -164,16 +164,25 @@ pub fn allocations() -> [u64; 3] {
 // /proc
 
 /// The process's resident set size (`VmRSS`), in bytes.
-#[cfg(target_os = "linux")]
 pub fn rss_bytes() -> Option<u64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    vm_rss("/proc/self/status")
+}
+
+/// Process `pid`'s resident set size, in bytes.
+pub fn process_rss(pid: u32) -> Option<u64> {
+    vm_rss(&format!("/proc/{pid}/status"))
+}
+
+#[cfg(target_os = "linux")]
+fn vm_rss(status: &str) -> Option<u64> {
+    let status = std::fs::read_to_string(status).ok()?;
     let line = status.lines().find(|line| line.starts_with("VmRSS:"))?;
     let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kib * 1024)
 }
 
 #[cfg(not(target_os = "linux"))]
-pub fn rss_bytes() -> Option<u64> {
+fn vm_rss(_status: &str) -> Option<u64> {
     None
 }
 
