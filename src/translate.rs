@@ -696,13 +696,13 @@ impl RunContext {
         }
     }
 
-    /// Emits one event toward the client. Fails with a cancelled error once the client went away, so an
-    /// outbound can stop with `?`.
     /// Counts `bytes` more of the agent's answer read.
     pub fn read_from_upstream(&mut self, bytes: u64) {
         self.upstream_bytes += bytes;
     }
 
+    /// Emits one event toward the client. Fails with a cancelled error once the client went away, so an
+    /// outbound can stop with `?`.
     pub async fn emit(&mut self, event: Event) -> Result<()> {
         self.events_in.count(&event);
         self.first_event.get_or_insert_with(Instant::now);
