@@ -397,7 +397,7 @@ impl Usage {
     fn now() -> Usage {
         let pid = PROXY_PID.get().copied().unwrap_or(0);
         Usage {
-            rss: rss_bytes(pid),
+            rss: system::process_rss(pid).unwrap_or(0),
             fds: open_descriptors(pid),
         }
     }
@@ -416,16 +416,6 @@ impl std::fmt::Display for Usage {
 
 fn mib(bytes: i64) -> f64 {
     bytes as f64 / (1 << 20) as f64
-}
-
-/// The resident set size (`VmRSS`) of process `pid`, in bytes (0 where `/proc` does not tell).
-fn rss_bytes(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let kib = status
-        .lines()
-        .find_map(|line| line.strip_prefix("VmRSS:"))
-        .and_then(|rest| rest.split_whitespace().next()?.parse::<u64>().ok());
-    kib.unwrap_or(0) * 1024
 }
 
 /// Descriptors process `pid` has open (0 where `/proc` does not tell).

@@ -315,18 +315,19 @@ pub trait EventEncoder<I = Event> {
     fn finish(&mut self, _out: &mut Self::Out) {}
 }
 
-/// The largest buffer [`encode_frames`] fills before it hands it on, even with more events ready.
+/// The largest buffer [`encode_frames`] fills before it hands it on, even with more items ready.
 const MAX_BATCH_BYTES: usize = 64 * 1024;
 
-/// The frames of a run: `events` through `encoder`, every event already waiting encoded into one frame
-/// buffer. It never waits for an event to fill a buffer: an event that is alone goes out alone.
-pub fn encode_frames<S, E>(events: S, encoder: E) -> EncodedFrames<S, E>
+/// The frames of a run: its `items` (canonical events, or the protocol's own results) through `encoder`,
+/// every item already waiting encoded into one frame buffer. It never waits for an item to fill a buffer: an
+/// item that is alone goes out alone.
+pub fn encode_frames<S, E>(items: S, encoder: E) -> EncodedFrames<S, E>
 where
     S: Stream + Unpin,
     E: EventEncoder<S::Item, Out = BytesMut> + Unpin,
 {
     EncodedFrames {
-        events,
+        items,
         encoder,
         buf: BytesMut::new(),
         ended: false,
@@ -335,7 +336,7 @@ where
 
 /// The stream [`encode_frames`] returns.
 pub struct EncodedFrames<S, E> {
-    events: S,
+    items: S,
     encoder: E,
     buf: BytesMut,
     ended: bool,
@@ -351,8 +352,8 @@ where
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Bytes>> {
         let this = self.get_mut();
         while !this.ended && this.buf.len() < MAX_BATCH_BYTES {
-            match Pin::new(&mut this.events).poll_next(cx) {
-                Poll::Ready(Some(event)) => this.encoder.encode(event, &mut this.buf),
+            match Pin::new(&mut this.items).poll_next(cx) {
+                Poll::Ready(Some(item)) => this.encoder.encode(item, &mut this.buf),
                 Poll::Ready(None) => {
                     this.encoder.finish(&mut this.buf);
                     this.ended = true;

@@ -217,10 +217,14 @@ pub async fn step(
     };
     let memory_before = memory();
     let memory_peak = Arc::new(AtomicI64::new(i64::MIN));
-    let sampler = tokio::spawn({
+    // Dropped, and so stopped, when the step ends, however it ends.
+    let mut sampler = JoinSet::new();
+    sampler.spawn({
         let peak = Arc::clone(&memory_peak);
         async move {
             let mut every = tokio::time::interval(Duration::from_millis(10));
+            // A busy clients' thread skips samples rather than taking several back to back.
+            every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
             loop {
                 every.tick().await;
                 if let Some(now) = memory() {
@@ -267,7 +271,7 @@ pub async fn step(
         .map(|&(_, latency)| latency)
         .collect();
     result.wall = begin.elapsed();
-    sampler.abort();
+    sampler.abort_all();
     result.memory_peak =
         memory_before.map(|before| memory_peak.load(Ordering::Relaxed).max(before) - before);
     result.others_cpu = since(others_before, system::others_cpu());

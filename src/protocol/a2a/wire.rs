@@ -206,7 +206,8 @@ impl Part {
 }
 
 /// Every member a [`Part`] may have. Read in one pass, then told apart by `kind`, wherever `kind` stands:
-/// serde's own reading of a tagged enum buffers the whole object first.
+/// serde's own reading of a tagged enum buffers the whole object first. A member of another kind of part
+/// must still have its type (as every A2A part's does).
 #[derive(Deserialize)]
 struct PartFields {
     kind: PartKind,
@@ -437,7 +438,8 @@ pub enum ArtifactUpdateKind {
     ArtifactUpdate,
 }
 
-/// What a `message/send` result or a stream event holds, told apart by `kind`.
+/// What a `message/send` result or a stream event holds, told apart by `kind`. Written as the variant itself
+/// (`untagged` only shapes the writing); read through [`ResultFields`].
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(untagged, try_from = "ResultFields")]
 pub enum StreamResult {
@@ -450,7 +452,8 @@ pub enum StreamResult {
 /// Every member a [`StreamResult`] variant may have, read in one pass and then told apart by `kind`. serde's
 /// own reading of an untagged enum buffers the object and tries each variant in turn (an artifact chunk, the
 /// fourth, cost 9 times an AG-UI event); `kind` cannot be read first, as peers write it anywhere (sorted
-/// keys put it after `artifact`).
+/// keys put it after `artifact`). A member of another variant must still have its type: the variants share no
+/// member name with different types, so what A2A 0.2.5 allows reads as before.
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct ResultFields {

@@ -423,7 +423,7 @@ impl Decoder {
             ..
         } = artifact;
         let (text, data) = split_parts(parts);
-        let shown = self.shown_artifact(&artifact_id);
+        let shown = self.shown_so_far(&artifact_id);
         let known = !shown.message_id.is_empty();
         if !known {
             shown.message_id = new_id("msg");
@@ -464,7 +464,7 @@ impl Decoder {
     }
 
     /// What the artifact `id` has shown so far (nothing, the first time).
-    fn shown_artifact(&mut self, id: &str) -> &mut ShownArtifact {
+    fn shown_so_far(&mut self, id: &str) -> &mut ShownArtifact {
         // Looked up before it is inserted: the id is copied once per artifact, not per chunk.
         if !self.artifacts.contains_key(id) {
             self.artifacts
@@ -481,7 +481,7 @@ impl Decoder {
         out: &mut Vec<Event>,
     ) {
         let (text, data) = split_parts(artifact.parts);
-        let shown = self.shown_artifact(&artifact.artifact_id);
+        let shown = self.shown_so_far(&artifact.artifact_id);
         if shown.message_id.is_empty() {
             shown.message_id = new_id("msg");
         }
