@@ -461,8 +461,10 @@ pub const MAX_EVENT_BYTES: usize = 10 * 1024 * 1024;
 /// gateway's own interval is 30 s.
 pub const HEARTBEAT: Duration = Duration::from_secs(15);
 
-/// Once [`SseBody`] holds this many bytes it hands them on, more being ready or not.
-const MAX_GATHERED_BYTES: usize = 64 * 1024;
+/// Once [`SseBody`] holds this many bytes it hands them on (with the frame that crossed it), more being ready
+/// or not. With what the server lets hyper hold unsent (`server::MAX_UNSENT_BYTES`), it bounds what a stream
+/// holds of its answer.
+pub const MAX_GATHERED_BYTES: usize = 16 * 1024;
 
 pin_project_lite::pin_project! {
     /// An SSE response body: the frames of `frames`, and a `: ping` comment after `heartbeat` of silence

@@ -48,6 +48,18 @@ pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
 /// After the grace, how long the runs still going have to tell their clients they were ended.
 const GOODBYE: Duration = Duration::from_secs(1);
 
+/// How much of an answer hyper holds unsent for a client that has not taken it yet: it takes another write
+/// only while it holds less (its default is about 400 KiB; per stream on HTTP/2). Past it, the answer's
+/// stream is not polled, so the stream stops reading from its agent: a slow client holds this, one write
+/// more, and the kernel's socket buffers, whatever the agent's speed. On HTTP/1.1 it also caps hyper's
+/// read buffer, so it must hold the largest request head.
+const MAX_UNSENT_BYTES: usize = 32 * 1024;
+
+/// The largest HTTP/1.1 request head (request line and headers), in all, as nginx's default buffers allow:
+/// beyond, it is answered 431 and the connection closes. HTTP/2 keeps hyper's own limit, 16 KiB.
+const MAX_REQUEST_HEAD: usize = 32 * 1024;
+const _: () = assert!(MAX_REQUEST_HEAD <= MAX_UNSENT_BYTES);
+
 /// The routes serving: a reload swaps in new ones; a request in flight goes on with those it started on.
 type LiveRoutes = Arc<ArcSwap<Routes>>;
 
@@ -289,13 +301,16 @@ impl Http {
         // hyper also times the wait for a keep-alive connection's next request with this.
         http1
             .timer(TokioTimer::new())
-            .header_read_timeout(limits.header_read_timeout);
+            .header_read_timeout(limits.header_read_timeout)
+            .max_buf_size(MAX_UNSENT_BYTES)
+            .max_header_size(MAX_REQUEST_HEAD);
         let mut http2 = http2::Builder::new(TokioExecutor::new());
         // A peer that stopped answering (gone without a FIN) is found by its unanswered ping.
         http2
             .timer(TokioTimer::new())
             .keep_alive_interval(limits.keepalive_idle)
-            .keep_alive_timeout(limits.keepalive_idle);
+            .keep_alive_timeout(limits.keepalive_idle)
+            .max_send_buf_size(MAX_UNSENT_BYTES);
         Self { http1, http2 }
     }
 }
@@ -537,5 +552,63 @@ impl Routes {
             ),
             None => error_response(&Error::not_found(format!("no route serves {path}")), "GET"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::convert::Infallible;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use bytes::Bytes;
+    use futures_util::StreamExt;
+    use tokio::io::AsyncWriteExt;
+
+    use super::*;
+    use crate::sse::{SseBody, HEARTBEAT, MAX_GATHERED_BYTES};
+
+    /// What the pipe between the connection and its client takes before the client reads.
+    const PIPE: usize = 8 * 1024;
+
+    #[tokio::test]
+    async fn an_answer_its_client_does_not_read_is_polled_no_further_than_the_unsent_bound() {
+        let frame = Bytes::from(format!("data: {}\n\n", "x".repeat(1000)));
+        let polled = Arc::new(AtomicUsize::new(0));
+        let counter = Arc::clone(&polled);
+        let endless = futures_util::stream::repeat(frame.clone()).inspect(move |frame| {
+            counter.fetch_add(frame.len(), Ordering::Relaxed);
+        });
+        let answer = std::sync::Mutex::new(Some(SseBody::new(endless, HEARTBEAT)));
+        let service = service_fn(move |_: Request<Incoming>| {
+            let body = answer.lock().unwrap().take().expect("one request");
+            async move { Ok::<_, Infallible>(Response::new(body)) }
+        });
+        let (mut client, server) = tokio::io::duplex(PIPE);
+        let http = Http::new(ConnectionLimits::default());
+        let connection = tokio::spawn(http.http1.serve_connection(TokioIo::new(server), service));
+        client
+            .write_all(b"GET /stream HTTP/1.1\r\nhost: proxy\r\n\r\n")
+            .await
+            .unwrap();
+
+        // Polled until the pipe and hyper's buffer are full, then no further (unchanged for 100 ms).
+        let settled = async {
+            let (mut last, mut unchanged) = (0, 0);
+            while unchanged < 5 {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                let now = polled.load(Ordering::Relaxed);
+                unchanged = if now == last { unchanged + 1 } else { 0 };
+                last = now;
+            }
+            last
+        };
+        let polled = tokio::time::timeout(Duration::from_secs(10), settled)
+            .await
+            .expect("the answer stops being polled");
+
+        let bound = PIPE + MAX_UNSENT_BYTES + MAX_GATHERED_BYTES + 2 * frame.len();
+        assert!(polled >= PIPE, "{polled} bytes polled");
+        assert!(polled <= bound, "{polled} bytes polled, more than {bound}");
+        connection.abort();
     }
 }

@@ -1,8 +1,11 @@
 //! What a client cannot hold forever: a connection that sends too little (`header_read_timeout`), an idle
-//! connection (`keepalive_idle`), a request body that never comes (`body_timeout`), more connections than
-//! `max_connections`, a CMDC WebSocket that is silent (`ws_idle`) or sends too much (`max_body`); and the
+//! connection (`keepalive_idle`), a request head beyond 32 KiB, a request body that never comes
+//! (`body_timeout`), more connections than `max_connections`, a stream it stops reading (the proxy stops
+//! reading the agent), a CMDC WebSocket that is silent (`ws_idle`) or sends too much (`max_body`); and the
 //! binary under a full file table and on SIGHUP.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -13,11 +16,12 @@ use hyper::client::conn::http1::SendRequest;
 use hyper_util::rt::TokioIo;
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
+use tokio::net::{TcpSocket, TcpStream};
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::Message as WsMessage;
 
 use crate::support::ag_ui::{finished, input, started, text, user};
+use crate::support::agentscope;
 use crate::support::binary::{agent_bridge, AgentBridge, TempConfig};
 use crate::support::{within, within_for, CmdcClient, Proxy, Reply, Route, Routes};
 
@@ -62,14 +66,8 @@ async fn read_response(stream: &mut TcpStream) -> (u16, Value) {
             let Some((head, body)) = text.split_once("\r\n\r\n") else {
                 continue;
             };
-            let length: usize = head
-                .lines()
-                .find_map(|line| {
-                    let (name, value) = line.split_once(':')?;
-                    name.eq_ignore_ascii_case("content-length")
-                        .then(|| value.trim().parse().ok())?
-                })
-                .unwrap_or_else(|| panic!("a Content-Length in {head}"));
+            let length =
+                content_length(head).unwrap_or_else(|| panic!("a Content-Length in {head}"));
             if body.len() >= length {
                 let status = head[9..12].parse().expect("a status code");
                 let json = serde_json::from_str(&body[..length])
@@ -79,6 +77,15 @@ async fn read_response(stream: &mut TcpStream) -> (u16, Value) {
         }
     })
     .await
+}
+
+/// The `Content-Length` of a message's head.
+fn content_length(head: &str) -> Option<usize> {
+    head.lines().find_map(|line| {
+        let (name, value) = line.split_once(':')?;
+        name.eq_ignore_ascii_case("content-length")
+            .then(|| value.trim().parse().ok())?
+    })
 }
 
 /// An HTTP/1.1 connection of its own, kept alive between requests.
@@ -168,6 +175,30 @@ async fn a_bare_http2_preface_is_closed() {
         .expect("the preface");
 
     closed_by_the_proxy(&mut stream).await;
+}
+
+#[tokio::test]
+async fn a_request_head_beyond_32_kib_is_refused_with_431_and_one_within_is_served() {
+    let proxy = Proxy::start("").await;
+    let status = |cookie: usize| {
+        let address = proxy.addr();
+        async move {
+            let mut stream = TcpStream::connect(address).await.expect("connect");
+            let request = format!(
+                "GET /healthz HTTP/1.1\r\nhost: proxy\r\ncookie: {}\r\nconnection: close\r\n\r\n",
+                "c".repeat(cookie)
+            );
+            // The proxy may answer before it read the whole head: what it sent is all that counts.
+            let _ = stream.write_all(request.as_bytes()).await;
+            let answer = closed_by_the_proxy(&mut stream).await;
+            String::from_utf8_lossy(&answer)
+                .get(9..12)
+                .map(str::to_owned)
+        }
+    };
+
+    assert_eq!(status(40 * 1024).await.as_deref(), Some("431"));
+    assert_eq!(status(30 * 1024).await.as_deref(), Some("200"));
 }
 
 /// Sends a POST's headers announcing a body, and no body.
@@ -412,4 +443,191 @@ async fn with_the_file_table_full_healthz_waits_then_answers_once_idle_connectio
          {warnings} lines\n{log}"
     );
     drop(attackers);
+}
+
+// --- a client that stops reading --------------------------------------------------------------------------
+
+/// An agent (AG-UI) that streams 1 KB text deltas for as long as its connection takes them, and counts the
+/// bytes it wrote. Its answer has no length: it ends when the connection does.
+struct EndlessAgent {
+    url: String,
+    written: Arc<AtomicUsize>,
+    streaming: tokio::task::JoinHandle<()>,
+}
+
+impl EndlessAgent {
+    async fn serve() -> EndlessAgent {
+        let socket = TcpSocket::new_v4().expect("a socket");
+        socket
+            .set_send_buffer_size(SOCKET_BUFFER)
+            .expect("SO_SNDBUF");
+        socket
+            .bind("127.0.0.1:0".parse().expect("an address"))
+            .expect("bind");
+        let listener = socket.listen(1).expect("listen");
+        let url = format!("http://{}", listener.local_addr().expect("its address"));
+        let written = Arc::new(AtomicUsize::new(0));
+        let counter = Arc::clone(&written);
+        let streaming = tokio::spawn(async move {
+            let (mut stream, _) = listener.accept().await.expect("the proxy's connection");
+            read_request(&mut stream).await;
+            let head =
+                "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n";
+            let opening = [
+                started(),
+                json!({"type": "TEXT_MESSAGE_START", "messageId": "m1", "role": "assistant"}),
+            ];
+            let delta = json!({"type": "TEXT_MESSAGE_CONTENT", "messageId": "m1", "delta": "x".repeat(1000)});
+            let frames = opening.iter().map(|event| format!("data: {event}\n\n"));
+            let opening: String = std::iter::once(head.to_owned()).chain(frames).collect();
+            let delta = format!("data: {delta}\n\n");
+            if stream.write_all(opening.as_bytes()).await.is_err() {
+                return;
+            }
+            while stream.write_all(delta.as_bytes()).await.is_ok() {
+                counter.fetch_add(delta.len(), Ordering::Relaxed);
+            }
+        });
+        EndlessAgent {
+            url,
+            written,
+            streaming,
+        }
+    }
+
+    fn written(&self) -> usize {
+        self.written.load(Ordering::Relaxed)
+    }
+
+    /// Waits until the agent has written nothing for [`STALLED_FOR`] and returns what it wrote by then;
+    /// fails the test once it wrote more than `limit` (nothing holds it back), or if it never stalls.
+    async fn stalled(&self, limit: usize) -> usize {
+        within("the agent's writes to stall", async {
+            let mut last = (self.written(), tokio::time::Instant::now());
+            loop {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                let written = self.written();
+                assert!(
+                    written <= limit,
+                    "the agent wrote {written} bytes to a client that reads nothing: nothing holds it back"
+                );
+                if written != last.0 {
+                    last = (written, tokio::time::Instant::now());
+                } else if last.1.elapsed() >= STALLED_FOR {
+                    return written;
+                }
+            }
+        })
+        .await
+    }
+}
+
+/// The agent's send buffer and the client's receive buffer, kept small (Linux doubles what is asked) so that
+/// what the stream holds is mostly the proxy's.
+const SOCKET_BUFFER: u32 = 16 * 1024;
+
+/// How long an agent's writes must make no progress to count as held back.
+const STALLED_FOR: Duration = Duration::from_millis(500);
+
+/// Reads a request's head and its `Content-Length` body.
+async fn read_request(stream: &mut TcpStream) {
+    let mut received = Vec::new();
+    let mut buf = [0; 4096];
+    loop {
+        let n = stream.read(&mut buf).await.expect("reading the request");
+        assert!(n > 0, "closed before a whole request");
+        received.extend_from_slice(&buf[..n]);
+        let text = String::from_utf8_lossy(&received);
+        let Some((head, body)) = text.split_once("\r\n\r\n") else {
+            continue;
+        };
+        let length = content_length(head).unwrap_or(0);
+        if body.len() >= length {
+            return;
+        }
+    }
+}
+
+/// What a stream may hold between an agent and a client that reads nothing: the proxy's two sockets at their
+/// largest (Linux's autotuning stops at `tcp_rmem`'s and `tcp_wmem`'s maximum), the two small ones of the
+/// test (doubled by Linux), and 1 MiB for what the proxy holds itself (`src/server/mod.rs` tests its share
+/// without sockets). An agent held back by nothing goes past it, or never stalls and the test times out.
+fn held_at_most() -> usize {
+    let largest = |name: &str| {
+        std::fs::read_to_string(format!("/proc/sys/net/ipv4/{name}"))
+            .ok()
+            .and_then(|sizes| sizes.split_whitespace().nth(2)?.parse::<usize>().ok())
+            .unwrap_or(32 << 20)
+    };
+    largest("tcp_rmem") + largest("tcp_wmem") + 4 * SOCKET_BUFFER as usize + (1 << 20)
+}
+
+/// Posts `body` to `path` on a connection of its own, reads the answer's head and first bytes, then reads
+/// nothing more, and checks that the agent is held back: the proxy stops reading from it instead of holding
+/// what it streams. Once the client leaves, the agent's connection is closed.
+async fn a_client_that_reads_nothing_holds_the_agent_back(inbound: &str, path: &str, body: Value) {
+    let agent = EndlessAgent::serve().await;
+    let routes =
+        Routes::default().route(Route::new("pair", "/pair", inbound, "ag-ui").upstream(&agent.url));
+    let proxy = Proxy::start(routes).await;
+    let socket = TcpSocket::new_v4().expect("a socket");
+    socket
+        .set_recv_buffer_size(SOCKET_BUFFER)
+        .expect("SO_RCVBUF");
+    let mut client = socket.connect(proxy.addr()).await.expect("connect");
+    let body = body.to_string();
+    let request = format!(
+        "POST /pair{path} HTTP/1.1\r\nhost: proxy\r\ncontent-type: application/json\r\n\
+         accept: text/event-stream\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    client
+        .write_all(request.as_bytes())
+        .await
+        .expect("the request");
+    let mut first = [0; 4096];
+    let n = within("the answer's first bytes", client.read(&mut first))
+        .await
+        .expect("the answer");
+    let head = String::from_utf8_lossy(&first[..n]);
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+
+    let held = agent.stalled(held_at_most()).await;
+    assert!(held > 0, "the agent wrote nothing");
+    assert!(
+        !agent.streaming.is_finished(),
+        "the proxy ended the run instead of holding it"
+    );
+
+    drop(client);
+    within("the agent's connection to close", agent.streaming)
+        .await
+        .expect("the agent's task");
+}
+
+#[tokio::test]
+async fn an_ag_ui_client_that_reads_nothing_holds_the_agent_back() {
+    let body = input("t1", "r1", json!([user("u1", "go on")]));
+    a_client_that_reads_nothing_holds_the_agent_back("ag-ui", "", body).await;
+}
+
+#[tokio::test]
+async fn an_a2a_client_that_reads_nothing_holds_the_agent_back() {
+    let message = json!({"kind": "message", "messageId": "m1", "role": "user",
+                         "parts": [{"kind": "text", "text": "go on"}]});
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "message/stream",
+                      "params": {"message": message}});
+    a_client_that_reads_nothing_holds_the_agent_back("a2a", "", body).await;
+}
+
+#[tokio::test]
+async fn an_agentscope_client_that_reads_nothing_holds_the_agent_back() {
+    let body = agentscope::request("s1", json!([agentscope::user("u1", "go on")]));
+    a_client_that_reads_nothing_holds_the_agent_back("agentscope", "/process", body).await;
+}
+
+#[tokio::test]
+async fn an_ag_kit_client_that_reads_nothing_holds_the_agent_back() {
+    let body = json!({"messages": [{"role": "user", "content": "go on"}], "conversationId": "c1"});
+    a_client_that_reads_nothing_holds_the_agent_back("ag-kit", "/send-message", body).await;
 }
