@@ -49,9 +49,12 @@ pub enum CreateError {
     Full,
 }
 
+/// A route's sessions by tenant and id.
+type SessionMap = HashMap<(String, String), Arc<Session>>;
+
 /// Every session of a route, and the per-API-key meter.
 pub struct Sessions {
-    sessions: Mutex<HashMap<(String, String), Arc<Session>>>,
+    sessions: Mutex<SessionMap>,
     meters: Mutex<HashMap<String, Meter>>,
     /// `[routes.quota]` sessions: how many one tenant may keep (0: no quota). A reload may change it.
     per_tenant: AtomicUsize,
@@ -105,13 +108,7 @@ impl Sessions {
         system_prompt: Option<String>,
     ) -> Result<Arc<Session>, CreateError> {
         let mut sessions = lock(&self.sessions);
-        sessions.retain(|_, session| {
-            let idle = session.idle_for() > SESSION_IDLE_TTL && !session.state().busy;
-            if idle {
-                session.close();
-            }
-            !idle
-        });
+        forget_idle(&mut sessions);
         let key = (tenant.to_owned(), id.to_owned());
         if sessions.contains_key(&key) {
             return Err(CreateError::Exists);
@@ -134,9 +131,15 @@ impl Sessions {
     }
 
     /// The tenant's session `id` as another replica made it (the store keeps it), unless this one knows it.
+    /// Its creation was counted against the route's bounds where it was made: here, once the route holds
+    /// [`MAX_SESSIONS`], it takes the place of a session nothing here uses.
     pub fn adopt(&self, tenant: &str, id: &str, kept: Kept) -> Arc<Session> {
         let mut sessions = lock(&self.sessions);
         let key = (tenant.to_owned(), id.to_owned());
+        if sessions.len() >= MAX_SESSIONS && !sessions.contains_key(&key) {
+            forget_idle(&mut sessions);
+            forget_least_recently_used(&mut sessions);
+        }
         let session = sessions.entry(key).or_insert_with(|| {
             Arc::new(Session::from_kept(
                 tenant,
@@ -185,6 +188,35 @@ impl Sessions {
         let mut meters = lock(&self.meters);
         let meter = meters.entry(api_key.to_owned()).or_default();
         add(&mut meter.usage, usage);
+    }
+}
+
+/// Forgets (and closes) the sessions nobody used for [`SESSION_IDLE_TTL`] that are not running.
+fn forget_idle(sessions: &mut SessionMap) {
+    sessions.retain(|_, session| {
+        let idle = session.idle_for() > SESSION_IDLE_TTL && !session.state().busy;
+        if idle {
+            session.close();
+        }
+        !idle
+    });
+}
+
+/// Where the store keeps sessions: lets go of the least recently used session that nothing here holds (no
+/// run, request or subscriber), unless the route holds fewer than [`MAX_SESSIONS`]. The store still has it,
+/// and the next request for it adopts it again. With every session in use, the route holds one more: as
+/// many as requests and subscribers are open.
+fn forget_least_recently_used(sessions: &mut SessionMap) {
+    if sessions.len() < MAX_SESSIONS {
+        return;
+    }
+    let unused = sessions
+        .iter()
+        .filter(|(_, session)| Arc::strong_count(session) == 1 && session.unused())
+        .max_by_key(|(_, session)| session.idle_for())
+        .map(|(key, _)| key.clone());
+    if let Some(key) = unused {
+        sessions.remove(&key);
     }
 }
 
@@ -452,6 +484,11 @@ impl Session {
 
     fn idle_for(&self) -> Duration {
         lock(&self.used).elapsed()
+    }
+
+    /// Whether nothing on this replica depends on its being held here: no run, no subscriber.
+    fn unused(&self) -> bool {
+        !self.state().busy && self.current.receiver_count() == 0
     }
 
     pub fn uptime_ms(&self) -> u64 {
@@ -873,6 +910,27 @@ mod tests {
         for _ in 0..10 {
             tokio::task::yield_now().await;
         }
+    }
+
+    #[test]
+    fn adopting_beyond_max_sessions_takes_the_place_of_one_nothing_uses() {
+        let kept = Sessions::default()
+            .create("t", "elsewhere", "m".into(), None)
+            .unwrap()
+            .kept();
+        let sessions = Sessions::default();
+        let held = sessions.adopt("t", "0", kept.clone());
+        for n in 1..MAX_SESSIONS {
+            sessions.adopt("t", &n.to_string(), kept.clone());
+        }
+        assert_eq!(sessions.active(), MAX_SESSIONS);
+
+        let newest = sessions.adopt("t", "new", kept.clone());
+
+        assert_eq!(sessions.active(), MAX_SESSIONS);
+        let still = sessions.get("t", "0").expect("the session in use stays");
+        assert!(Arc::ptr_eq(&still, &held));
+        assert!(Arc::ptr_eq(&sessions.get("t", "new").unwrap(), &newest));
     }
 
     #[tokio::test(start_paused = true)]
