@@ -464,7 +464,7 @@ pub const HEARTBEAT: Duration = Duration::from_secs(15);
 /// Once [`SseBody`] holds this many bytes it hands them on (with the frame that crossed it), more being ready
 /// or not. With what the server lets hyper hold unsent (`server::MAX_UNSENT_BYTES`), it bounds what a stream
 /// holds of its answer.
-pub const MAX_GATHERED_BYTES: usize = 16 * 1024;
+pub(crate) const MAX_GATHERED_BYTES: usize = 16 * 1024;
 
 pin_project_lite::pin_project! {
     /// An SSE response body: the frames of `frames`, and a `: ping` comment after `heartbeat` of silence
