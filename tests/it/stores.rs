@@ -404,20 +404,26 @@ async fn start_a_task_that_never_ends(url: &str) -> String {
     task["id"].as_str().expect("a task id").to_owned()
 }
 
-/// Reads the task until it is `failed`, for up to `limit`; its final status message.
-async fn failed_within(url: &str, task_id: &str, limit: Duration) -> String {
+/// Reads the task until its state is `state`, for up to `limit`; the task.
+async fn in_state_within(url: &str, task_id: &str, state: &str, limit: Duration) -> Value {
     let deadline = Instant::now() + limit;
     loop {
         let task = a2a::get_task(url, task_id).await;
-        if task["status"]["state"] == "failed" {
-            return a2a::status_text(&task["status"]);
+        if task["status"]["state"] == state {
+            return task;
         }
         assert!(
             Instant::now() < deadline,
-            "not failed within {limit:?}: {task}"
+            "not {state} within {limit:?}: {task}"
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+}
+
+/// Reads the task until it is `failed`, for up to `limit`; its final status message.
+async fn failed_within(url: &str, task_id: &str, limit: Duration) -> String {
+    let task = in_state_within(url, task_id, "failed", limit).await;
+    a2a::status_text(&task["status"])
 }
 
 #[tokio::test]
@@ -426,8 +432,8 @@ async fn an_a2a_task_cut_short_by_a_kill_reads_failed_after_the_restart_on_redb(
     let mut deployment = Deployment::start(Topology::Restarted, hanging_agent_route(&agent));
     let task_id = start_a_task_that_never_ends(&deployment.url(PATH)).await;
     agent.wait_for("the run reaches the agent", |_| true).await;
-    let working = a2a::get_task(&deployment.url(PATH), &task_id).await;
-    assert_eq!(working["status"]["state"], "working", "{working}");
+    // The task turns working once the proxy has read the agent's first event, just after the request.
+    in_state_within(&deployment.url(PATH), &task_id, "working", WAIT).await;
 
     // SIGKILL, mid-run, and a start on the same file. It is this process's alone: a run it does not drive
     // is dead at once.
