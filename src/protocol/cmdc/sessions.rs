@@ -38,8 +38,12 @@ pub const FINISHED_RUN_TTL: Duration = Duration::from_secs(300);
 const SESSION_IDLE_TTL: Duration = Duration::from_secs(24 * 3600);
 /// The bytes of a session's message log (`GET …/messages`) kept: the oldest messages go first.
 pub const MESSAGE_LOG_BYTES: usize = 8 << 20;
-/// The most sessions a route keeps.
+/// The most sessions a route creates; where the store keeps sessions, the most it holds in memory but for
+/// those in use.
 const MAX_SESSIONS: usize = 10_000;
+
+/// How many sessions a full route holds once it forgot those nothing uses, to adopt one more.
+const SESSIONS_AFTER_FORGETTING: usize = MAX_SESSIONS * 9 / 10;
 
 /// Why a session could not be created.
 #[derive(Debug, PartialEq, Eq)]
@@ -131,8 +135,8 @@ impl Sessions {
     }
 
     /// The tenant's session `id` as another replica made it (the store keeps it), unless this one knows it.
-    /// Its creation was counted against the route's bounds where it was made: here, once the route holds
-    /// [`MAX_SESSIONS`], it takes the place of a session nothing here uses.
+    /// Its creation was counted where it was made; in this replica's memory, once the route holds
+    /// [`MAX_SESSIONS`], it takes the place of sessions nothing here uses.
     pub fn adopt(&self, tenant: &str, id: &str, kept: Kept) -> Arc<Session> {
         let mut sessions = lock(&self.sessions);
         let key = (tenant.to_owned(), id.to_owned());
@@ -202,20 +206,23 @@ fn forget_idle(sessions: &mut SessionMap) {
     });
 }
 
-/// Where the store keeps sessions: lets go of the least recently used session that nothing here holds (no
-/// run, request or subscriber), unless the route holds fewer than [`MAX_SESSIONS`]. The store still has it,
-/// and the next request for it adopts it again. With every session in use, the route holds one more: as
-/// many as requests and subscribers are open.
+/// Where the store keeps sessions, once the route holds [`MAX_SESSIONS`]: lets go of the least recently used
+/// sessions that nothing here holds (see [`Session::unused`]) down to [`SESSIONS_AFTER_FORGETTING`], so that
+/// the scan is paid once per many adoptions. The store still has them, and the next request for one adopts
+/// it again. Sessions in use stay: the route holds more than [`MAX_SESSIONS`] while that many are in use
+/// (runs, requests, subscribers), and comes back under once they are not.
 fn forget_least_recently_used(sessions: &mut SessionMap) {
     if sessions.len() < MAX_SESSIONS {
         return;
     }
-    let unused = sessions
+    let over = sessions.len() + 1 - SESSIONS_AFTER_FORGETTING;
+    let mut unused: Vec<_> = sessions
         .iter()
-        .filter(|(_, session)| Arc::strong_count(session) == 1 && session.unused())
-        .max_by_key(|(_, session)| session.idle_for())
-        .map(|(key, _)| key.clone());
-    if let Some(key) = unused {
+        .filter(|(_, session)| session.unused())
+        .map(|(key, session)| (*lock(&session.used), key.clone()))
+        .collect();
+    unused.sort_unstable();
+    for (_, key) in unused.into_iter().take(over) {
         sessions.remove(&key);
     }
 }
@@ -486,9 +493,11 @@ impl Session {
         lock(&self.used).elapsed()
     }
 
-    /// Whether nothing on this replica depends on its being held here: no run, no subscriber.
-    fn unused(&self) -> bool {
-        !self.state().busy && self.current.receiver_count() == 0
+    /// Whether nothing on this replica depends on its being held here, called under the map's lock (every
+    /// other holder got its `Arc` from the map): no run, request, WebSocket or `/events` follower holds it
+    /// (each holds an `Arc`), and no finished run waits for a late subscriber (its expiry holds a receiver).
+    fn unused(self: &Arc<Self>) -> bool {
+        Arc::strong_count(self) == 1 && !self.state().busy && self.current.receiver_count() == 0
     }
 
     pub fn uptime_ms(&self) -> u64 {
@@ -912,25 +921,37 @@ mod tests {
         }
     }
 
-    #[test]
-    fn adopting_beyond_max_sessions_takes_the_place_of_one_nothing_uses() {
+    #[tokio::test]
+    async fn adopting_into_a_full_route_forgets_the_least_recently_used_sessions_nothing_uses() {
         let kept = Sessions::default()
             .create("t", "elsewhere", "m".into(), None)
             .unwrap()
             .kept();
         let sessions = Sessions::default();
-        let held = sessions.adopt("t", "0", kept.clone());
-        for n in 1..MAX_SESSIONS {
+        let held = sessions.adopt("t", "held", kept.clone());
+        // A finished run waiting for a late subscriber: nothing holds the session but that wait.
+        let waiting = sessions.adopt("t", "waiting", kept.clone());
+        let run = waiting.new_run(&mut waiting.state());
+        run.push(Event::AgentStart {});
+        run.push(Event::AgentAbort {
+            reason: "user_cancelled".into(),
+        });
+        waiting.expire_unread(&run, FINISHED_RUN_TTL);
+        drop(waiting);
+        for n in 2..MAX_SESSIONS {
             sessions.adopt("t", &n.to_string(), kept.clone());
         }
         assert_eq!(sessions.active(), MAX_SESSIONS);
 
         let newest = sessions.adopt("t", "new", kept.clone());
 
-        assert_eq!(sessions.active(), MAX_SESSIONS);
-        let still = sessions.get("t", "0").expect("the session in use stays");
-        assert!(Arc::ptr_eq(&still, &held));
+        assert_eq!(sessions.active(), SESSIONS_AFTER_FORGETTING);
+        assert!(Arc::ptr_eq(&sessions.get("t", "held").unwrap(), &held));
+        assert!(sessions.get("t", "waiting").is_some());
         assert!(Arc::ptr_eq(&sessions.get("t", "new").unwrap(), &newest));
+        // The least recently used went, the latest stayed.
+        assert!(sessions.get("t", "2").is_none());
+        assert!(sessions.get("t", &(MAX_SESSIONS - 1).to_string()).is_some());
     }
 
     #[tokio::test(start_paused = true)]
