@@ -55,28 +55,34 @@ async fn closed_by_the_proxy(stream: &mut TcpStream) -> Vec<u8> {
 
 /// Reads one HTTP/1.1 response with a `Content-Length` body: its status, and its body as JSON.
 async fn read_response(stream: &mut TcpStream) -> (u16, Value) {
-    within_for(CLOSED_WITHIN, "a response", async {
-        let mut received = Vec::new();
-        let mut buf = [0; 4096];
-        loop {
-            let n = stream.read(&mut buf).await.expect("reading the response");
-            assert!(n > 0, "closed before a whole response: {received:?}");
-            received.extend_from_slice(&buf[..n]);
-            let text = String::from_utf8_lossy(&received);
-            let Some((head, body)) = text.split_once("\r\n\r\n") else {
-                continue;
-            };
-            let length =
-                content_length(head).unwrap_or_else(|| panic!("a Content-Length in {head}"));
-            if body.len() >= length {
-                let status = head[9..12].parse().expect("a status code");
-                let json = serde_json::from_str(&body[..length])
-                    .unwrap_or_else(|e| panic!("the body is not JSON ({e}): {body}"));
-                return (status, json);
-            }
+    let (head, body) = within_for(CLOSED_WITHIN, "a response", read_message(stream)).await;
+    assert!(
+        content_length(&head).is_some(),
+        "a Content-Length in {head}"
+    );
+    let status = head[9..12].parse().expect("a status code");
+    let json = serde_json::from_str(&body)
+        .unwrap_or_else(|e| panic!("the body is not JSON ({e}): {body}"));
+    (status, json)
+}
+
+/// Reads one HTTP/1.1 message: its head, and its `Content-Length` body (none without one).
+async fn read_message(stream: &mut TcpStream) -> (String, String) {
+    let mut received = Vec::new();
+    let mut buf = [0; 4096];
+    loop {
+        let n = stream.read(&mut buf).await.expect("reading a message");
+        assert!(n > 0, "closed before a whole message: {received:?}");
+        received.extend_from_slice(&buf[..n]);
+        let text = String::from_utf8_lossy(&received);
+        let Some((head, body)) = text.split_once("\r\n\r\n") else {
+            continue;
+        };
+        let length = content_length(head).unwrap_or(0);
+        if body.len() >= length {
+            return (head.to_owned(), body[..length].to_owned());
         }
-    })
-    .await
+    }
 }
 
 /// The `Content-Length` of a message's head.
@@ -470,7 +476,7 @@ impl EndlessAgent {
         let counter = Arc::clone(&written);
         let streaming = tokio::spawn(async move {
             let (mut stream, _) = listener.accept().await.expect("the proxy's connection");
-            read_request(&mut stream).await;
+            read_message(&mut stream).await;
             let head =
                 "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n";
             let opening = [
@@ -528,25 +534,6 @@ const SOCKET_BUFFER: u32 = 16 * 1024;
 
 /// How long an agent's writes must make no progress to count as held back.
 const STALLED_FOR: Duration = Duration::from_millis(500);
-
-/// Reads a request's head and its `Content-Length` body.
-async fn read_request(stream: &mut TcpStream) {
-    let mut received = Vec::new();
-    let mut buf = [0; 4096];
-    loop {
-        let n = stream.read(&mut buf).await.expect("reading the request");
-        assert!(n > 0, "closed before a whole request");
-        received.extend_from_slice(&buf[..n]);
-        let text = String::from_utf8_lossy(&received);
-        let Some((head, body)) = text.split_once("\r\n\r\n") else {
-            continue;
-        };
-        let length = content_length(head).unwrap_or(0);
-        if body.len() >= length {
-            return;
-        }
-    }
-}
 
 /// What a stream may hold between an agent and a client that reads nothing: the proxy's two sockets at their
 /// largest (Linux's autotuning stops at `tcp_rmem`'s and `tcp_wmem`'s maximum), the two small ones of the
