@@ -256,7 +256,19 @@ pub trait Store: Send + Sync {
         key: &'a DocumentKey,
         bytes: Vec<u8>,
     ) -> BoxFuture<'a, Result<()>>;
+    /// Deletes the document; it no longer counts against its tenant's quota ([`Store::admit_document`]).
     fn delete_document<'a>(&'a self, key: &'a DocumentKey) -> BoxFuture<'a, Result<()>>;
+    /// Counts `key`, a document about to be made, among its tenant's documents of its kind on its route,
+    /// unless the tenant has `per_tenant` of them already (`[routes.quota]`): whether it was let in. A
+    /// deleted or expired document no longer counts. Only a store replicas share counts here; where one
+    /// process owns the store, the inbound counts what its own memory holds.
+    fn admit_document<'a>(
+        &'a self,
+        _key: &'a DocumentKey,
+        _per_tenant: usize,
+    ) -> BoxFuture<'a, Result<bool>> {
+        Box::pin(std::future::ready(Ok(true)))
+    }
     /// Appends `events` to the run log `key`, numbered from `after + 1` (`after` 0 starts the log afresh;
     /// [`APPEND`]: after whatever it holds, for a log several processes add to), and with `end` marks the
     /// log ended. `durable`: on disk when this returns (redb); otherwise the next
@@ -373,6 +385,20 @@ impl Documents {
     pub async fn delete(&self, kind: &'static str, tenant: &str, id: &str) -> Result<()> {
         self.store
             .delete_document(&self.key(kind, tenant, id))
+            .await
+    }
+
+    /// Counts the tenant's new document `id` of this kind against `per_tenant` of them, where replicas
+    /// share the count ([`Store::admit_document`]): whether it was let in.
+    pub async fn admit(
+        &self,
+        kind: &'static str,
+        tenant: &str,
+        id: &str,
+        per_tenant: usize,
+    ) -> Result<bool> {
+        self.store
+            .admit_document(&self.key(kind, tenant, id), per_tenant)
             .await
     }
 }

@@ -9,6 +9,8 @@
 //! - `agent-bridge:{route/tenant}:idle` and `...:paused`: the tenant's conversations by when they were last
 //!   saved, for its conversations quota, which is counted here and so across replicas.
 //! - `agent-bridge:{route/tenant/kind/id}:document`: an inbound's document (a lease is one too).
+//! - `agent-bridge:{route/tenant}:counted/kind`: the tenant's documents of a kind that count against its
+//!   quota (CMDC sessions), so that it is counted across replicas too.
 //! - `agent-bridge:{route/tenant/kind/id}:events` (a list) and `...:ended`: a run log; each append publishes
 //!   a notice on the channel `...:appended` ([`super::notices`]).
 //!
@@ -272,16 +274,28 @@ fn record_key(key: &Key) -> String {
 
 /// One of the tenant's conversation lists (`idle`, `paused`) on the key's route.
 fn tenant_key(key: &Key, list: &str) -> String {
-    format!(
-        "agent-bridge:{{{}/{}}}:{list}",
-        escape(&key.route),
-        escape(&key.tenant)
+    tenant_list(&key.route, &key.tenant, list)
+}
+
+/// The tenant's documents of the key's kind that count against its quota, by when each was let in.
+fn counted_key(key: &DocumentKey) -> String {
+    tenant_list(
+        &key.route,
+        &key.tenant,
+        &format!("counted/{}", escape(key.kind)),
     )
 }
 
-/// A run log's events (a list) and its end mark: `agent-bridge:{route/tenant/kind/id}:events` and
-/// `...:ended`, one hash tag.
-/// A run log's list, its end mark and the channel its appends are told on.
+fn tenant_list(route: &str, tenant: &str, list: &str) -> String {
+    format!(
+        "agent-bridge:{{{}/{}}}:{list}",
+        escape(route),
+        escape(tenant)
+    )
+}
+
+/// A run log's list, its end mark and the channel its appends are told on:
+/// `agent-bridge:{route/tenant/kind/id}:events`, `...:ended` and `...:appended`, one hash tag.
 fn log_keys(key: &DocumentKey) -> [String; 3] {
     let tag = format!(
         "agent-bridge:{{{}/{}/{}/{}}}",
@@ -372,6 +386,72 @@ impl RedisStore {
     }
 }
 
+impl RedisStore {
+    /// Counts the new document `key` first and then the tenant's others: replicas letting documents in at
+    /// the same moment may each refuse one, but never let the tenant past its quota. Only when the count
+    /// is over are the others looked at: those whose document is gone (deleted elsewhere, or expired) and
+    /// that were let in longer than [`MAKING`] ago stop counting.
+    async fn admit_document(&self, key: &DocumentKey, per_tenant: usize) -> Result<bool> {
+        let counted = counted_key(key);
+        let now = now_micros();
+        let mut pipeline = ::redis::pipe();
+        pipeline
+            .cmd("ZADD")
+            .arg(&counted)
+            .arg(now)
+            .arg(&key.id)
+            .ignore();
+        pipeline
+            .cmd("PEXPIRE")
+            .arg(&counted)
+            .arg(self.ttl_ms())
+            .ignore();
+        pipeline
+            .cmd("ZRANGE")
+            .arg(&counted)
+            .arg(0)
+            .arg(-1)
+            .arg("WITHSCORES");
+        let (members,): (Vec<(String, u64)>,) = self.run(&pipeline).await?;
+        if members.len() <= per_tenant {
+            return Ok(true);
+        }
+        let others: Vec<(String, u64)> = members
+            .into_iter()
+            .filter(|(id, _)| *id != key.id)
+            .collect();
+        let mut exists = ::redis::pipe();
+        for (id, _) in &others {
+            let other = DocumentKey {
+                id: id.clone(),
+                ..key.clone()
+            };
+            exists.cmd("EXISTS").arg(document_key(&other));
+        }
+        let kept: Vec<bool> = self.run(&exists).await?;
+        let making = now.saturating_sub(micros(MAKING));
+        let gone: Vec<&str> = others
+            .iter()
+            .zip(kept)
+            .filter(|&((_, let_in), kept)| !kept && *let_in < making)
+            .map(|((id, _), _)| id.as_str())
+            .collect();
+        let admitted = others.len() - gone.len() < per_tenant;
+        let mut tidy = ::redis::cmd("ZREM");
+        tidy.arg(&counted).arg(&gone);
+        if !admitted {
+            tidy.arg(&key.id);
+        }
+        if !gone.is_empty() || !admitted {
+            self.query::<()>(&tidy).await?;
+        }
+        Ok(admitted)
+    }
+}
+
+/// How long a document let in ([`Store::admit_document`]) counts before it is made.
+const MAKING: Duration = Duration::from_secs(30);
+
 /// An inbound's document: `agent-bridge:{route/tenant/kind/id}:document`.
 fn document_key(key: &DocumentKey) -> String {
     format!(
@@ -405,17 +485,43 @@ impl Store for RedisStore {
         bytes: Vec<u8>,
     ) -> BoxFuture<'a, Result<()>> {
         Box::pin(async move {
-            let mut set = ::redis::cmd("SET");
-            set.arg(document_key(key))
+            let mut pipeline = ::redis::pipe();
+            pipeline
+                .cmd("SET")
+                .arg(document_key(key))
                 .arg(bytes)
                 .arg("PX")
-                .arg(self.ttl_ms());
-            self.query(&set).await
+                .arg(self.ttl_ms())
+                .ignore();
+            // What counts the tenant's documents of this kind lives as long as the newest of them.
+            pipeline
+                .cmd("PEXPIRE")
+                .arg(counted_key(key))
+                .arg(self.ttl_ms())
+                .ignore();
+            self.run(&pipeline).await
         })
     }
 
     fn delete_document<'a>(&'a self, key: &'a DocumentKey) -> BoxFuture<'a, Result<()>> {
-        Box::pin(async move { self.query(::redis::cmd("DEL").arg(document_key(key))).await })
+        Box::pin(async move {
+            let mut pipeline = ::redis::pipe();
+            pipeline.cmd("DEL").arg(document_key(key)).ignore();
+            pipeline
+                .cmd("ZREM")
+                .arg(counted_key(key))
+                .arg(&key.id)
+                .ignore();
+            self.run(&pipeline).await
+        })
+    }
+
+    fn admit_document<'a>(
+        &'a self,
+        key: &'a DocumentKey,
+        per_tenant: usize,
+    ) -> BoxFuture<'a, Result<bool>> {
+        Box::pin(self.admit_document(key, per_tenant))
     }
 
     fn append_events<'a>(
@@ -481,6 +587,16 @@ mod tests {
         assert_eq!(
             tenant_key(&key("weather", "acme", "thread-1"), "idle"),
             "agent-bridge:{weather/acme}:idle"
+        );
+        let session = DocumentKey {
+            kind: "cmdc-session",
+            route: "gw".into(),
+            tenant: "a/b{c}".into(),
+            id: "s-1".into(),
+        };
+        assert_eq!(
+            counted_key(&session),
+            "agent-bridge:{gw/a%2Fb%7Bc%7D}:counted/cmdc-session"
         );
         // Separators and braces in a part are escaped: the tag stays one, and no two keys meet.
         let hostile = record_key(&key("weather", "acme}:x", "a/b{c}%"));

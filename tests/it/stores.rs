@@ -767,3 +767,47 @@ async fn a_cmdc_websocket_on_one_replica_gets_the_runs_the_other_drives() {
         cmdc_on(&deployment).wait_state(&session, "idle").await;
     }
 }
+
+/// `POST /v1/sessions` of a session `id` for the tenant of `key`, on the replica serving the next turn.
+async fn create_session(deployment: &Deployment, key: &str, id: &str) -> crate::support::Response {
+    cmdc_on(deployment)
+        .with_key(key)
+        .call(
+            http::Method::POST,
+            "/v1/sessions",
+            Some(json!({"model": "m", "sessionId": id})),
+        )
+        .await
+}
+
+#[tokio::test]
+async fn a_tenants_cmdc_sessions_quota_is_counted_across_replicas() {
+    let route = Route::new("cmdc", "/gw", "cmdc", "echo")
+        .api_keys(&[("sk-a", "acme"), ("sk-b", "globex")])
+        .quota("sessions", 2);
+    let mut deployment = Deployment::start(Topology::Replicas, route);
+    for id in ["a1", "a2"] {
+        assert_eq!(create_session(&deployment, "sk-a", id).await.status, 201);
+        deployment.between_turns();
+    }
+    // Each replica made one of the tenant's two sessions; neither lets it make a third.
+    for _ in 0..2 {
+        let over = create_session(&deployment, "sk-a", "a3").await;
+        assert_eq!(over.status, 422);
+        assert_eq!(
+            over.json().await,
+            json!({"error": "create_failed", "message": ":too_many_sessions"})
+        );
+        deployment.between_turns();
+    }
+    assert_eq!(create_session(&deployment, "sk-b", "b1").await.status, 201);
+
+    // A session deleted on one replica makes room on the other.
+    let deleted = cmdc_on(&deployment)
+        .with_key("sk-a")
+        .call(http::Method::DELETE, "/v1/sessions/a1", None)
+        .await;
+    assert_eq!(deleted.status, 200);
+    deployment.between_turns();
+    assert_eq!(create_session(&deployment, "sk-a", "a3").await.status, 201);
+}

@@ -17,6 +17,7 @@
 //! (`run_buffer_exceeded: …`) and no more of that run: never a partial run presented as whole.
 
 use std::collections::{HashMap, VecDeque};
+use std::num::NonZeroUsize;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -49,7 +50,7 @@ const SESSIONS_AFTER_FORGETTING: usize = MAX_SESSIONS * 9 / 10;
 #[derive(Debug, PartialEq, Eq)]
 pub enum CreateError {
     Exists,
-    /// The route holds [`MAX_SESSIONS`], or the tenant its `[routes.quota]` sessions.
+    /// The route holds [`MAX_SESSIONS`], or the tenant the sessions its quota lets this map count.
     Full,
 }
 
@@ -60,15 +61,13 @@ type SessionMap = HashMap<(String, String), Arc<Session>>;
 pub struct Sessions {
     sessions: Mutex<SessionMap>,
     meters: Mutex<HashMap<String, Meter>>,
-    /// `[routes.quota]` sessions: how many one tenant may keep (0: no quota). A reload may change it.
-    per_tenant: AtomicUsize,
     /// The bytes of events each run keeps (`run_buffer`). A reload may change it for the runs to come.
     run_buffer: AtomicUsize,
 }
 
 impl Default for Sessions {
     fn default() -> Self {
-        Self::new(crate::config::DEFAULT_RUN_BUFFER, None)
+        Self::new(crate::config::DEFAULT_RUN_BUFFER)
     }
 }
 
@@ -80,36 +79,33 @@ pub struct Meter {
 }
 
 impl Sessions {
-    /// Sessions whose runs keep `run_buffer` bytes of events, at most `per_tenant` of them per tenant.
-    pub fn new(run_buffer: usize, per_tenant: Option<std::num::NonZeroUsize>) -> Self {
-        let sessions = Self {
+    /// Sessions whose runs keep `run_buffer` bytes of events.
+    pub fn new(run_buffer: usize) -> Self {
+        Self {
             sessions: Mutex::default(),
             meters: Mutex::default(),
-            per_tenant: AtomicUsize::new(0),
-            run_buffer: AtomicUsize::new(0),
-        };
-        sessions.limit(run_buffer, per_tenant);
-        sessions
+            run_buffer: AtomicUsize::new(run_buffer),
+        }
     }
 
-    /// Holds the sessions to these limits from now on (a reload of their route changed them).
-    pub fn limit(&self, run_buffer: usize, per_tenant: Option<std::num::NonZeroUsize>) {
+    /// The runs to come keep `run_buffer` bytes of events (a reload of their route changed it).
+    pub fn limit(&self, run_buffer: usize) {
         self.run_buffer.store(run_buffer, Ordering::Relaxed);
-        let per_tenant = per_tenant.map_or(0, std::num::NonZeroUsize::get);
-        self.per_tenant.store(per_tenant, Ordering::Relaxed);
     }
 
     fn run_buffer(&self) -> usize {
         self.run_buffer.load(Ordering::Relaxed)
     }
 
-    /// Registers a new session, first forgetting sessions idle for longer than a day.
+    /// Registers a new session, first forgetting sessions idle for longer than a day; `per_tenant`: how many
+    /// of the tenant's sessions this map may hold (its quota, where nothing else counts them).
     pub fn create(
         &self,
         tenant: &str,
         id: &str,
         model: String,
         system_prompt: Option<String>,
+        per_tenant: Option<NonZeroUsize>,
     ) -> Result<Arc<Session>, CreateError> {
         let mut sessions = lock(&self.sessions);
         forget_idle(&mut sessions);
@@ -117,9 +113,9 @@ impl Sessions {
         if sessions.contains_key(&key) {
             return Err(CreateError::Exists);
         }
-        let quota = self.per_tenant.load(Ordering::Relaxed);
-        let tenant_full =
-            quota > 0 && sessions.keys().filter(|(owner, _)| owner == tenant).count() >= quota;
+        let tenant_full = per_tenant.is_some_and(|quota| {
+            sessions.keys().filter(|(owner, _)| owner == tenant).count() >= quota.get()
+        });
         if sessions.len() >= MAX_SESSIONS || tenant_full {
             return Err(CreateError::Full);
         }
@@ -881,7 +877,7 @@ mod tests {
     #[tokio::test]
     async fn a_late_subscriber_replays_the_run_and_the_next_one_waits_for_a_new_run() {
         let sessions = Sessions::default();
-        let session = sessions.create("t", "s", "m".into(), None).unwrap();
+        let session = sessions.create("t", "s", "m".into(), None, None).unwrap();
         let run = session.new_run(&mut session.state());
         run.push(Event::AgentStart {});
         run.push(delta("a"));
@@ -904,7 +900,7 @@ mod tests {
     /// A session whose run is over, and that run.
     fn finished_run() -> (Arc<Session>, Arc<Run>) {
         let session = Sessions::default()
-            .create("t", "s", "m".into(), None)
+            .create("t", "s", "m".into(), None, None)
             .unwrap();
         let run = session.new_run(&mut session.state());
         run.push(Event::AgentStart {});
@@ -924,7 +920,7 @@ mod tests {
     #[tokio::test]
     async fn adopting_into_a_full_route_forgets_the_least_recently_used_sessions_nothing_uses() {
         let kept = Sessions::default()
-            .create("t", "elsewhere", "m".into(), None)
+            .create("t", "elsewhere", "m".into(), None, None)
             .unwrap()
             .kept();
         let sessions = Sessions::default();
@@ -980,7 +976,7 @@ mod tests {
     #[tokio::test]
     async fn a_subscriber_that_does_not_read_never_holds_up_the_run_or_another_subscriber() {
         let sessions = Sessions::default();
-        let session = sessions.create("t", "s", "m".into(), None).unwrap();
+        let session = sessions.create("t", "s", "m".into(), None, None).unwrap();
         let run = session.new_run(&mut session.state());
         let mut stalled = session.subscribe_run();
         let mut reader = session.subscribe_run();
@@ -1010,8 +1006,8 @@ mod tests {
 
     #[tokio::test]
     async fn past_the_run_buffer_a_late_subscriber_gets_an_error_and_a_live_one_every_event() {
-        let sessions = Sessions::new(4096, None);
-        let session = sessions.create("t", "s", "m".into(), None).unwrap();
+        let sessions = Sessions::new(4096);
+        let session = sessions.create("t", "s", "m".into(), None, None).unwrap();
         let run = session.new_run(&mut session.state());
         let mut live = session.subscribe_run();
         run.push(Event::AgentStart {});
@@ -1057,9 +1053,9 @@ mod tests {
     #[tokio::test]
     async fn subscribers_end_when_the_session_closes() {
         let sessions = Sessions::default();
-        let session = sessions.create("t", "s", "m".into(), None).unwrap();
+        let session = sessions.create("t", "s", "m".into(), None, None).unwrap();
         assert_eq!(
-            sessions.create("t", "s", "m".into(), None).err(),
+            sessions.create("t", "s", "m".into(), None, None).err(),
             Some(CreateError::Exists)
         );
         assert!(sessions.get("other", "s").is_none());

@@ -26,6 +26,7 @@ mod socket;
 pub use decode::Reader;
 
 use std::net::SocketAddr;
+use std::num::NonZeroUsize;
 use std::sync::Arc;
 use std::time::SystemTime;
 
@@ -38,7 +39,7 @@ use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
 use tokio_tungstenite::tungstenite::Message as WsMessage;
 
-use super::run::{self, Runner};
+use super::run::{self, Opened, Runner};
 use super::sessions::{
     Control, CreateError, KeptTool, RegisteredTool, Session, Sessions, Unanswered, SESSION_DOCUMENT,
 };
@@ -68,6 +69,8 @@ pub struct Inbound {
     socket: SocketLimits,
     /// The route's sessions, kept across its reloads.
     sessions: Arc<Sessions>,
+    /// `[routes.quota]` sessions.
+    per_tenant: Option<NonZeroUsize>,
 }
 
 /// The API key a caller's prompts and tokens are metered under (`stats.meter`).
@@ -163,7 +166,6 @@ impl Inbound {
     /// `kept` across the route's reloads (held to the new `run_buffer` and `[routes.quota]` sessions).
     pub fn new(route: &RouteConfig, listen: SocketAddr, kept: &RouteState) -> Self {
         let run_buffer = route.run_buffer.unwrap_or(DEFAULT_RUN_BUFFER);
-        let per_tenant = route.quota.sessions;
         Self {
             runner: std::sync::OnceLock::new(),
             callbacks: Egress::new(
@@ -176,9 +178,10 @@ impl Inbound {
             },
             sessions: {
                 let sessions = kept.keep((), Sessions::default);
-                sessions.limit(run_buffer, per_tenant);
+                sessions.limit(run_buffer);
                 sessions
             },
+            per_tenant: route.quota.sessions,
         }
     }
 
@@ -190,6 +193,7 @@ impl Inbound {
                 translator: Arc::clone(&mount.translator),
                 callbacks: self.callbacks.clone(),
                 documents: mount.documents.clone(),
+                per_tenant: self.per_tenant,
             })
         }))
     }
@@ -408,15 +412,13 @@ async fn create(
         return Err(create_failed(":already_started"));
     }
     let session = runner
-        .sessions
-        .create(&caller.tenant, &id, model, create.system_prompt)
-        .map_err(|error| {
-            create_failed(match error {
-                CreateError::Exists => ":already_started",
-                CreateError::Full => ":too_many_sessions",
-            })
+        .open(&caller.tenant, &id, model, create.system_prompt)
+        .await
+        .map_err(|error| match error {
+            Opened::Refused(CreateError::Exists) => create_failed(":already_started"),
+            Opened::Refused(CreateError::Full) => create_failed(":too_many_sessions"),
+            Opened::Store(error) => ApiError::from(error),
         })?;
-    runner.keep(&session).await;
     let created = wire::SessionCreated {
         session_id: session.id.clone(),
         status: "created".into(),

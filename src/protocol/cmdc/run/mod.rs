@@ -6,6 +6,7 @@
 //! the session's callback tools are POSTed to their `callbackUrl`, and the result continues the run as a
 //! tool message. The run ends at a canonical terminal that is not a pause (`specs/cmdc.md` §4.3).
 
+use std::num::NonZeroUsize;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -18,8 +19,8 @@ use tokio::runtime::Handle;
 use tokio::sync::mpsc;
 
 use super::sessions::{
-    self, Control, Kept, Pending, Queued, RegisteredTool, Session, Sessions, Status, CONTROL_LOG,
-    FINISHED_RUN_TTL, RUN_LOG, SESSION_DOCUMENT,
+    self, Control, CreateError, Kept, Pending, Queued, RegisteredTool, Session, Sessions, Status,
+    CONTROL_LOG, FINISHED_RUN_TTL, RUN_LOG, SESSION_DOCUMENT,
 };
 use super::wire::{self, CallbackAnswer, CallbackTool, Event as Cmdc, ToolCallback};
 use crate::egress::Egress;
@@ -53,9 +54,53 @@ pub struct Runner {
     pub callbacks: Egress,
     /// Where sessions, their runs' events and what other replicas ask of them are kept.
     pub documents: Documents,
+    /// `[routes.quota]` sessions: how many one tenant may keep.
+    pub per_tenant: Option<NonZeroUsize>,
+}
+
+/// Why a session was not opened.
+pub enum Opened {
+    Refused(CreateError),
+    /// The store could not count or keep it.
+    Store(crate::error::Error),
 }
 
 impl Runner {
+    /// Makes the tenant's new session and keeps it. Its quota is counted in the store where replicas share
+    /// it, else in this replica's memory.
+    pub async fn open(
+        &self,
+        tenant: &str,
+        id: &str,
+        model: String,
+        system_prompt: Option<String>,
+    ) -> Result<Arc<Session>, Opened> {
+        let shared = self.documents.shared();
+        let counted_here = self.per_tenant.filter(|_| !shared);
+        let session = self
+            .sessions
+            .create(tenant, id, model, system_prompt, counted_here)
+            .map_err(Opened::Refused)?;
+        if let Some(quota) = self.per_tenant.filter(|_| shared) {
+            let admitted = match self
+                .documents
+                .admit(SESSION_DOCUMENT, tenant, id, quota.get())
+                .await
+            {
+                Ok(true) => Ok(()),
+                Ok(false) => Err(Opened::Refused(CreateError::Full)),
+                Err(error) => Err(Opened::Store(error)),
+            };
+            if let Err(why) = admitted {
+                self.sessions.remove(tenant, id);
+                session.close();
+                return Err(why);
+            }
+        }
+        self.keep(&session).await;
+        Ok(session)
+    }
+
     /// Accepts a prompt: runs it now, or queues it behind the running one. Returns whether it was queued.
     /// A run started is kept in the store as going on (its log's lease taken, the session's control log
     /// followed) before this returns: the client's next request may reach another replica.
