@@ -108,7 +108,7 @@ impl Sessions {
         per_tenant: Option<NonZeroUsize>,
     ) -> Result<Arc<Session>, CreateError> {
         let mut sessions = lock(&self.sessions);
-        forget_idle(&mut sessions);
+        forget_idle(&mut sessions, SESSION_IDLE_TTL);
         let key = (tenant.to_owned(), id.to_owned());
         if sessions.contains_key(&key) {
             return Err(CreateError::Exists);
@@ -137,7 +137,7 @@ impl Sessions {
         let mut sessions = lock(&self.sessions);
         let key = (tenant.to_owned(), id.to_owned());
         if sessions.len() >= MAX_SESSIONS && !sessions.contains_key(&key) {
-            forget_idle(&mut sessions);
+            forget_idle(&mut sessions, SESSION_IDLE_TTL);
             forget_least_recently_used(&mut sessions);
         }
         let session = sessions.entry(key).or_insert_with(|| {
@@ -191,10 +191,11 @@ impl Sessions {
     }
 }
 
-/// Forgets (and closes) the sessions nobody used for [`SESSION_IDLE_TTL`] that are not running.
-fn forget_idle(sessions: &mut SessionMap) {
+/// Forgets (and closes) the sessions no request used for `ttl` ([`SESSION_IDLE_TTL`]) that nothing holds
+/// either ([`Session::unused`]): a WebSocket open on a session keeps it, however long ago its last request.
+fn forget_idle(sessions: &mut SessionMap, ttl: Duration) {
     sessions.retain(|_, session| {
-        let idle = session.idle_for() > SESSION_IDLE_TTL && !session.state().busy;
+        let idle = session.idle_for() > ttl && session.unused();
         if idle {
             session.close();
         }
@@ -948,6 +949,31 @@ mod tests {
         // The least recently used went, the latest stayed.
         assert!(sessions.get("t", "2").is_none());
         assert!(sessions.get("t", &(MAX_SESSIONS - 1).to_string()).is_some());
+    }
+
+    #[test]
+    fn an_idle_session_is_forgotten_unless_something_holds_it() {
+        let sessions = Sessions::default();
+        let held = sessions
+            .create("t", "held", "m".into(), None, None)
+            .unwrap();
+        let idle = sessions
+            .create("t", "idle", "m".into(), None, None)
+            .unwrap();
+        drop(idle);
+        let busy = sessions
+            .create("t", "busy", "m".into(), None, None)
+            .unwrap();
+        busy.state().busy = true;
+        drop(busy);
+        std::thread::sleep(Duration::from_millis(2));
+
+        forget_idle(&mut lock(&sessions.sessions), Duration::from_millis(1));
+
+        assert!(Arc::ptr_eq(&sessions.get("t", "held").unwrap(), &held));
+        assert!(sessions.get("t", "busy").is_some());
+        assert!(sessions.get("t", "idle").is_none());
+        assert!(!held.is_closed());
     }
 
     #[tokio::test(start_paused = true)]
