@@ -39,8 +39,8 @@ pub const FINISHED_RUN_TTL: Duration = Duration::from_secs(300);
 const SESSION_IDLE_TTL: Duration = Duration::from_secs(24 * 3600);
 /// The bytes of a session's message log (`GET …/messages`) kept: the oldest messages go first.
 pub const MESSAGE_LOG_BYTES: usize = 8 << 20;
-/// The most sessions a route creates; where the store keeps sessions, the most it holds in memory but for
-/// those in use.
+/// The most sessions a route holds in memory; where a store replicas share keeps sessions, those in use
+/// may take it over.
 const MAX_SESSIONS: usize = 10_000;
 
 /// How many sessions a full route holds once it forgot those nothing uses, to adopt one more.
@@ -52,6 +52,16 @@ pub enum CreateError {
     Exists,
     /// The route holds [`MAX_SESSIONS`], or the tenant the sessions its quota lets this map count.
     Full,
+}
+
+/// Who counts a route's sessions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Counted {
+    /// This map, against the tenant's `[routes.quota]` sessions: all the route has is here.
+    Here(Option<NonZeroUsize>),
+    /// A store replicas share, which keeps every session and counts the quota: once the route holds
+    /// [`MAX_SESSIONS`], sessions nothing here uses make room for a new one.
+    InSharedStore,
 }
 
 /// A route's sessions by tenant and id.
@@ -97,15 +107,14 @@ impl Sessions {
         self.run_buffer.load(Ordering::Relaxed)
     }
 
-    /// Registers a new session, first forgetting sessions idle for longer than a day; `per_tenant`: how many
-    /// of the tenant's sessions this map may hold (its quota, where nothing else counts them).
+    /// Registers a new session, first forgetting sessions idle for longer than a day.
     pub fn create(
         &self,
         tenant: &str,
         id: &str,
         model: String,
         system_prompt: Option<String>,
-        per_tenant: Option<NonZeroUsize>,
+        counted: Counted,
     ) -> Result<Arc<Session>, CreateError> {
         let mut sessions = lock(&self.sessions);
         forget_idle(&mut sessions, SESSION_IDLE_TTL);
@@ -113,9 +122,15 @@ impl Sessions {
         if sessions.contains_key(&key) {
             return Err(CreateError::Exists);
         }
-        let tenant_full = per_tenant.is_some_and(|quota| {
-            sessions.keys().filter(|(owner, _)| owner == tenant).count() >= quota.get()
-        });
+        let tenant_full = match counted {
+            Counted::Here(per_tenant) => per_tenant.is_some_and(|quota| {
+                sessions.keys().filter(|(owner, _)| owner == tenant).count() >= quota.get()
+            }),
+            Counted::InSharedStore => {
+                forget_least_recently_used(&mut sessions);
+                false
+            }
+        };
         if sessions.len() >= MAX_SESSIONS || tenant_full {
             return Err(CreateError::Full);
         }
@@ -878,7 +893,9 @@ mod tests {
     #[tokio::test]
     async fn a_late_subscriber_replays_the_run_and_the_next_one_waits_for_a_new_run() {
         let sessions = Sessions::default();
-        let session = sessions.create("t", "s", "m".into(), None, None).unwrap();
+        let session = sessions
+            .create("t", "s", "m".into(), None, Counted::Here(None))
+            .unwrap();
         let run = session.new_run(&mut session.state());
         run.push(Event::AgentStart {});
         run.push(delta("a"));
@@ -901,7 +918,7 @@ mod tests {
     /// A session whose run is over, and that run.
     fn finished_run() -> (Arc<Session>, Arc<Run>) {
         let session = Sessions::default()
-            .create("t", "s", "m".into(), None, None)
+            .create("t", "s", "m".into(), None, Counted::Here(None))
             .unwrap();
         let run = session.new_run(&mut session.state());
         run.push(Event::AgentStart {});
@@ -921,7 +938,7 @@ mod tests {
     #[tokio::test]
     async fn adopting_into_a_full_route_forgets_the_least_recently_used_sessions_nothing_uses() {
         let kept = Sessions::default()
-            .create("t", "elsewhere", "m".into(), None, None)
+            .create("t", "elsewhere", "m".into(), None, Counted::Here(None))
             .unwrap()
             .kept();
         let sessions = Sessions::default();
@@ -955,14 +972,14 @@ mod tests {
     fn an_idle_session_is_forgotten_unless_something_holds_it() {
         let sessions = Sessions::default();
         let held = sessions
-            .create("t", "held", "m".into(), None, None)
+            .create("t", "held", "m".into(), None, Counted::Here(None))
             .unwrap();
         let idle = sessions
-            .create("t", "idle", "m".into(), None, None)
+            .create("t", "idle", "m".into(), None, Counted::Here(None))
             .unwrap();
         drop(idle);
         let busy = sessions
-            .create("t", "busy", "m".into(), None, None)
+            .create("t", "busy", "m".into(), None, Counted::Here(None))
             .unwrap();
         busy.state().busy = true;
         drop(busy);
@@ -974,6 +991,27 @@ mod tests {
         assert!(sessions.get("t", "busy").is_some());
         assert!(sessions.get("t", "idle").is_none());
         assert!(!held.is_closed());
+    }
+
+    #[test]
+    fn a_full_route_makes_room_for_a_new_session_only_where_a_shared_store_keeps_the_others() {
+        let kept = Sessions::default()
+            .create("t", "elsewhere", "m".into(), None, Counted::Here(None))
+            .unwrap()
+            .kept();
+        let sessions = Sessions::default();
+        for n in 0..MAX_SESSIONS {
+            sessions.adopt("t", &n.to_string(), kept.clone());
+        }
+        let create = |counted| sessions.create("t", "new", "m".into(), None, counted);
+
+        assert_eq!(create(Counted::Here(None)).err(), Some(CreateError::Full));
+        assert!(create(Counted::InSharedStore).is_ok());
+        assert_eq!(sessions.active(), SESSIONS_AFTER_FORGETTING);
+        assert!(
+            sessions.get("t", "0").is_none(),
+            "the least recently used went"
+        );
     }
 
     #[tokio::test(start_paused = true)]
@@ -1002,7 +1040,9 @@ mod tests {
     #[tokio::test]
     async fn a_subscriber_that_does_not_read_never_holds_up_the_run_or_another_subscriber() {
         let sessions = Sessions::default();
-        let session = sessions.create("t", "s", "m".into(), None, None).unwrap();
+        let session = sessions
+            .create("t", "s", "m".into(), None, Counted::Here(None))
+            .unwrap();
         let run = session.new_run(&mut session.state());
         let mut stalled = session.subscribe_run();
         let mut reader = session.subscribe_run();
@@ -1033,7 +1073,9 @@ mod tests {
     #[tokio::test]
     async fn past_the_run_buffer_a_late_subscriber_gets_an_error_and_a_live_one_every_event() {
         let sessions = Sessions::new(4096);
-        let session = sessions.create("t", "s", "m".into(), None, None).unwrap();
+        let session = sessions
+            .create("t", "s", "m".into(), None, Counted::Here(None))
+            .unwrap();
         let run = session.new_run(&mut session.state());
         let mut live = session.subscribe_run();
         run.push(Event::AgentStart {});
@@ -1079,9 +1121,13 @@ mod tests {
     #[tokio::test]
     async fn subscribers_end_when_the_session_closes() {
         let sessions = Sessions::default();
-        let session = sessions.create("t", "s", "m".into(), None, None).unwrap();
+        let session = sessions
+            .create("t", "s", "m".into(), None, Counted::Here(None))
+            .unwrap();
         assert_eq!(
-            sessions.create("t", "s", "m".into(), None, None).err(),
+            sessions
+                .create("t", "s", "m".into(), None, Counted::Here(None))
+                .err(),
             Some(CreateError::Exists)
         );
         assert!(sessions.get("other", "s").is_none());

@@ -19,8 +19,8 @@ use tokio::runtime::Handle;
 use tokio::sync::mpsc;
 
 use super::sessions::{
-    self, Control, CreateError, Kept, Pending, Queued, RegisteredTool, Session, Sessions, Status,
-    CONTROL_LOG, FINISHED_RUN_TTL, RUN_LOG, SESSION_DOCUMENT,
+    self, Control, Counted, CreateError, Kept, Pending, Queued, RegisteredTool, Session, Sessions,
+    Status, CONTROL_LOG, FINISHED_RUN_TTL, RUN_LOG, SESSION_DOCUMENT,
 };
 use super::wire::{self, CallbackAnswer, CallbackTool, Event as Cmdc, ToolCallback};
 use crate::egress::Egress;
@@ -76,10 +76,14 @@ impl Runner {
         system_prompt: Option<String>,
     ) -> Result<Arc<Session>, Opened> {
         let shared = self.documents.shared();
-        let counted_here = self.per_tenant.filter(|_| !shared);
+        let counted = if shared {
+            Counted::InSharedStore
+        } else {
+            Counted::Here(self.per_tenant)
+        };
         let session = self
             .sessions
-            .create(tenant, id, model, system_prompt, counted_here)
+            .create(tenant, id, model, system_prompt, counted)
             .map_err(Opened::Refused)?;
         if let Some(quota) = self.per_tenant.filter(|_| shared) {
             let admitted = match self
