@@ -284,6 +284,16 @@ pub trait Store: Send + Sync {
     ) -> BoxFuture<'a, Result<bool>> {
         Box::pin(std::future::ready(Ok(false)))
     }
+    /// Adds `event` after whatever the log `key` holds (a request for the process that writes it), unless
+    /// the log ended: whether it was added. Only a store replicas share checks, in the same step: where one
+    /// process owns the store, that process writes the log and never pushes to it.
+    fn push_event<'a>(&'a self, key: &'a DocumentKey, event: Bytes) -> BoxFuture<'a, Result<bool>> {
+        Box::pin(async move {
+            self.append_events(key, APPEND, vec![event], false, false)
+                .await
+                .map(|_followed| true)
+        })
+    }
     /// At most `max` events of the run log `key` after its event `after`; `None` when no such log is kept.
     fn read_events<'a>(
         &'a self,

@@ -362,6 +362,26 @@ impl RedisStore {
         Ok(followers.first().is_some_and(|&n| n > 0))
     }
 
+    /// One script, so that no push lands after the log's end: `-1` when it ended, else how many follow it.
+    async fn push_event(&self, key: &DocumentKey, event: Bytes) -> Result<bool> {
+        const PUSH_UNLESS_ENDED: &str = "\
+            if redis.call('EXISTS', KEYS[2]) == 1 then return -1 end \
+            redis.call('RPUSH', KEYS[1], ARGV[1]) \
+            redis.call('PEXPIRE', KEYS[1], ARGV[2]) \
+            return redis.call('PUBLISH', ARGV[3], '')";
+        let [events_key, ended_key, channel] = log_keys(key);
+        let mut push = ::redis::cmd("EVAL");
+        push.arg(PUSH_UNLESS_ENDED)
+            .arg(2)
+            .arg(events_key)
+            .arg(ended_key)
+            .arg(event.as_ref())
+            .arg(self.ttl_ms())
+            .arg(channel);
+        let followers: i64 = self.query(&push).await?;
+        Ok(followers >= 0)
+    }
+
     async fn read_events(
         &self,
         key: &DocumentKey,
@@ -533,6 +553,10 @@ impl Store for RedisStore {
         _durable: bool,
     ) -> BoxFuture<'a, Result<bool>> {
         Box::pin(self.append_events(key, after, events, end))
+    }
+
+    fn push_event<'a>(&'a self, key: &'a DocumentKey, event: Bytes) -> BoxFuture<'a, Result<bool>> {
+        Box::pin(self.push_event(key, event))
     }
 
     fn read_events<'a>(

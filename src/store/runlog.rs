@@ -223,19 +223,17 @@ impl Documents {
     }
 
     /// Adds `event` to the log `kind`/`id` of `tenant` that another process writes (a request it is to act
-    /// on), after whatever the log holds.
+    /// on), after whatever the log holds: whether it was added, which it is not once the log ended (its
+    /// writer no longer reads what comes).
     pub async fn push_to_log(
         &self,
         kind: &'static str,
         tenant: &str,
         id: &str,
         event: Bytes,
-    ) -> crate::error::Result<()> {
+    ) -> crate::error::Result<bool> {
         let key = self.key(kind, tenant, id);
-        self.store
-            .append_events(&key, super::APPEND, vec![event], false, false)
-            .await
-            .map(|_followed| ())
+        self.store.push_event(&key, event).await
     }
 
     /// Up to a batch of the events of log `kind`/`id` after `after`; `None` when no such log is kept.

@@ -33,6 +33,30 @@ async fn replica_documents(url: &str) -> Documents {
     Documents::new(store, "route")
 }
 
+#[tokio::test]
+async fn a_request_pushed_to_a_log_its_writer_ended_is_refused_not_lost() {
+    let redis = RedisServer::start();
+    let (writing, asking) = (
+        replica_documents(&redis.url()).await,
+        replica_documents(&redis.url()).await,
+    );
+    let writer = writing
+        .open_log("inbox", "acme", "run")
+        .await
+        .expect("a log");
+    let push = |event: &'static str| {
+        asking.push_to_log("inbox", "acme", "run", Bytes::from_static(event.as_bytes()))
+    };
+    assert_eq!(push("taken").await, Ok(true));
+    writer.end().await;
+    assert_eq!(push("too late").await, Ok(false));
+
+    let log = writing.read_log("inbox", "acme", "run", 0).await;
+    let page = log.expect("Redis answers").expect("the log");
+    assert_eq!(page.events, vec![Bytes::from_static(b"taken")]);
+    assert!(page.ended);
+}
+
 /// How many reads of a run log (`LRANGE`) `redis` has served.
 fn log_reads(redis: &RedisServer) -> u64 {
     let output = std::process::Command::new("redis-cli")
@@ -810,4 +834,54 @@ async fn a_tenants_cmdc_sessions_quota_is_counted_across_replicas() {
     assert_eq!(deleted.status, 200);
     deployment.between_turns();
     assert_eq!(create_session(&deployment, "sk-a", "a3").await.status, 201);
+}
+
+/// The text of the next run a gateway's WebSocket shows, from `prompt_received` to `agent_end` (acks of
+/// the client's actions skipped).
+async fn next_ws_run(ws: &mut cmdc::Ws) -> String {
+    let mut said = None::<String>;
+    loop {
+        let frame = cmdc::recv_ws(ws).await;
+        match frame["event"].as_str() {
+            Some("prompt_received") => said = Some(String::new()),
+            Some("agent_end") if said.is_some() => return said.unwrap_or_default(),
+            _ => {}
+        }
+        if let (Some(said), Some(delta)) = (&mut said, frame["data"]["delta"].as_str()) {
+            said.push_str(delta);
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_prompt_on_a_websocket_after_the_other_replicas_run_ended_runs_where_it_was_sent() {
+    use futures_util::SinkExt;
+    let route = Route::new("cmdc", "/gw", "cmdc", "echo");
+    let mut deployment = Deployment::start(Topology::Replicas, route);
+    let session = cmdc_on(&deployment).create(json!({"model": "m"})).await;
+    deployment.between_turns();
+    let ws_url = deployment
+        .url(&format!("/gw/v1/sessions/{session}/ws"))
+        .replacen("http://", "ws://", 1);
+    let (mut ws, _) = within(
+        "the WebSocket handshake",
+        tokio_tungstenite::connect_async(ws_url),
+    )
+    .await
+    .expect("the WebSocket connects");
+    deployment.between_turns();
+    let other = cmdc_on(&deployment);
+    other.prompt(&session, "first run").await;
+    assert_eq!(next_ws_run(&mut ws).await, "first run");
+    other.wait_state(&session, "idle").await;
+
+    // The socket's replica last saw the session running on the other one, which has since let it go:
+    // the prompt is not handed to a run that ended, but runs here.
+    let prompt = json!({"action": "prompt", "text": "second run"});
+    ws.send(tokio_tungstenite::tungstenite::Message::text(
+        prompt.to_string(),
+    ))
+    .await
+    .expect("the prompt is sent");
+    assert_eq!(next_ws_run(&mut ws).await, "second run");
 }

@@ -9,8 +9,9 @@
 //!   not carried out;
 //! - sessions live per route and tenant; another tenant's session is a 404. Where the store keeps documents
 //!   they are kept there too, and with a store replicas share any replica serves any request of a session:
-//!   what a client asks of a run another replica drives is handed there (`run::Runner::hand_over`), and an
-//!   `/events` subscriber or a WebSocket follows that run from its log in the store (`follow.rs`);
+//!   what a client asks of a run another replica drives is handed there (`run::Runner::hand_over`), or,
+//!   when that run ended before its replica took it, served here; an `/events` subscriber or a WebSocket
+//!   follows that run from its log in the store (`follow.rs`);
 //! - `queued:true` prompts run after the current run, each a run of its own;
 //! - `POST …/abort` (gateway 0.2; cmdc-sdk 0.1.0 only has `DELETE`) ends the running run with
 //!   `agent_abort {reason:"user_cancelled"}`, cancelling its upstream work, and keeps the session;
@@ -230,7 +231,7 @@ impl Inbound {
             }
             (&Method::DELETE, [id]) => {
                 let session = find(&runner, &caller, id).await?;
-                delete(&runner, &session).await?;
+                delete(&runner, &caller, &session).await?;
                 Ok(ok(json!({"sessionId": id, "status": "deleted"})))
             }
             (&Method::POST, [id, "prompt"]) => {
@@ -240,7 +241,8 @@ impl Inbound {
                     .text
                     .filter(|t| !t.is_empty())
                     .ok_or_else(|| ApiError::bad_request("Missing 'text' field"))?;
-                let queued = accept_prompt(&runner, &session, text, meter_key(&caller)).await?;
+                let queued =
+                    accept_prompt(&runner, &caller, &session, text, meter_key(&caller)).await?;
                 let accepted = wire::PromptAccepted {
                     request_id: request_id(),
                     session_id: session.id.clone(),
@@ -258,6 +260,7 @@ impl Inbound {
                 let approved = *action == "approve";
                 answer(
                     &runner,
+                    &caller,
                     &session,
                     run::approval_answer(&approval_id, approved),
                 )
@@ -274,7 +277,8 @@ impl Inbound {
                 else {
                     return Err(ApiError::bad_request("Missing 'ref' or 'response' field"));
                 };
-                answer(&runner, &session, run::text_answer(&reference, &response)).await?;
+                let resume = run::text_answer(&reference, &response);
+                answer(&runner, &caller, &session, resume).await?;
                 Ok(ok(
                     json!({"ok": true, "action": "respond", "ref": reference}),
                 ))
@@ -284,9 +288,8 @@ impl Inbound {
                 // session; the body (`reason`, `kill_tools`) changes nothing here.
                 let session = find(&runner, &caller, id).await?;
                 let _: Value = read_json(request, mount.body_limit).await?;
-                if elsewhere(&session) {
-                    runner.hand_over(&session, &Control::Abort).await?;
-                } else if let Some(run) = session.current_run() {
+                let here = hand_over(&runner, &caller, &session, &Control::Abort).await?;
+                if let Some(run) = here.and_then(|session| session.current_run()) {
                     run.abort();
                 }
                 let aborted = json!({"ok": true, "action": "abort", "sessionId": session.id});
@@ -295,7 +298,15 @@ impl Inbound {
             (&Method::POST, [id, "tools"]) => {
                 let session = find(&runner, &caller, id).await?;
                 let policy = self.callbacks.policy();
-                register_tool(&runner, &session, request, mount.body_limit, policy).await
+                register_tool(
+                    &runner,
+                    &caller,
+                    &session,
+                    request,
+                    mount.body_limit,
+                    policy,
+                )
+                .await
             }
             (&Method::GET, [id, "events"]) => {
                 let session = find(&runner, &caller, id).await?;
@@ -455,56 +466,84 @@ fn stats(runner: &Runner, caller: &Caller, session: &Session) -> Value {
     body
 }
 
+/// How many runs of a session, one after another on other replicas, a request follows before giving up.
+const HAND_OVER_ATTEMPTS: usize = 3;
+
+/// Hands `control` to the replica that drives the session's run, while one does. `None`: a replica took
+/// it. Else the session as the store keeps it now that no replica drives it (the run ended before its
+/// replica read `control`, and that replica reads no more): the request is served here.
+async fn hand_over(
+    runner: &Runner,
+    caller: &Caller,
+    session: &Arc<Session>,
+    control: &Control,
+) -> Result<Option<Arc<Session>>, ApiError> {
+    let mut session = Arc::clone(session);
+    for _ in 0..HAND_OVER_ATTEMPTS {
+        if !elsewhere(&session) {
+            return Ok(Some(session));
+        }
+        if runner.hand_over(&session, control).await? {
+            return Ok(None);
+        }
+        session = find(runner, caller, &session.id).await?;
+    }
+    Err(ApiError::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "unavailable",
+        "The session's runs moved between replicas faster than the request could follow; try again",
+    ))
+}
+
 /// Hands an answer to the paused run, here or on the replica that runs it; unknown ids are a 404.
 async fn answer(
     runner: &Runner,
-    session: &Session,
+    caller: &Caller,
+    session: &Arc<Session>,
     resume: crate::model::Resume,
 ) -> Result<(), ApiError> {
+    let interrupt = resume.interrupt_id.clone();
     let not_pending = || {
         ApiError::not_found(format!(
-            "No pending request {} in session {}",
-            resume.interrupt_id, session.id
+            "No pending request {interrupt} in session {}",
+            session.id
         ))
     };
-    if !elsewhere(session) {
-        return session.answer(resume.clone()).map_err(|why| match why {
-            Unanswered::NotPending => not_pending(),
-            Unanswered::RunEnded => {
-                ApiError::not_found("The run waiting for this answer has ended")
-            }
-        });
-    }
-    if !session.is_pending(&resume.interrupt_id) {
+    if elsewhere(session) && !session.is_pending(&interrupt) {
         return Err(not_pending());
     }
-    runner.hand_over(session, &Control::Answer(resume)).await?;
-    Ok(())
+    let control = Control::Answer(resume.clone());
+    let Some(here) = hand_over(runner, caller, session, &control).await? else {
+        return Ok(());
+    };
+    here.answer(resume).map_err(|why| match why {
+        Unanswered::NotPending => not_pending(),
+        Unanswered::RunEnded => ApiError::not_found("The run waiting for this answer has ended"),
+    })
 }
 
 /// Runs the prompt here, or queues it here or on the replica that runs the session's run. Whether it
 /// was queued.
 async fn accept_prompt(
     runner: &Arc<Runner>,
+    caller: &Caller,
     session: &Arc<Session>,
     text: String,
     api_key: &str,
 ) -> Result<bool, ApiError> {
-    if !elsewhere(session) {
-        return Ok(runner.prompt(session, text, api_key).await);
+    let control = Control::Prompt {
+        text: text.clone(),
+        api_key: api_key.to_owned(),
+    };
+    match hand_over(runner, caller, session, &control).await? {
+        None => Ok(true),
+        Some(here) => Ok(runner.prompt(&here, text, api_key).await),
     }
-    let api_key = api_key.to_owned();
-    runner
-        .hand_over(session, &Control::Prompt { text, api_key })
-        .await?;
-    Ok(true)
 }
 
 /// Deletes the session, here and in the store; a run of it on another replica is ended there.
-async fn delete(runner: &Runner, session: &Session) -> Result<(), ApiError> {
-    if elsewhere(session) {
-        runner.hand_over(session, &Control::Close).await?;
-    }
+async fn delete(runner: &Runner, caller: &Caller, session: &Arc<Session>) -> Result<(), ApiError> {
+    hand_over(runner, caller, session, &Control::Close).await?;
     if let Some(local) = runner.sessions.remove(&session.tenant, &session.id) {
         local.close();
     }
@@ -521,7 +560,8 @@ async fn delete(runner: &Runner, session: &Session) -> Result<(), ApiError> {
 /// refused now (422); the authoritative check is at each call, when names are resolved.
 async fn register_tool(
     runner: &Runner,
-    session: &Session,
+    caller: &Caller,
+    session: &Arc<Session>,
     request: Request<Incoming>,
     limit: BodyLimit,
     policy: &Policy,
@@ -552,14 +592,14 @@ async fn register_tool(
         .map_err(|e| registration_failed(e.message().to_owned()))?;
     let name = tool.name.clone();
     let registered = RegisteredTool { tool, requester };
-    if elsewhere(session) {
-        // The replica running the session's run keeps it with the rest of the session.
-        let tool = KeptTool::of(&registered);
-        runner.hand_over(session, &Control::Tool(tool)).await?;
-        session.state().register(registered);
-    } else {
-        session.state().register(registered);
-        runner.keep(session).await;
+    // The replica running the session's run keeps it with the rest of the session.
+    let control = Control::Tool(KeptTool::of(&registered));
+    match hand_over(runner, caller, session, &control).await? {
+        None => session.state().register(registered),
+        Some(here) => {
+            here.state().register(registered);
+            runner.keep(&here).await;
+        }
     }
     Ok(json(
         StatusCode::CREATED,

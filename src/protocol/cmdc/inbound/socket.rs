@@ -192,7 +192,7 @@ async fn ws_action(
                 .or_else(|| field("prompt"))
                 .ok_or_else(|| Some(ApiError::bad_request("Missing 'text' field")))?;
             let api_key = meter_key(&client.caller);
-            accept_prompt(runner, session, text.to_owned(), api_key)
+            accept_prompt(runner, &client.caller, session, text.to_owned(), api_key)
                 .await
                 .map(drop)
                 .map_err(Some)
@@ -201,7 +201,9 @@ async fn ws_action(
             let id = field("approvalId")
                 .ok_or_else(|| Some(ApiError::bad_request("Missing 'approvalId' field")))?;
             let resume = run::approval_answer(id, name == "approve");
-            answer(runner, session, resume).await.map_err(Some)
+            answer(runner, &client.caller, session, resume)
+                .await
+                .map_err(Some)
         }
         "respond" => {
             let (Some(reference), Some(response)) = (field("ref"), frame.get("response")) else {
@@ -214,7 +216,9 @@ async fn ws_action(
                 other => other.to_string(),
             };
             let resume = run::text_answer(reference, &response);
-            answer(runner, session, resume).await.map_err(Some)
+            answer(runner, &client.caller, session, resume)
+                .await
+                .map_err(Some)
         }
         _ => Err(None),
     }

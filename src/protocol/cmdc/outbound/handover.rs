@@ -106,12 +106,17 @@ impl Elsewhere {
             .open_log(ANSWER_LOG, NO_TENANT, &call.call_id)
             .await?;
         let bytes = Bytes::from(serde_json::to_vec(call).unwrap_or_default());
-        if let Err(error) = documents
+        match documents
             .push_to_log(CALLS_LOG, NO_TENANT, session, bytes)
             .await
         {
-            tracing::warn!(%session, "cmdc: a callback could not be handed over: {error}");
-            return None;
+            Ok(true) => {}
+            // The replica whose run made the call no longer listens for callbacks.
+            Ok(false) => return None,
+            Err(error) => {
+                tracing::warn!(%session, "cmdc: a callback could not be handed over: {error}");
+                return None;
+            }
         }
         Some(HandedAnswer {
             _log: log,
@@ -126,8 +131,14 @@ impl Elsewhere {
             .documents
             .push_to_log(ANSWER_LOG, NO_TENANT, call_id, bytes)
             .await;
-        if let Err(error) = handed {
-            tracing::warn!(call = %call_id, "cmdc: a tool's result could not be handed over: {error}");
+        match handed {
+            Ok(true) => {}
+            Ok(false) => {
+                tracing::debug!(call = %call_id, "cmdc: a tool's result came after its call stopped waiting")
+            }
+            Err(error) => {
+                tracing::warn!(call = %call_id, "cmdc: a tool's result could not be handed over: {error}")
+            }
         }
     }
 }

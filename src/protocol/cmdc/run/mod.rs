@@ -285,12 +285,13 @@ impl Runner {
         Ok(Some(kept))
     }
 
-    /// Hands `control` to the replica running the session's run.
+    /// Hands `control` to the replica running the session's run: whether it took it, which it does not once
+    /// that run ended (its control log with it).
     pub async fn hand_over(
         &self,
         session: &Session,
         control: &Control,
-    ) -> crate::error::Result<()> {
+    ) -> crate::error::Result<bool> {
         let bytes = Bytes::from(serde_json::to_vec(control).unwrap_or_default());
         self.documents
             .push_to_log(CONTROL_LOG, &session.tenant, &session.id, bytes)
