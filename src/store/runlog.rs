@@ -12,8 +12,9 @@
 //!   [`LEASE_RENEWAL`]); a follower of a log that stopped growing and whose lease lapsed knows the replica
 //!   driving the run is gone ([`Followed::Lost`]). In a store one process owns, a log that is not ended and
 //!   that this process does not write was cut short by an earlier process.
-//! - A log keeps at most [`MAX_LOG_BYTES`]: past them events are no longer kept (logged), and a follower
-//!   reading from the store ends where the kept events end.
+//! - A log keeps at most [`MAX_LOG_BYTES`]: past them events are no longer kept (logged). A log cut so (or
+//!   by a failed append) is never marked ended: a follower reading it from the store gets what was kept,
+//!   then [`Followed::Lost`], never a part of the run presented as the whole.
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -83,7 +84,8 @@ enum Entry {
 pub enum Followed {
     /// The event numbered so, and its bytes.
     Event(u64, Bytes),
-    /// The replica driving the run stopped before the log ended (or the store could not be read).
+    /// The replica driving the run stopped before the log ended, or the log was cut (it outgrew
+    /// [`MAX_LOG_BYTES`], or an append failed), or the store could not be read.
     Lost,
 }
 
@@ -300,7 +302,7 @@ struct Writer {
     key: DocumentKey,
     lease: Option<DocumentKey>,
     bytes: usize,
-    /// An append failed: later events would be numbered wrong, so none is kept; the end still is.
+    /// An append failed: later events would be numbered wrong, so none is kept, nor the end.
     broken: bool,
 }
 
@@ -320,7 +322,8 @@ impl Writer {
                 Some(first) => self.gather(first, &mut receiver, &wake, window).await,
                 None => (Vec::new(), false, true),
             };
-            let followed = self.append(batch, end, durable || end).await;
+            // A cut log is left unended: its followers read what was kept, then that it was lost.
+            let followed = self.append(batch, end && !self.cut(), durable || end).await;
             window = match followed {
                 true => GATHER_FOLLOWED,
                 false => GATHER_UNFOLLOWED,
@@ -375,6 +378,11 @@ impl Writer {
             }
         }
         false
+    }
+
+    /// Whether events of the run are missing from the log.
+    fn cut(&self) -> bool {
+        self.broken || self.bytes > MAX_LOG_BYTES
     }
 
     fn take(&mut self, entry: Entry, batch: &mut Vec<Bytes>, durable: &mut bool) {
@@ -586,6 +594,26 @@ mod tests {
             [event(1), Followed::Lost]
         );
         drop((writer, documents));
+        let _ = std::fs::remove_dir_all(folder);
+    }
+
+    #[tokio::test]
+    async fn a_log_that_outgrew_its_bound_is_read_as_lost_after_what_it_kept() {
+        let folder = folder("cut");
+        let documents = redb(&folder).await;
+        let writer = documents.open_log("kind", "acme", "run").await.unwrap();
+        let mib = Bytes::from(vec![b'x'; 1 << 20]);
+        let kept = MAX_LOG_BYTES >> 20;
+        for _ in 0..kept + 2 {
+            writer.push(mib.clone()).await;
+        }
+        writer.end().await;
+
+        let read = followed(&documents, "run", 0).await;
+        assert_eq!(read.len(), kept + 1, "{} events", read.len());
+        assert!(matches!(read[kept - 1], Followed::Event(n, _) if n == kept as u64));
+        assert_eq!(read[kept], Followed::Lost);
+        drop(documents);
         let _ = std::fs::remove_dir_all(folder);
     }
 }

@@ -117,7 +117,9 @@ async fn kept_run(runner: &Runner, session: &Session) -> Option<Events> {
                 .collect(),
             Followed::Lost => vec![
                 Event::Error {
-                    reason: "the proxy running this run stopped before the run ended".into(),
+                    reason: "the rest of this run cannot be read: the proxy running it stopped, \
+                             or the run outgrew what the store keeps of one"
+                        .into(),
                 },
                 Event::AgentAbort {
                     reason: "error".into(),
