@@ -303,6 +303,9 @@ pub struct Kept {
     pub busy: bool,
     /// How many runs the session had; the latest one's events are its run log.
     pub runs: u64,
+    /// The run that opened the control log of the runs going on ([`control_log`]).
+    #[serde(default)]
+    pub control: u64,
 }
 
 /// A callback tool as the store keeps it, with the client that registered it.
@@ -337,9 +340,15 @@ impl KeptTool {
 pub const SESSION_DOCUMENT: &str = "cmdc-session";
 /// The kind of the run log of a session's latest run (by the session's id): its events as WebSocket frames.
 pub const RUN_LOG: &str = "cmdc-run";
-/// The kind of the log through which other replicas hand the replica running a session's run what their
-/// clients asked of it (by the session's id; [`Control`]).
+/// The kind of the log through which other replicas hand the replica running a session's runs what their
+/// clients asked of them ([`Control`]; by [`control_log`]).
 pub const CONTROL_LOG: &str = "cmdc-control";
+
+/// The id of the control log that the session's run number `run` opened: one of its own, so that the end of
+/// the last replica's log (a moment after it kept the session idle) cannot end the next replica's.
+pub fn control_log(session: &str, run: u64) -> String {
+    format!("{session}/{run}")
+}
 /// The kind of the document that says which of a session's runs a subscriber on some replica read to its end.
 pub const READ_DOCUMENT: &str = "cmdc-read";
 
@@ -413,6 +422,8 @@ pub struct State {
     pub elsewhere: bool,
     /// How many runs the session had, on any replica, as far as this one knows.
     pub runs: u64,
+    /// The run that opened the control log of the runs going on, here or elsewhere ([`control_log`]).
+    pub control: u64,
     /// The runtime of the latest subscriber. A run is driven there, on the thread that streams its events,
     /// rather than on the one its prompt came in on: its events then cross no thread (src/workers.rs).
     pub subscriber_runtime: Option<Handle>,
@@ -534,6 +545,7 @@ impl Session {
             messages_logged: state.messages_logged,
             busy: state.busy || state.elsewhere,
             runs: state.runs,
+            control: state.control,
         }
     }
 
@@ -556,6 +568,7 @@ impl Session {
         state.messages_logged = kept.messages_logged;
         state.elsewhere = kept.busy;
         state.runs = state.runs.max(kept.runs);
+        state.control = kept.control;
     }
 
     /// Starts the buffer of a new run and makes it the one subscribers attach to.

@@ -19,8 +19,8 @@ use tokio::runtime::Handle;
 use tokio::sync::mpsc;
 
 use super::sessions::{
-    self, Control, Counted, CreateError, Kept, Pending, Queued, RegisteredTool, Session, Sessions,
-    Status, CONTROL_LOG, FINISHED_RUN_TTL, RUN_LOG, SESSION_DOCUMENT,
+    self, control_log, Control, Counted, CreateError, Kept, Pending, Queued, RegisteredTool,
+    Session, Sessions, Status, CONTROL_LOG, FINISHED_RUN_TTL, RUN_LOG, SESSION_DOCUMENT,
 };
 use super::wire::{self, CallbackAnswer, CallbackTool, Event as Cmdc, ToolCallback};
 use crate::egress::Egress;
@@ -266,7 +266,14 @@ impl Runner {
             .get(tenant, id)
             .is_some_and(|session| session.state().busy);
         // The replica driving the session holds its control log's lease for as long as it does.
-        if kept.busy && !here && !self.documents.run_live(CONTROL_LOG, tenant, id).await? {
+        let control = control_log(id, kept.control);
+        if kept.busy
+            && !here
+            && !self
+                .documents
+                .run_live(CONTROL_LOG, tenant, &control)
+                .await?
+        {
             // The run may have ended between the read and the look at its lease: its replica kept the
             // session idle before letting the lease go.
             match load().await? {
@@ -293,20 +300,26 @@ impl Runner {
         control: &Control,
     ) -> crate::error::Result<bool> {
         let bytes = Bytes::from(serde_json::to_vec(control).unwrap_or_default());
+        let log = control_log(&session.id, session.state().control);
         self.documents
-            .push_to_log(CONTROL_LOG, &session.tenant, &session.id, bytes)
+            .push_to_log(CONTROL_LOG, &session.tenant, &log, bytes)
             .await
     }
 
-    /// In a store replicas share: starts the session's control log afresh and carries out what comes
+    /// In a store replicas share: starts a control log of the latest run's own and carries out what comes
     /// through it until the returned guard drops.
     async fn take_control(self: &Arc<Self>, session: &Arc<Session>) -> Option<ControlGuard> {
         if !self.documents.shared() {
             return None;
         }
-        let (tenant, id) = (&session.tenant, &session.id);
-        let log = self.documents.open_log(CONTROL_LOG, tenant, id).await?;
-        let requests = self.documents.follow_log(CONTROL_LOG, tenant, id, 0);
+        let tenant = &session.tenant;
+        let id = {
+            let mut state = session.state();
+            state.control = state.runs;
+            control_log(&session.id, state.runs)
+        };
+        let log = self.documents.open_log(CONTROL_LOG, tenant, &id).await?;
+        let requests = self.documents.follow_log(CONTROL_LOG, tenant, &id, 0);
         let (runner, session) = (Arc::clone(self), Arc::clone(session));
         let task = tokio::spawn(async move {
             tokio::pin!(requests);
