@@ -33,7 +33,7 @@ use crate::model::{
 };
 use crate::normalize::Normalizer;
 use crate::route_state::RouteState;
-use crate::store::{Key, Record, Store, UpstreamId};
+use crate::store::{now_micros, DocumentKey, Key, Record, Store, UpstreamId, LEASE, LEASE_RENEWAL};
 use crate::telemetry::{store_span, RunSpan};
 
 /// How many events may wait for a slow client before the upstream read pauses.
@@ -235,7 +235,7 @@ impl Translator {
     /// it and its upstream keeps one.
     async fn run_turn(&self, mut turn: Turn, context: &mut RunContext) -> Vec<UpstreamId> {
         let key = self.key(&turn.tenant, &turn.conversation);
-        let _stream = match self.streams.enter(&turn.tenant) {
+        let _stream = match self.enter_stream(&turn.tenant).await {
             Ok(slot) => slot,
             Err(error) => {
                 context.finish(Err(error)).await;
@@ -370,7 +370,65 @@ impl Losses {
     }
 }
 
-/// The runs under way per tenant, held to `[routes.quota]` streams.
+impl Translator {
+    /// Counts the run among its tenant's under way, against `[routes.quota]` streams: in a store replicas
+    /// share, as a slot the run renews while it lasts (the runs of a replica that dies stop counting once
+    /// their slots lapse); else in this process.
+    async fn enter_stream(&self, tenant: &str) -> Result<StreamSlot<'_>> {
+        let quota = self.streams.per_tenant.load(Ordering::Relaxed);
+        if quota == 0 || !self.store.shared() {
+            return self.streams.enter(tenant, quota);
+        }
+        let key = DocumentKey {
+            kind: STREAM_SLOT,
+            route: self.route.clone(),
+            tenant: tenant.to_owned(),
+            id: crate::model::random_hex(),
+        };
+        if !self.store.enter_slot(&key, quota, lease_end()).await? {
+            return Err(streams_quota_reached(quota));
+        }
+        let store = Arc::clone(&self.store);
+        let renewal = tokio::spawn({
+            let (store, key) = (Arc::clone(&store), key.clone());
+            async move {
+                loop {
+                    tokio::time::sleep(LEASE_RENEWAL).await;
+                    if let Err(error) = store.renew_slot(&key, lease_end()).await {
+                        tracing::warn!("a run's place in its tenant's streams quota could not be renewed: {error}");
+                    }
+                }
+            }
+        });
+        Ok(StreamSlot {
+            streams: &self.streams,
+            held: Some(Held::Shared {
+                store,
+                key,
+                renewal,
+            }),
+        })
+    }
+}
+
+/// The kind of a run's slot among its tenant's runs under way, in a store replicas share.
+const STREAM_SLOT: &str = "stream";
+
+/// When a slot taken or renewed now lapses, in µs since the epoch.
+fn lease_end() -> u64 {
+    now_micros().saturating_add(crate::store::micros(LEASE))
+}
+
+fn streams_quota_reached(quota: usize) -> Error {
+    Error::too_many(
+        format!(
+            "this client's runs under way reached its quota ({quota}); try again when one ends"
+        ),
+        1,
+    )
+}
+
+/// The runs under way per tenant in this process, held to `[routes.quota]` streams.
 #[derive(Default)]
 struct OpenStreams {
     /// How many runs one tenant may have under way (0: no quota). A reload may change it.
@@ -379,51 +437,73 @@ struct OpenStreams {
 }
 
 impl OpenStreams {
-    /// Counts one more run of `tenant` until the slot is dropped; too many when the tenant is at its quota.
-    fn enter(&self, tenant: &str) -> Result<StreamSlot<'_>> {
-        let quota = self.per_tenant.load(Ordering::Relaxed);
+    /// Counts one more run of `tenant` until the slot is dropped, unless the tenant has `quota` under way
+    /// (0: no quota, nothing counted).
+    fn enter(&self, tenant: &str, quota: usize) -> Result<StreamSlot<'_>> {
         if quota == 0 {
             return Ok(StreamSlot {
                 streams: self,
-                tenant: None,
+                held: None,
             });
         }
         let mut open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
         let count = open.entry(tenant.to_owned()).or_default();
         if *count >= quota {
-            return Err(Error::too_many(
-                format!(
-                    "this client's runs under way reached its quota ({quota}); try again when one ends"
-                ),
-                1,
-            ));
+            return Err(streams_quota_reached(quota));
         }
         *count += 1;
         Ok(StreamSlot {
             streams: self,
-            tenant: Some(tenant.to_owned()),
+            held: Some(Held::Here(tenant.to_owned())),
         })
     }
 }
 
-/// One run counted in [`OpenStreams`] (none when the route sets no quota).
+/// One run counted against its tenant's streams quota (nothing held when the route sets none).
 struct StreamSlot<'a> {
     streams: &'a OpenStreams,
-    tenant: Option<String>,
+    held: Option<Held>,
+}
+
+/// Where a run is counted.
+enum Held {
+    /// In [`OpenStreams`], under its tenant.
+    Here(String),
+    /// In a store replicas share: its slot, and what renews it.
+    Shared {
+        store: Arc<dyn Store>,
+        key: DocumentKey,
+        renewal: tokio::task::JoinHandle<()>,
+    },
 }
 
 impl Drop for StreamSlot<'_> {
     fn drop(&mut self) {
-        let Some(tenant) = &self.tenant else { return };
-        let mut open = self
-            .streams
-            .open
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        if let Some(count) = open.get_mut(tenant) {
-            *count -= 1;
-            if *count == 0 {
-                open.remove(tenant);
+        match self.held.take() {
+            None => {}
+            Some(Held::Here(tenant)) => {
+                let mut open = self
+                    .streams
+                    .open
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner);
+                if let Some(count) = open.get_mut(&tenant) {
+                    *count -= 1;
+                    if *count == 0 {
+                        open.remove(&tenant);
+                    }
+                }
+            }
+            Some(Held::Shared {
+                store,
+                key,
+                renewal,
+            }) => {
+                renewal.abort();
+                // Left at once where a runtime still runs; else it lapses with its lease.
+                if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                    runtime.spawn(async move { store.leave_slot(&key).await });
+                }
             }
         }
     }

@@ -33,7 +33,7 @@ pub use self::memory::MemoryStore;
 pub use self::notices::LogWatch;
 pub use self::redb::RedbStore;
 pub use self::redis::RedisStore;
-pub use self::runlog::{Followed, LogWriter};
+pub use self::runlog::{Followed, LogWriter, LEASE, LEASE_RENEWAL};
 
 /// Which conversation a record belongs to.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -268,6 +268,25 @@ pub trait Store: Send + Sync {
         _per_tenant: usize,
     ) -> BoxFuture<'a, Result<bool>> {
         Box::pin(std::future::ready(Ok(true)))
+    }
+    /// Holds `key` among its tenant's slots of its kind on its route (its runs under way) until `until` (µs
+    /// since the epoch), unless `per_tenant` of them are held already (`[routes.quota]` streams): whether
+    /// it holds. Only a store replicas share counts; where one process owns the store, the translator counts
+    /// in its memory.
+    fn enter_slot<'a>(
+        &'a self,
+        _key: &'a DocumentKey,
+        _per_tenant: usize,
+        _until: u64,
+    ) -> BoxFuture<'a, Result<bool>> {
+        Box::pin(std::future::ready(Ok(true)))
+    }
+    /// Holds the slot `key` until `until`: a slot not renewed lapses (the process holding it died).
+    fn renew_slot<'a>(&'a self, _key: &'a DocumentKey, _until: u64) -> BoxFuture<'a, Result<()>> {
+        Box::pin(std::future::ready(Ok(())))
+    }
+    fn leave_slot<'a>(&'a self, _key: &'a DocumentKey) -> BoxFuture<'a, Result<()>> {
+        Box::pin(std::future::ready(Ok(())))
     }
     /// Appends `events` to the run log `key`, numbered from `after + 1` (`after` 0 starts the log afresh;
     /// [`APPEND`]: after whatever it holds, for a log several processes add to), and with `end` marks the

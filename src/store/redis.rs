@@ -11,6 +11,8 @@
 //! - `agent-bridge:{route/tenant/kind/id}:document`: an inbound's document (a lease is one too).
 //! - `agent-bridge:{route/tenant}:counted/kind`: the tenant's documents of a kind that count against its
 //!   quota (CMDC sessions), so that it is counted across replicas too.
+//! - `agent-bridge:{route/tenant}:held/kind`: the tenant's runs under way (`[routes.quota]` streams), each
+//!   until its lease lapses, renewed while it runs.
 //! - `agent-bridge:{route/tenant/kind/id}:events` (a list) and `...:ended`: a run log; each append publishes
 //!   a notice on the channel `...:appended` ([`super::notices`]).
 //!
@@ -286,6 +288,15 @@ fn counted_key(key: &DocumentKey) -> String {
     )
 }
 
+/// The tenant's slots of the key's kind held (its runs under way), by when each lapses.
+fn held_key(key: &DocumentKey) -> String {
+    tenant_list(
+        &key.route,
+        &key.tenant,
+        &format!("held/{}", escape(key.kind)),
+    )
+}
+
 fn tenant_list(route: &str, tenant: &str, list: &str) -> String {
     format!(
         "agent-bridge:{{{}/{}}}:{list}",
@@ -469,6 +480,52 @@ impl RedisStore {
     }
 }
 
+impl RedisStore {
+    /// In first, then counted, as [`RedisStore::admit_document`]; lapsed slots (their replica died) first go.
+    async fn enter_slot(&self, key: &DocumentKey, per_tenant: usize, until: u64) -> Result<bool> {
+        let held = held_key(key);
+        let mut pipeline = ::redis::pipe();
+        pipeline
+            .cmd("ZREMRANGEBYSCORE")
+            .arg(&held)
+            .arg("-inf")
+            .arg(now_micros())
+            .ignore();
+        self.hold(&mut pipeline, key, until);
+        pipeline.cmd("ZCARD").arg(&held);
+        let (count,): (usize,) = self.run(&pipeline).await?;
+        if count <= per_tenant {
+            return Ok(true);
+        }
+        self.leave_slot(key).await?;
+        Ok(false)
+    }
+
+    /// Adds to `pipeline` the slot `key` held until `until`; the set of them lives as long as that.
+    fn hold(&self, pipeline: &mut Pipeline, key: &DocumentKey, until: u64) {
+        let held = held_key(key);
+        pipeline
+            .cmd("ZADD")
+            .arg(&held)
+            .arg(until)
+            .arg(&key.id)
+            .ignore();
+        let lasts_ms = until.saturating_sub(now_micros()) / 1000 + 1;
+        pipeline.cmd("PEXPIRE").arg(&held).arg(lasts_ms).ignore();
+    }
+
+    async fn renew_slot(&self, key: &DocumentKey, until: u64) -> Result<()> {
+        let mut pipeline = ::redis::pipe();
+        self.hold(&mut pipeline, key, until);
+        self.run(&pipeline).await
+    }
+
+    async fn leave_slot(&self, key: &DocumentKey) -> Result<()> {
+        self.query(::redis::cmd("ZREM").arg(held_key(key)).arg(&key.id))
+            .await
+    }
+}
+
 /// How long a document let in ([`Store::admit_document`]) counts before it is made.
 const MAKING: Duration = Duration::from_secs(30);
 
@@ -542,6 +599,23 @@ impl Store for RedisStore {
         per_tenant: usize,
     ) -> BoxFuture<'a, Result<bool>> {
         Box::pin(self.admit_document(key, per_tenant))
+    }
+
+    fn enter_slot<'a>(
+        &'a self,
+        key: &'a DocumentKey,
+        per_tenant: usize,
+        until: u64,
+    ) -> BoxFuture<'a, Result<bool>> {
+        Box::pin(self.enter_slot(key, per_tenant, until))
+    }
+
+    fn renew_slot<'a>(&'a self, key: &'a DocumentKey, until: u64) -> BoxFuture<'a, Result<()>> {
+        Box::pin(self.renew_slot(key, until))
+    }
+
+    fn leave_slot<'a>(&'a self, key: &'a DocumentKey) -> BoxFuture<'a, Result<()>> {
+        Box::pin(self.leave_slot(key))
     }
 
     fn append_events<'a>(

@@ -30,8 +30,8 @@ use super::notices::LogWatch;
 use super::{micros, now_micros, DocumentKey, Documents, LogPage};
 
 /// How long a run's lease holds without renewal, and how often the replica driving the run renews it.
-const LEASE: Duration = Duration::from_secs(10);
-const LEASE_RENEWAL: Duration = Duration::from_secs(3);
+pub const LEASE: Duration = Duration::from_secs(10);
+pub const LEASE_RENEWAL: Duration = Duration::from_secs(3);
 /// The most a run log keeps.
 const MAX_LOG_BYTES: usize = 16 << 20;
 /// The kind of the document that holds a run's lease (its id: the log's kind and id).

@@ -885,3 +885,78 @@ async fn a_prompt_on_a_websocket_after_the_other_replicas_run_ended_runs_where_i
     .expect("the prompt is sent");
     assert_eq!(next_ws_run(&mut ws).await, "second run");
 }
+
+#[tokio::test]
+async fn a_tenants_streams_quota_is_counted_across_replicas() {
+    let agent = Reply::sse()
+        .events([started()])
+        .events(text("m1", &["slow"]))
+        .gate()
+        .event(finished())
+        .serve()
+        .await;
+    let route = Route::new("chat", PATH, "ag-ui", "ag-ui")
+        .upstream(&agent.url())
+        .quota("streams", 1);
+    let mut deployment = Deployment::start(Topology::Replicas, route);
+    let mut first = within(
+        "the first run starts",
+        ag_ui::start(&deployment.url(PATH), &say("t1", "r1", "hi")),
+    )
+    .await;
+    // Streaming: its text arrived, its end waits on the agent.
+    while !first.next_data().await.expect("the text").contains("slow") {}
+
+    // The other replica streams nothing of this tenant's, but counts the run the first one streams.
+    deployment.between_turns();
+    let refused = run(&deployment.url(PATH), &say("t2", "r2", "hi")).await;
+    assert_eq!(error_code(&refused), Some("RATE_LIMITED"), "{refused:#?}");
+
+    agent.release();
+    while first.next_data().await.is_some() {}
+    let after = run_until_it_completes(&deployment.url(PATH), &say("t2", "r3", "hi")).await;
+    assert_eq!(
+        after.last().map(|event| &event["type"]),
+        Some(&json!("RUN_FINISHED"))
+    );
+}
+
+#[tokio::test]
+async fn the_runs_of_a_replica_that_died_stop_counting_against_the_streams_quota_once_their_leases_lapse(
+) {
+    let redis = RedisServer::start();
+    let agent = Upstream::serve([
+        Reply::sse().event(started()).hang(),
+        Reply::sse().events([started(), finished()]),
+    ])
+    .await;
+    let folder = TempDir::new("streams-replica-died");
+    let route = Route::new("chat", PATH, "ag-ui", "ag-ui")
+        .upstream(&agent.url())
+        .quota("streams", 1);
+    let config = write_config(&folder, redis_store(&redis.url()), route);
+    let streaming = AgentBridge::start(serve_command(&config));
+    let other = AgentBridge::start(serve_command(&config));
+    let _held = within(
+        "the first run starts",
+        ag_ui::start(&url(&streaming), &say("t1", "r1", "hi")),
+    )
+    .await;
+    agent.wait_for("the run reaches the agent", |_| true).await;
+
+    // Renewed every 3 s, the run's slot outlasts its first lease while its replica lives.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let refused = run(&url(&other), &say("t2", "r2", "hi")).await;
+    assert_eq!(error_code(&refused), Some("RATE_LIMITED"), "{refused:#?}");
+
+    drop(streaming); // SIGKILL: nobody leaves the slot; it lapses.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let events = run(&url(&other), &say("t2", "r3", "hi")).await;
+        if error_code(&events).is_none() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "still refused: {events:#?}");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
