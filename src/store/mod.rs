@@ -259,15 +259,17 @@ pub trait Store: Send + Sync {
     /// Deletes the document; it no longer counts against its tenant's quota ([`Store::admit_document`]).
     fn delete_document<'a>(&'a self, key: &'a DocumentKey) -> BoxFuture<'a, Result<()>>;
     /// Counts `key`, a document about to be made, among its tenant's documents of its kind on its route,
-    /// unless the tenant has `per_tenant` of them already (`[routes.quota]`): whether it was let in. A
-    /// deleted or expired document no longer counts. Only a store replicas share counts here; where one
-    /// process owns the store, the inbound counts what its own memory holds.
+    /// unless the tenant has `per_tenant` of them already (`[routes.quota]`) and none of them is
+    /// `evictable`; else as many as it takes of those go, lowest rank first, then those counted longest
+    /// ago. A deleted or expired document no longer counts. Only a store replicas share counts here; where
+    /// one process owns the store, the inbound counts what its own memory holds.
     fn admit_document<'a>(
         &'a self,
         _key: &'a DocumentKey,
         _per_tenant: usize,
-    ) -> BoxFuture<'a, Result<bool>> {
-        Box::pin(std::future::ready(Ok(true)))
+        _evictable: Option<&'a Evictable<'a>>,
+    ) -> BoxFuture<'a, Result<Admission>> {
+        Box::pin(std::future::ready(Ok(Admission::Admitted(Vec::new()))))
     }
     /// Holds `key` among its tenant's slots of its kind on its route (its runs under way) until `until` (µs
     /// since the epoch), unless `per_tenant` of them are held already (`[routes.quota]` streams): whether
@@ -327,6 +329,19 @@ pub trait Store: Send + Sync {
     fn watch_log<'a>(&'a self, _key: &'a DocumentKey) -> BoxFuture<'a, LogWatch> {
         Box::pin(std::future::ready(LogWatch::polling()))
     }
+}
+
+/// Whether a stored document may go to make room for a new one of its tenant's ([`Store::admit_document`]):
+/// `None` when it may not (in use), else its rank (the lowest go first).
+pub type Evictable<'a> = dyn Fn(&[u8]) -> Option<u8> + Send + Sync + 'a;
+
+/// What [`Store::admit_document`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Admission {
+    /// Let in; the ids of the documents deleted to make room for it.
+    Admitted(Vec<String>),
+    /// The tenant holds its quota, none of it evictable.
+    Refused,
 }
 
 /// The `after` of [`Store::append_events`] that appends after whatever the log holds.
@@ -418,16 +433,34 @@ impl Documents {
     }
 
     /// Counts the tenant's new document `id` of this kind against `per_tenant` of them, where replicas
-    /// share the count ([`Store::admit_document`]): whether it was let in.
+    /// share the count ([`Store::admit_document`]); none of the others makes room.
     pub async fn admit(
         &self,
         kind: &'static str,
         tenant: &str,
         id: &str,
         per_tenant: usize,
-    ) -> Result<bool> {
+    ) -> Result<Admission> {
+        let key = self.key(kind, tenant, id);
+        self.store.admit_document(&key, per_tenant, None).await
+    }
+
+    /// [`Documents::admit`], where the others of `rank` may make room (lowest first; `None`: in use).
+    pub async fn admit_making_room<T: DeserializeOwned>(
+        &self,
+        kind: &'static str,
+        tenant: &str,
+        id: &str,
+        per_tenant: usize,
+        rank: impl Fn(&T) -> Option<u8> + Send + Sync,
+    ) -> Result<Admission> {
+        let key = self.key(kind, tenant, id);
+        let evictable = |bytes: &[u8]| {
+            let document = codec::decode::<T>(bytes, &format_args!("{kind} document"))?;
+            rank(&document)
+        };
         self.store
-            .admit_document(&self.key(kind, tenant, id), per_tenant)
+            .admit_document(&key, per_tenant, Some(&evictable))
             .await
     }
 }

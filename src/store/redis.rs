@@ -10,7 +10,7 @@
 //!   saved, for its conversations quota, which is counted here and so across replicas.
 //! - `agent-bridge:{route/tenant/kind/id}:document`: an inbound's document (a lease is one too).
 //! - `agent-bridge:{route/tenant}:counted/kind`: the tenant's documents of a kind that count against its
-//!   quota (CMDC sessions), so that it is counted across replicas too.
+//!   quota (CMDC sessions, A2A tasks), so that it is counted across replicas too.
 //! - `agent-bridge:{route/tenant}:held/kind`: the tenant's runs under way (`[routes.quota]` streams), each
 //!   until its lease lapses, renewed while it runs.
 //! - `agent-bridge:{route/tenant/kind/id}:events` (a list) and `...:ended`: a run log; each append publishes
@@ -29,7 +29,9 @@ use futures_util::future::BoxFuture;
 
 use super::local::{micros, now_micros};
 use super::notices::{LogWatch, Notices};
-use super::{codec, fit_record, not_kept, DocumentKey, Key, LogPage, Record, Store};
+use super::{
+    codec, fit_record, not_kept, Admission, DocumentKey, Evictable, Key, LogPage, Record, Store,
+};
 use crate::config::StoreConfig;
 use crate::error::{Error, Result};
 
@@ -420,9 +422,14 @@ impl RedisStore {
 impl RedisStore {
     /// Counts the new document `key` first and then the tenant's others: replicas letting documents in at
     /// the same moment may each refuse one, but never let the tenant past its quota. Only when the count
-    /// is over are the others looked at: those whose document is gone (deleted elsewhere, or expired) and
-    /// that were let in longer than [`MAKING`] ago stop counting.
-    async fn admit_document(&self, key: &DocumentKey, per_tenant: usize) -> Result<bool> {
+    /// is over are the others read: those whose document is gone (deleted elsewhere, or expired) and that
+    /// were let in longer than [`MAKING`] ago stop counting, and those `evictable` ranks make room.
+    async fn admit_document(
+        &self,
+        key: &DocumentKey,
+        per_tenant: usize,
+        evictable: Option<&Evictable<'_>>,
+    ) -> Result<Admission> {
         let counted = counted_key(key);
         let now = now_micros();
         let mut pipeline = ::redis::pipe();
@@ -445,38 +452,62 @@ impl RedisStore {
             .arg("WITHSCORES");
         let (members,): (Vec<(String, u64)>,) = self.run(&pipeline).await?;
         if members.len() <= per_tenant {
-            return Ok(true);
+            return Ok(Admission::Admitted(Vec::new()));
         }
         let others: Vec<(String, u64)> = members
             .into_iter()
             .filter(|(id, _)| *id != key.id)
             .collect();
-        let mut exists = ::redis::pipe();
-        for (id, _) in &others {
-            let other = DocumentKey {
-                id: id.clone(),
+        let other = |id: &str| {
+            document_key(&DocumentKey {
+                id: id.to_owned(),
                 ..key.clone()
-            };
-            exists.cmd("EXISTS").arg(document_key(&other));
+            })
+        };
+        let mut read = ::redis::pipe();
+        for (id, _) in &others {
+            read.cmd("GET").arg(other(id));
         }
-        let kept: Vec<bool> = self.run(&exists).await?;
+        let documents: Vec<Option<Vec<u8>>> = self.run(&read).await?;
         let making = now.saturating_sub(micros(MAKING));
-        let gone: Vec<&str> = others
-            .iter()
-            .zip(kept)
-            .filter(|&((_, let_in), kept)| !kept && *let_in < making)
-            .map(|((id, _), _)| id.as_str())
-            .collect();
-        let admitted = others.len() - gone.len() < per_tenant;
-        let mut tidy = ::redis::cmd("ZREM");
-        tidy.arg(&counted).arg(&gone);
+        let (mut live, mut gone, mut candidates) = (0, Vec::new(), Vec::new());
+        for ((id, let_in), document) in others.iter().zip(&documents) {
+            match document {
+                None if *let_in < making => gone.push(id.as_str()),
+                None => live += 1,
+                Some(bytes) => {
+                    live += 1;
+                    if let Some(rank) = evictable.and_then(|rank| rank(bytes)) {
+                        candidates.push((rank, *let_in, id.as_str()));
+                    }
+                }
+            }
+        }
+        let excess = (live + 1usize).saturating_sub(per_tenant);
+        candidates.sort_unstable();
+        let admitted = candidates.len() >= excess;
+        let evicted: Vec<&str> = if admitted {
+            candidates.iter().take(excess).map(|c| c.2).collect()
+        } else {
+            Vec::new()
+        };
+        let mut uncounted = [gone, evicted.clone()].concat();
         if !admitted {
-            tidy.arg(&key.id);
+            uncounted.push(&key.id);
         }
-        if !gone.is_empty() || !admitted {
-            self.query::<()>(&tidy).await?;
+        if !uncounted.is_empty() {
+            let mut tidy = ::redis::pipe();
+            tidy.cmd("ZREM").arg(&counted).arg(&uncounted).ignore();
+            for id in &evicted {
+                tidy.cmd("DEL").arg(other(id)).ignore();
+            }
+            self.run::<()>(&tidy).await?;
         }
-        Ok(admitted)
+        Ok(if admitted {
+            Admission::Admitted(evicted.into_iter().map(str::to_owned).collect())
+        } else {
+            Admission::Refused
+        })
     }
 }
 
@@ -597,8 +628,9 @@ impl Store for RedisStore {
         &'a self,
         key: &'a DocumentKey,
         per_tenant: usize,
-    ) -> BoxFuture<'a, Result<bool>> {
-        Box::pin(self.admit_document(key, per_tenant))
+        evictable: Option<&'a Evictable<'a>>,
+    ) -> BoxFuture<'a, Result<Admission>> {
+        Box::pin(self.admit_document(key, per_tenant, evictable))
     }
 
     fn enter_slot<'a>(

@@ -960,3 +960,43 @@ async fn the_runs_of_a_replica_that_died_stop_counting_against_the_streams_quota
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
 }
+
+#[tokio::test]
+async fn a_tenants_a2a_tasks_quota_is_counted_across_replicas_its_oldest_finished_task_making_room()
+{
+    let route = Route::new("tasks", PATH, "a2a", "echo").quota("tasks", 2);
+    let mut deployment = Deployment::start(Topology::Replicas, route);
+    let on_first = deployment.url(PATH);
+    let paused = a2a::send_message(&on_first, a2a::message("/ask Which city?")).await;
+    assert_eq!(paused["status"]["state"], "input-required", "{paused}");
+    let finished = a2a::send_message(&next(&mut deployment), a2a::message("hello")).await;
+    assert_eq!(finished["status"]["state"], "completed", "{finished}");
+
+    // The third task, on the first replica, which made only one: the other's finished task makes room,
+    // and the paused one (a person may still answer it) stays.
+    let third = a2a::send_message(&on_first, a2a::message("again")).await;
+    assert_eq!(third["status"]["state"], "completed", "{third}");
+    let gone = a2a::call(&on_first, "tasks/get", json!({"id": finished["id"]})).await;
+    assert_eq!(gone["error"]["code"], -32001, "{gone}");
+    let kept = a2a::get_task(&on_first, paused["id"].as_str().unwrap()).await;
+    assert_eq!(kept["status"]["state"], "input-required", "{kept}");
+}
+
+#[tokio::test]
+async fn a_tenant_whose_a2a_tasks_all_run_on_another_replica_is_refused_a_new_one() {
+    let redis = RedisServer::start();
+    let agent = Upstream::serve([Reply::sse().event(started()).hang()]).await;
+    let folder = TempDir::new("a2a-tasks-quota");
+    let route = hanging_agent_route(&agent).quota("tasks", 1);
+    let config = write_config(&folder, redis_store(&redis.url()), route);
+    let running = AgentBridge::start(serve_command(&config));
+    let other = AgentBridge::start(serve_command(&config));
+    let task_id = start_a_task_that_never_ends(&url(&running)).await;
+
+    let params = json!({"message": a2a::message("one more"), "configuration": {"blocking": false}});
+    let refused = a2a::call(&url(&other), "message/send", params).await;
+    assert_eq!(refused["error"]["code"], -32051, "{refused}");
+    let running_task = a2a::get_task(&url(&running), &task_id).await;
+    let state = running_task["status"]["state"].as_str().unwrap_or_default();
+    assert!(matches!(state, "submitted" | "working"), "{running_task}");
+}

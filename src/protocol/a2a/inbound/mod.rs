@@ -37,6 +37,7 @@ pub use decode::Reader;
 pub use encode::{EncodeOptions, Encoder};
 
 use std::future::ready;
+use std::num::NonZeroUsize;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -51,7 +52,8 @@ use tokio::sync::mpsc;
 use super::card::{self, CardTemplate, CardVersion};
 use super::rpc::{self, result_frame, Envelope, ResultFrames, RpcError};
 use super::tasks::{
-    self, Bounds, Cancel, Registry, Started, Subscription, CONTEXT_DOCUMENT, EVENTS_LOG,
+    self, Bounds, Cancel, Registry, Snapshot, Started, Subscription, CONTEXT_DOCUMENT, EVENTS_LOG,
+    TASK_DOCUMENT,
 };
 use super::wire::{self, RequestId, StreamResult};
 use super::InboundOptions;
@@ -64,7 +66,7 @@ use crate::model::{Event, History, Resume, ResumeStatus, Turn};
 use crate::mount::Mount;
 use crate::route_state::RouteState;
 use crate::sse;
-use crate::store::{Documents, Followed};
+use crate::store::{Admission, Documents, Followed};
 use decode::{check_message, turn_for};
 use encode::CancelReason;
 use runner::{forward, recall_task, Runner};
@@ -83,6 +85,8 @@ pub struct Inbound {
     /// default; `specs/a2a.md` §4.5 would offer keeping it running for `tasks/resubscribe` as a route option).
     cancel_on_disconnect: bool,
     tasks: Arc<Registry>,
+    /// `[routes.quota]` tasks.
+    per_tenant: Option<NonZeroUsize>,
 }
 
 /// What a path under the route is.
@@ -104,6 +108,7 @@ impl Inbound {
                 tool_activity: false,
             },
             cancel_on_disconnect: true,
+            per_tenant: route.quota.tasks,
             tasks: {
                 let tasks = kept.keep((), Registry::new);
                 tasks.rebound(Bounds {
@@ -180,7 +185,7 @@ impl Inbound {
                 Ok(task) => json_result(&id, &task),
                 Err(error) => json_error(&id, &error),
             },
-            "message/stream" => match self.stream(&id, tenant, documents, params, start) {
+            "message/stream" => match self.stream(&id, tenant, documents, params, start).await {
                 Ok(frames) => sse_reply(frames),
                 Err(error) => sse_error(&id, &error),
             },
@@ -252,7 +257,7 @@ impl Inbound {
     }
 
     /// Checks a message, registers its task and starts the run.
-    fn accept<F, S>(
+    async fn accept<F, S>(
         &self,
         tenant: &str,
         documents: &Documents,
@@ -275,6 +280,9 @@ impl Inbound {
             return Err(RpcError::push_not_supported());
         }
         let started = self.tasks.begin(tenant, params.message.clone())?;
+        if started.new {
+            self.count(tenant, documents, &started).await?;
+        }
         let turn = turn_for(&started, params.message);
         let events = start(turn);
         let Started {
@@ -314,6 +322,48 @@ impl Inbound {
         })
     }
 
+    /// In a store replicas share, counts the new task against its tenant's `[routes.quota]` tasks on every
+    /// replica: the tenant's task counted longest ago that does not run makes room (finished before paused),
+    /// and when every one of them runs the new task is withdrawn and refused (-32051), as this replica's own
+    /// count does ([`Registry::begin`]).
+    async fn count(
+        &self,
+        tenant: &str,
+        documents: &Documents,
+        started: &Started,
+    ) -> Result<(), RpcError> {
+        let Some(quota) = self.per_tenant.filter(|_| documents.shared()) else {
+            return Ok(());
+        };
+        let task_id = &started.task_id;
+        let admitted = documents
+            .admit_making_room(
+                TASK_DOCUMENT,
+                tenant,
+                task_id,
+                quota.get(),
+                |kept: &Snapshot| {
+                    let state = kept.task.status.state;
+                    (!state.is_running()).then_some(u8::from(state.is_paused()))
+                },
+            )
+            .await;
+        let refused = match admitted {
+            Ok(Admission::Admitted(made_room)) => {
+                for made_room in made_room {
+                    self.tasks.forget(tenant, &made_room);
+                }
+                return Ok(());
+            }
+            Ok(Admission::Refused) => RpcError::rate_limited(&format!(
+                "{quota} tasks of this client are running (its quota); try again later"
+            )),
+            Err(error) => RpcError::internal(error.message()),
+        };
+        self.tasks.withdraw(task_id, started.generation);
+        Err(refused)
+    }
+
     /// `message/send`: the final (or paused) task; with `blocking:false` the task as it starts.
     async fn send<F, S>(
         &self,
@@ -326,7 +376,7 @@ impl Inbound {
         F: FnOnce(Turn) -> S,
         S: Stream<Item = Event> + Send + Unpin + 'static,
     {
-        let accepted = self.accept(tenant, documents, params, start, None)?;
+        let accepted = self.accept(tenant, documents, params, start, None).await?;
         let Some(Subscription::Live { mut updates, .. }) = accepted.updates else {
             return Ok(accepted.task);
         };
@@ -349,7 +399,7 @@ impl Inbound {
     }
 
     /// `message/stream`: the task as it starts, then the run's results as they come.
-    fn stream<F, S>(
+    async fn stream<F, S>(
         &self,
         id: &RequestId,
         tenant: &str,
@@ -362,7 +412,9 @@ impl Inbound {
         S: Stream<Item = Event> + Send + Unpin + 'static,
     {
         let (sender, mut receiver) = mpsc::channel::<Arc<StreamResult>>(EVENT_BUFFER);
-        let accepted = self.accept(tenant, documents, params, start, Some(sender))?;
+        let accepted = self
+            .accept(tenant, documents, params, start, Some(sender))
+            .await?;
         let first = Arc::new(StreamResult::Task(accepted.task));
         let results = futures_util::stream::once(ready(first)).chain(
             futures_util::stream::poll_fn(move |cx| receiver.poll_recv(cx)),

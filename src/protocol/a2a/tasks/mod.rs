@@ -15,7 +15,8 @@
 //!   first, so that one tenant cannot push out another's; finished tasks go before paused ones (a person may
 //!   still answer those).
 //! - Per tenant (`[routes.quota]` tasks): a tenant at its quota makes room among its own tasks the same way;
-//!   when every one of them runs, its new task is refused with -32051.
+//!   when every one of them runs, its new task is refused with -32051. In a store replicas share, the
+//!   inbound also counts it there, across replicas, and withdraws a new task it has no room for.
 //! - Bounded in bytes too: a task keeps the latest [`content::MAX_HISTORY_BYTES`] of history (the oldest messages go,
 //!   the latest always stays) and [`content::MAX_ARTIFACT_BYTES`] of artifacts (text beyond is cut and ends with
 //!   [`content::ARTIFACT_TRUNCATED`]; later chunks of it are not kept). Live subscribers still get every chunk; what is
@@ -137,6 +138,8 @@ pub struct Started {
     /// The interrupt the new message answers, when it continues a paused task.
     pub resume: Option<String>,
     pub cancel: oneshot::Receiver<CancelReason>,
+    /// The message made a new task (it continues none).
+    pub new: bool,
 }
 
 /// The kind of the store document that keeps a task (by its id) for `tasks/get`, `tasks/cancel` and the
@@ -254,6 +257,7 @@ impl Registry {
                 }),
             (None, None) => None,
         };
+        let new = continued.is_none();
         let task_id = match continued {
             Some(task_id) => task_id,
             None => {
@@ -294,6 +298,7 @@ impl Registry {
             task: entry.task.clone(),
             resume: entry.interrupt_id.take(),
             cancel,
+            new,
         };
         tasks
             .contexts
@@ -469,6 +474,30 @@ impl Registry {
         tasks.contexts.insert((tenant.to_owned(), context), task_id);
     }
 
+    /// Drops the new task `task_id` that [`Registry::begin`] made for the run `generation`, before the run
+    /// started (the tenant's quota, counted across replicas, had no room for it).
+    pub fn withdraw(&self, task_id: &str, generation: u64) {
+        let mut tasks = self.lock();
+        let begun = tasks
+            .tasks
+            .get(task_id)
+            .and_then(|entry| entry.run.as_ref());
+        if begun.is_some_and(|run| run.generation == generation) {
+            tasks.drop_task(task_id, "no room in its tenant's quota");
+        }
+    }
+
+    /// Drops `tenant`'s task `task_id`, unless its run goes on here: another replica made room with it.
+    pub fn forget(&self, tenant: &str, task_id: &str) {
+        let mut tasks = self.lock();
+        if tasks
+            .entry(tenant, task_id)
+            .is_ok_and(|entry| entry.run.is_none())
+        {
+            tasks.drop_task(task_id, "it made room in its tenant's quota");
+        }
+    }
+
     /// Fails `tenant`'s task if it shows a run going on (submitted, working) that no replica drives any
     /// more. Whether it did.
     pub fn fail_orphan(&self, tenant: &str, task_id: &str) -> bool {
@@ -596,12 +625,12 @@ impl Tasks {
                     "{per_tenant} tasks of this client are running (its quota); try again later"
                 ))
                 })?;
-            self.drop_task(&oldest);
+            self.drop_task(&oldest, "registry full; the least recently used");
         } else if self.tasks.len() >= total {
             let oldest = self.evictable(|_| true, tenant).ok_or_else(|| {
                 RpcError::internal(format!("{total} tasks are running; try again later"))
             })?;
-            self.drop_task(&oldest);
+            self.drop_task(&oldest, "registry full; the least recently used");
         }
         Ok(())
     }
@@ -618,11 +647,11 @@ impl Tasks {
             .map(|(id, _)| id.clone())
     }
 
-    fn drop_task(&mut self, oldest: &str) {
-        tracing::debug!(task_id = %oldest, "a2a: task registry full; least recently used task dropped");
-        if let Some(entry) = self.tasks.remove(oldest) {
+    fn drop_task(&mut self, task_id: &str, why: &str) {
+        tracing::debug!(%task_id, "a2a: task dropped: {why}");
+        if let Some(entry) = self.tasks.remove(task_id) {
             let context = (entry.tenant, entry.task.context_id);
-            if self.contexts.get(&context).map(String::as_str) == Some(oldest) {
+            if self.contexts.get(&context).map(String::as_str) == Some(task_id) {
                 self.contexts.remove(&context);
             }
         }

@@ -29,7 +29,7 @@ use crate::model::{
     new_id, Event, GenerationOptions, History, InterruptKind, Message, Resume, ResumeStatus, Role,
     Tool, Turn,
 };
-use crate::store::{Documents, Followed};
+use crate::store::{Admission, Documents, Followed};
 use crate::translate::Translator;
 
 mod encode;
@@ -91,8 +91,8 @@ impl Runner {
                 .admit(SESSION_DOCUMENT, tenant, id, quota.get())
                 .await
             {
-                Ok(true) => Ok(()),
-                Ok(false) => Err(Opened::Refused(CreateError::Full)),
+                Ok(Admission::Admitted(_)) => Ok(()),
+                Ok(Admission::Refused) => Err(Opened::Refused(CreateError::Full)),
                 Err(error) => Err(Opened::Store(error)),
             };
             if let Err(why) = admitted {
