@@ -16,6 +16,7 @@ mod redis;
 mod runlog;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
 use futures_util::future::BoxFuture;
@@ -271,6 +272,16 @@ pub trait Store: Send + Sync {
     ) -> BoxFuture<'a, Result<Admission>> {
         Box::pin(std::future::ready(Ok(Admission::Admitted(Vec::new()))))
     }
+    /// Claims `key` for `lasting`, unless it is claimed: whether this call did. What replicas race to do
+    /// once (start a session's next run) is done by the one that claimed it. Where one process owns the
+    /// store, that process's own memory decides, and every claim succeeds.
+    fn claim<'a>(
+        &'a self,
+        _key: &'a DocumentKey,
+        _lasting: Duration,
+    ) -> BoxFuture<'a, Result<bool>> {
+        Box::pin(std::future::ready(Ok(true)))
+    }
     /// Holds `key` among its tenant's slots of its kind on its route (its runs under way) until `until` (µs
     /// since the epoch), unless `per_tenant` of them are held already (`[routes.quota]` streams): whether
     /// it holds. Only a store replicas share counts; where one process owns the store, the translator counts
@@ -430,6 +441,17 @@ impl Documents {
         self.store
             .delete_document(&self.key(kind, tenant, id))
             .await
+    }
+
+    /// Claims `kind`/`id` of `tenant` for `lasting`, where replicas share the store ([`Store::claim`]).
+    pub async fn claim(
+        &self,
+        kind: &'static str,
+        tenant: &str,
+        id: &str,
+        lasting: Duration,
+    ) -> Result<bool> {
+        self.store.claim(&self.key(kind, tenant, id), lasting).await
     }
 
     /// Counts the tenant's new document `id` of this kind against `per_tenant` of them, where replicas

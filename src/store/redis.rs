@@ -8,7 +8,8 @@
 //!   keeps them on one node.
 //! - `agent-bridge:{route/tenant}:idle` and `...:paused`: the tenant's conversations by when they were last
 //!   saved, for its conversations quota, which is counted here and so across replicas.
-//! - `agent-bridge:{route/tenant/kind/id}:document`: an inbound's document (a lease is one too).
+//! - `agent-bridge:{route/tenant/kind/id}:document`: an inbound's document (a lease is one too), and
+//!   `...:claim`: what one replica claimed to do (`SET NX PX`).
 //! - `agent-bridge:{route/tenant}:counted/kind`: the tenant's documents of a kind that count against its
 //!   quota (CMDC sessions, A2A tasks), so that it is counted across replicas too.
 //! - `agent-bridge:{route/tenant}:held/kind`: the tenant's runs under way (`[routes.quota]` streams), each
@@ -310,13 +311,7 @@ fn tenant_list(route: &str, tenant: &str, list: &str) -> String {
 /// A run log's list, its end mark and the channel its appends are told on:
 /// `agent-bridge:{route/tenant/kind/id}:events`, `...:ended` and `...:appended`, one hash tag.
 fn log_keys(key: &DocumentKey) -> [String; 3] {
-    let tag = format!(
-        "agent-bridge:{{{}/{}/{}/{}}}",
-        escape(&key.route),
-        escape(&key.tenant),
-        escape(key.kind),
-        escape(&key.id)
-    );
+    let tag = document_tag(key);
     [
         format!("{tag}:events"),
         format!("{tag}:ended"),
@@ -562,8 +557,19 @@ const MAKING: Duration = Duration::from_secs(30);
 
 /// An inbound's document: `agent-bridge:{route/tenant/kind/id}:document`.
 fn document_key(key: &DocumentKey) -> String {
+    format!("{}:document", document_tag(key))
+}
+
+/// A claim ([`Store::claim`]): `agent-bridge:{route/tenant/kind/id}:claim`.
+fn claim_key(key: &DocumentKey) -> String {
+    format!("{}:claim", document_tag(key))
+}
+
+/// `agent-bridge:{route/tenant/kind/id}`: what every key of one document, log or claim starts with (one
+/// hash tag).
+fn document_tag(key: &DocumentKey) -> String {
     format!(
-        "agent-bridge:{{{}/{}/{}/{}}}:document",
+        "agent-bridge:{{{}/{}/{}/{}}}",
         escape(&key.route),
         escape(&key.tenant),
         escape(key.kind),
@@ -631,6 +637,21 @@ impl Store for RedisStore {
         evictable: Option<&'a Evictable<'a>>,
     ) -> BoxFuture<'a, Result<Admission>> {
         Box::pin(self.admit_document(key, per_tenant, evictable))
+    }
+
+    fn claim<'a>(&'a self, key: &'a DocumentKey, lasting: Duration) -> BoxFuture<'a, Result<bool>> {
+        Box::pin(async move {
+            let lasting_ms = u64::try_from(lasting.as_millis()).unwrap_or(u64::MAX);
+            let mut claim = ::redis::cmd("SET");
+            claim
+                .arg(claim_key(key))
+                .arg(1)
+                .arg("NX")
+                .arg("PX")
+                .arg(lasting_ms);
+            let claimed: Option<String> = self.query(&claim).await?;
+            Ok(claimed.is_some())
+        })
     }
 
     fn enter_slot<'a>(

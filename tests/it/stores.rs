@@ -1000,3 +1000,32 @@ async fn a_tenant_whose_a2a_tasks_all_run_on_another_replica_is_refused_a_new_on
     let state = running_task["status"]["state"].as_str().unwrap_or_default();
     assert!(matches!(state, "submitted" | "working"), "{running_task}");
 }
+
+#[tokio::test]
+async fn prompts_to_an_idle_cmdc_session_on_two_replicas_at_once_both_run_one_after_the_other() {
+    let route = Route::new("cmdc", "/gw", "cmdc", "echo");
+    let mut deployment = Deployment::start(Topology::Replicas, route);
+    let first = cmdc_on(&deployment);
+    let session = first.create(json!({"model": "m"})).await;
+    deployment.between_turns();
+    let second = cmdc_on(&deployment);
+
+    tokio::join!(
+        first.prompt(&session, "one"),
+        second.prompt(&session, "two")
+    );
+
+    // Both replicas found the session idle; one claimed its next run and the other's prompt followed it.
+    // Had both run it, each would have kept the session as one turn on top of none.
+    let info = within("both runs", async {
+        loop {
+            let info = first.info(&session).await;
+            if info["state"] == "idle" && info["turns"] == 2 {
+                return info;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    assert_eq!(info["turns"], 2, "{info}");
+}

@@ -303,7 +303,7 @@ pub struct Kept {
     pub busy: bool,
     /// How many runs the session had; the latest one's events are its run log.
     pub runs: u64,
-    /// The run that opened the control log of the runs going on ([`control_log`]).
+    /// The run that opened the control log of the runs going on ([`run_id`]).
     #[serde(default)]
     pub control: u64,
 }
@@ -341,12 +341,16 @@ pub const SESSION_DOCUMENT: &str = "cmdc-session";
 /// The kind of the run log of a session's latest run (by the session's id): its events as WebSocket frames.
 pub const RUN_LOG: &str = "cmdc-run";
 /// The kind of the log through which other replicas hand the replica running a session's runs what their
-/// clients asked of them ([`Control`]; by [`control_log`]).
+/// clients asked of them ([`Control`]; by [`run_id`]).
 pub const CONTROL_LOG: &str = "cmdc-control";
 
-/// The id of the control log that the session's run number `run` opened: one of its own, so that the end of
-/// the last replica's log (a moment after it kept the session idle) cannot end the next replica's.
-pub fn control_log(session: &str, run: u64) -> String {
+/// The kind of the claim to start a session's next run, in a store replicas share (by [`run_id`]).
+pub const RUN_CLAIM: &str = "cmdc-run-claim";
+
+/// The id of the session's run number `run`, for what is that run's alone: the control log it opens (so
+/// that the end of the last replica's log, a moment after it kept the session idle, cannot end the next
+/// replica's) and the claim to start it.
+pub fn run_id(session: &str, run: u64) -> String {
     format!("{session}/{run}")
 }
 /// The kind of the document that says which of a session's runs a subscriber on some replica read to its end.
@@ -422,7 +426,7 @@ pub struct State {
     pub elsewhere: bool,
     /// How many runs the session had, on any replica, as far as this one knows.
     pub runs: u64,
-    /// The run that opened the control log of the runs going on, here or elsewhere ([`control_log`]).
+    /// The run that opened the control log of the runs going on, here or elsewhere ([`run_id`]).
     pub control: u64,
     /// The runtime of the latest subscriber. A run is driven there, on the thread that streams its events,
     /// rather than on the one its prompt came in on: its events then cross no thread (src/workers.rs).

@@ -128,7 +128,7 @@ impl CmdcClient {
     }
 
     /// `GET …/<session>`: the session's info.
-    async fn info(&self, session: &str) -> Value {
+    pub async fn info(&self, session: &str) -> Value {
         self.on_session(Method::GET, session, "", None)
             .await
             .json()

@@ -29,7 +29,7 @@ pub use decode::Reader;
 use std::net::SocketAddr;
 use std::num::NonZeroUsize;
 use std::sync::Arc;
-use std::time::SystemTime;
+use std::time::{Duration, Instant, SystemTime};
 
 use bytes::{Bytes, BytesMut};
 use futures_util::StreamExt;
@@ -488,11 +488,20 @@ async fn hand_over(
         }
         session = find(runner, caller, &session.id).await?;
     }
-    Err(ApiError::new(
+    Err(moving_between_replicas())
+}
+
+/// How long a prompt waits for the replica that claimed the session's next run to show it running in the
+/// store, and how often it looks.
+const CLAIMED_WAIT: Duration = Duration::from_secs(2);
+const CLAIMED_POLL: Duration = Duration::from_millis(20);
+
+fn moving_between_replicas() -> ApiError {
+    ApiError::new(
         StatusCode::SERVICE_UNAVAILABLE,
         "unavailable",
         "The session's runs moved between replicas faster than the request could follow; try again",
-    ))
+    )
 }
 
 /// Hands an answer to the paused run, here or on the replica that runs it; unknown ids are a 404.
@@ -535,9 +544,21 @@ async fn accept_prompt(
         text: text.clone(),
         api_key: api_key.to_owned(),
     };
-    match hand_over(runner, caller, session, &control).await? {
-        None => Ok(true),
-        Some(here) => Ok(runner.prompt(&here, text, api_key).await),
+    let deadline = Instant::now() + CLAIMED_WAIT;
+    let mut session = Arc::clone(session);
+    loop {
+        let Some(here) = hand_over(runner, caller, &session, &control).await? else {
+            return Ok(true);
+        };
+        if runner.claim_next_run(&here).await? {
+            return Ok(runner.prompt(&here, text, api_key).await);
+        }
+        // Another replica claimed the session's next run: the prompt goes there once the store shows it.
+        if Instant::now() >= deadline {
+            return Err(moving_between_replicas());
+        }
+        tokio::time::sleep(CLAIMED_POLL).await;
+        session = find(runner, caller, &here.id).await?;
     }
 }
 

@@ -19,8 +19,8 @@ use tokio::runtime::Handle;
 use tokio::sync::mpsc;
 
 use super::sessions::{
-    self, control_log, Control, Counted, CreateError, Kept, Pending, Queued, RegisteredTool,
-    Session, Sessions, Status, CONTROL_LOG, FINISHED_RUN_TTL, RUN_LOG, SESSION_DOCUMENT,
+    self, run_id, Control, Counted, CreateError, Kept, Pending, Queued, RegisteredTool, Session,
+    Sessions, Status, CONTROL_LOG, FINISHED_RUN_TTL, RUN_CLAIM, RUN_LOG, SESSION_DOCUMENT,
 };
 use super::wire::{self, CallbackAnswer, CallbackTool, Event as Cmdc, ToolCallback};
 use crate::egress::Egress;
@@ -29,7 +29,7 @@ use crate::model::{
     new_id, Event, GenerationOptions, History, InterruptKind, Message, Resume, ResumeStatus, Role,
     Tool, Turn,
 };
-use crate::store::{Admission, Documents, Followed};
+use crate::store::{Admission, Documents, Followed, LEASE};
 use crate::translate::Translator;
 
 mod encode;
@@ -266,7 +266,7 @@ impl Runner {
             .get(tenant, id)
             .is_some_and(|session| session.state().busy);
         // The replica driving the session holds its control log's lease for as long as it does.
-        let control = control_log(id, kept.control);
+        let control = run_id(id, kept.control);
         if kept.busy
             && !here
             && !self
@@ -292,6 +292,22 @@ impl Runner {
         Ok(Some(kept))
     }
 
+    /// Whether this replica may start the session's next run. In a store replicas share, the one that
+    /// claims it does: two that both found the session idle would otherwise both run it. A run going on
+    /// here takes the prompt into its queue.
+    pub async fn claim_next_run(&self, session: &Session) -> crate::error::Result<bool> {
+        let next = {
+            let state = session.state();
+            if state.busy || !self.documents.shared() {
+                return Ok(true);
+            }
+            run_id(&session.id, state.runs + 1)
+        };
+        self.documents
+            .claim(RUN_CLAIM, &session.tenant, &next, LEASE)
+            .await
+    }
+
     /// Hands `control` to the replica running the session's run: whether it took it, which it does not once
     /// that run ended (its control log with it).
     pub async fn hand_over(
@@ -300,7 +316,7 @@ impl Runner {
         control: &Control,
     ) -> crate::error::Result<bool> {
         let bytes = Bytes::from(serde_json::to_vec(control).unwrap_or_default());
-        let log = control_log(&session.id, session.state().control);
+        let log = run_id(&session.id, session.state().control);
         self.documents
             .push_to_log(CONTROL_LOG, &session.tenant, &log, bytes)
             .await
@@ -316,7 +332,7 @@ impl Runner {
         let id = {
             let mut state = session.state();
             state.control = state.runs;
-            control_log(&session.id, state.runs)
+            run_id(&session.id, state.runs)
         };
         let log = self.documents.open_log(CONTROL_LOG, tenant, &id).await?;
         let requests = self.documents.follow_log(CONTROL_LOG, tenant, &id, 0);
