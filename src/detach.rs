@@ -144,7 +144,7 @@ impl Detached {
         let mut page = read().await?;
         // Its lease is taken before any client reads its first event; the events may reach the store
         // after a client read them.
-        let ended = page.as_ref().is_some_and(|page| page.ended);
+        let ended = page.as_ref().is_some_and(|page| page.ended.is_some());
         let live = !ended
             && self
                 .documents

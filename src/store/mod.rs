@@ -302,7 +302,7 @@ pub trait Store: Send + Sync {
         Box::pin(std::future::ready(Ok(())))
     }
     /// Appends `events` to the run log `key`, numbered from `after + 1` (`after` 0 starts the log afresh;
-    /// [`APPEND`]: after whatever it holds, for a log several processes add to), and with `end` marks the
+    /// [`APPEND`]: after whatever it holds, for a log several processes add to), and with an `end` marks the
     /// log ended. `durable`: on disk when this returns (redb); otherwise the next
     /// durable append carries it. Whether another process follows the log live (it was told of the
     /// append). The memory backend keeps no log, as it keeps no document.
@@ -311,7 +311,7 @@ pub trait Store: Send + Sync {
         _key: &'a DocumentKey,
         _after: u64,
         _events: Vec<Bytes>,
-        _end: bool,
+        _end: Option<LogEnd>,
         _durable: bool,
     ) -> BoxFuture<'a, Result<bool>> {
         Box::pin(std::future::ready(Ok(false)))
@@ -321,7 +321,7 @@ pub trait Store: Send + Sync {
     /// process owns the store, that process writes the log and never pushes to it.
     fn push_event<'a>(&'a self, key: &'a DocumentKey, event: Bytes) -> BoxFuture<'a, Result<bool>> {
         Box::pin(async move {
-            self.append_events(key, APPEND, vec![event], false, false)
+            self.append_events(key, APPEND, vec![event], None, false)
                 .await
                 .map(|_followed| true)
         })
@@ -358,13 +358,23 @@ pub enum Admission {
 /// The `after` of [`Store::append_events`] that appends after whatever the log holds.
 pub const APPEND: u64 = u64::MAX;
 
+/// How a run log ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogEnd {
+    /// With every event of its run.
+    Whole,
+    /// Without some of its run's events (it outgrew its bound, or its writer could not keep them): a
+    /// follower reads what was kept, then that the rest is lost.
+    Cut,
+}
+
 /// A part of a run log, as [`Store::read_events`] reads it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct LogPage {
     /// The events after the one asked for, in order.
     pub events: Vec<Bytes>,
-    /// The log ended: no event comes after its last.
-    pub ended: bool,
+    /// The log ended, and how: no event comes after its last.
+    pub ended: Option<LogEnd>,
 }
 
 /// One route's documents, for its inbound: the store it keeps them in, and the route's name.

@@ -16,7 +16,7 @@ use bytes::Bytes;
 use futures_util::future::BoxFuture;
 
 use super::local::{micros, now_micros, Bodies, Local, Meta, SWEEP_INTERVAL};
-use super::{codec, DocumentKey, Key, LogPage, Record, Store, APPEND};
+use super::{codec, DocumentKey, Key, LogEnd, LogPage, Record, Store, APPEND};
 use crate::config::StoreConfig;
 use crate::error::{Error, Result};
 
@@ -234,10 +234,10 @@ impl File {
     }
 }
 
-/// A run log's number 0: whether it ended, when it was last appended to (µs since the epoch), and the
-/// number of its last event.
+/// A run log's number 0: whether and how it ended, when it was last appended to (µs since the epoch), and
+/// the number of its last event.
 struct LogHeader {
-    ended: bool,
+    ended: Option<LogEnd>,
     touched: u64,
     last: u64,
 }
@@ -245,7 +245,11 @@ struct LogHeader {
 impl LogHeader {
     fn encode(&self) -> [u8; 17] {
         let mut bytes = [0; 17];
-        bytes[0] = u8::from(self.ended);
+        bytes[0] = match self.ended {
+            None => 0,
+            Some(LogEnd::Whole) => 1,
+            Some(LogEnd::Cut) => 2,
+        };
         bytes[1..9].copy_from_slice(&self.touched.to_le_bytes());
         bytes[9..].copy_from_slice(&self.last.to_le_bytes());
         bytes
@@ -255,7 +259,11 @@ impl LogHeader {
         let (&ended, rest) = bytes.split_first()?;
         let (touched, last) = rest.split_first_chunk::<8>()?;
         Some(Self {
-            ended: ended != 0,
+            ended: match ended {
+                0 => None,
+                2 => Some(LogEnd::Cut),
+                _ => Some(LogEnd::Whole),
+            },
             touched: u64::from_le_bytes(*touched),
             last: u64::from_le_bytes(last.try_into().ok()?),
         })
@@ -336,7 +344,7 @@ impl File {
         key: &DocumentKey,
         after: u64,
         events: &[Bytes],
-        end: bool,
+        end: Option<LogEnd>,
         durable: bool,
         sweep: Option<u64>,
     ) -> Result<()> {
@@ -428,7 +436,9 @@ impl File {
             }
         }
         events.truncate(max);
-        let ended = header.ended && after + events.len() as u64 >= header.last;
+        let ended = header
+            .ended
+            .filter(|_| after + events.len() as u64 >= header.last);
         Ok(Some(LogPage { events, ended }))
     }
 }
@@ -472,7 +482,7 @@ impl Store for RedbStore {
         key: &'a DocumentKey,
         after: u64,
         events: Vec<Bytes>,
-        end: bool,
+        end: Option<LogEnd>,
         durable: bool,
     ) -> BoxFuture<'a, Result<bool>> {
         let (key, sweep) = (key.clone(), self.sweep_due());
@@ -704,34 +714,35 @@ mod tests {
         };
         let page = |events: Vec<Bytes>, ended| Some(LogPage { events, ended });
         store
-            .append_events(&key, 0, Vec::new(), false, false)
+            .append_events(&key, 0, Vec::new(), None, false)
             .await
             .unwrap();
-        for (numbers, end) in [(1..=3, false), (4..=4, false), (5..=9, true)] {
+        for (numbers, end) in [(1..=3, None), (4..=4, None), (5..=9, Some(LogEnd::Cut))] {
             store
-                .append_events(&key, APPEND, events(numbers), end, end)
+                .append_events(&key, APPEND, events(numbers), end, end.is_some())
                 .await
                 .unwrap();
         }
+        let cut = Some(LogEnd::Cut);
         for after in 0..=9 {
             let read = store.read_events(&key, after, 100).await.unwrap();
-            assert_eq!(read, page(events(after + 1..=9), true), "after {after}");
+            assert_eq!(read, page(events(after + 1..=9), cut), "after {after}");
         }
         let read = store.read_events(&key, 2, 3).await.unwrap();
         assert_eq!(
             read,
-            page(events(3..=5), false),
+            page(events(3..=5), None),
             "a page of 3 from the middle"
         );
         let read = store.read_events(&key, 6, 3).await.unwrap();
-        assert_eq!(read, page(events(7..=9), true), "the last page");
+        assert_eq!(read, page(events(7..=9), cut), "the last page");
 
         store
-            .append_events(&key, 0, Vec::new(), false, false)
+            .append_events(&key, 0, Vec::new(), None, false)
             .await
             .unwrap();
         let read = store.read_events(&key, 0, 100).await.unwrap();
-        assert_eq!(read, page(Vec::new(), false), "started afresh");
+        assert_eq!(read, page(Vec::new(), None), "started afresh");
         drop(store);
         let _ = std::fs::remove_dir_all(path.parent().unwrap().parent().unwrap());
     }

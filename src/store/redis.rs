@@ -31,7 +31,8 @@ use futures_util::future::BoxFuture;
 use super::local::{micros, now_micros};
 use super::notices::{LogWatch, Notices};
 use super::{
-    codec, fit_record, not_kept, Admission, DocumentKey, Evictable, Key, LogPage, Record, Store,
+    codec, fit_record, not_kept, Admission, DocumentKey, Evictable, Key, LogEnd, LogPage, Record,
+    Store,
 };
 use crate::config::StoreConfig;
 use crate::error::{Error, Result};
@@ -328,10 +329,10 @@ impl RedisStore {
         key: &DocumentKey,
         after: u64,
         events: Vec<Bytes>,
-        end: bool,
+        end: Option<LogEnd>,
     ) -> Result<bool> {
         let [events_key, ended_key, channel] = log_keys(key);
-        let told = !events.is_empty() || end;
+        let told = !events.is_empty() || end.is_some();
         let mut pipeline = ::redis::pipe();
         pipeline.atomic();
         if after == 0 {
@@ -349,11 +350,14 @@ impl RedisStore {
             }
             pipeline.add_command(push).ignore();
         }
-        if end {
+        if let Some(end) = end {
             pipeline
                 .cmd("SET")
                 .arg(&ended_key)
-                .arg(1)
+                .arg(match end {
+                    LogEnd::Whole => ENDED_WHOLE,
+                    LogEnd::Cut => ENDED_CUT,
+                })
                 .arg("PX")
                 .arg(self.ttl_ms())
                 .ignore();
@@ -403,12 +407,20 @@ impl RedisStore {
         pipeline.atomic();
         pipeline.cmd("LRANGE").arg(&events_key).arg(first).arg(last);
         pipeline.cmd("EXISTS").arg(&events_key);
-        pipeline.cmd("EXISTS").arg(&ended_key);
-        let (events, exists, ended): (Vec<Vec<u8>>, bool, bool) = self.run(&pipeline).await?;
-        if !exists && !ended {
+        pipeline.cmd("GET").arg(&ended_key);
+        let (events, exists, ended): (Vec<Vec<u8>>, bool, Option<String>) =
+            self.run(&pipeline).await?;
+        let ended = ended.map(|mark| {
+            if mark == ENDED_CUT {
+                LogEnd::Cut
+            } else {
+                LogEnd::Whole
+            }
+        });
+        if !exists && ended.is_none() {
             return Ok(None);
         }
-        let ended = ended && events.len() < max;
+        let ended = ended.filter(|_| events.len() < max);
         let events = events.into_iter().map(Bytes::from).collect();
         Ok(Some(LogPage { events, ended }))
     }
@@ -552,6 +564,10 @@ impl RedisStore {
     }
 }
 
+/// The end marks of a whole run log and of a cut one.
+const ENDED_WHOLE: &str = "1";
+const ENDED_CUT: &str = "cut";
+
 /// How long a document let in ([`Store::admit_document`]) counts before it is made.
 const MAKING: Duration = Duration::from_secs(30);
 
@@ -676,7 +692,7 @@ impl Store for RedisStore {
         key: &'a DocumentKey,
         after: u64,
         events: Vec<Bytes>,
-        end: bool,
+        end: Option<LogEnd>,
         _durable: bool,
     ) -> BoxFuture<'a, Result<bool>> {
         Box::pin(self.append_events(key, after, events, end))

@@ -13,12 +13,13 @@
 //!   driving the run is gone ([`Followed::Lost`]). In a store one process owns, a log that is not ended and
 //!   that this process does not write was cut short by an earlier process.
 //! - A log keeps at most [`MAX_LOG_BYTES`]: past them events are no longer kept (logged). A log cut so (or
-//!   by a failed append) is never marked ended: a follower reading it from the store gets what was kept,
-//!   then [`Followed::Lost`], never a part of the run presented as the whole.
+//!   by a writer too far behind, or a failed append) ends marked cut ([`LogEnd::Cut`]): a follower reading
+//!   it from the store gets what was kept, then [`Followed::Lost`], never a part of the run as the whole.
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -27,7 +28,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, Notify};
 
 use super::notices::LogWatch;
-use super::{micros, now_micros, DocumentKey, Documents, LogPage};
+use super::{micros, now_micros, DocumentKey, Documents, LogEnd, LogPage};
 
 /// How long a run's lease holds without renewal, and how often the replica driving the run renews it.
 pub const LEASE: Duration = Duration::from_secs(10);
@@ -59,8 +60,8 @@ pub struct LogWriter {
     /// Declared after `sender`, so dropped after it: the writer it wakes finds the log ended.
     wake: Wake,
     task: tokio::task::JoinHandle<()>,
-    /// [`LogWriter::try_push`] found the writer too far behind: the log keeps nothing more.
-    overflowed: std::sync::atomic::AtomicBool,
+    /// [`LogWriter::try_push`] found the writer too far behind: the log keeps nothing more, and ends cut.
+    overflowed: Arc<AtomicBool>,
 }
 
 /// Wakes a gathering writer before its time: a durable point, a full batch, the end (once dropped). Events
@@ -99,7 +100,6 @@ impl LogWriter {
     /// [`LogWriter::push`] for a run that cannot wait: when the store is `PENDING` events behind, the log
     /// keeps nothing more (logged) rather than a run with a hole in it.
     pub fn try_push(&self, event: Bytes) {
-        use std::sync::atomic::Ordering;
         if self.overflowed.load(Ordering::Relaxed) {
             return;
         }
@@ -154,26 +154,28 @@ impl Documents {
         // and a follower must not read the last run's events as this one's.
         let started = self
             .store
-            .append_events(&key, 0, Vec::new(), false, false)
+            .append_events(&key, 0, Vec::new(), None, false)
             .await;
         if let Err(error) = &started {
             tracing::warn!(run = %id, "a run log could not be started: {error}");
         }
         let (sender, receiver) = mpsc::channel(PENDING);
         let wake = Arc::new(Notify::new());
+        let overflowed = Arc::new(AtomicBool::new(false));
         let writer = Writer {
             documents: self.clone(),
             key,
             lease,
             bytes: 0,
             broken: started.is_err(),
+            overflowed: Arc::clone(&overflowed),
         };
         let task = tokio::spawn(writer.run(receiver, Arc::clone(&wake)));
         Some(LogWriter {
             sender,
             wake: Wake(wake),
             task,
-            overflowed: std::sync::atomic::AtomicBool::new(false),
+            overflowed,
         })
     }
 
@@ -268,6 +270,7 @@ impl Documents {
             after,
             ready: VecDeque::new(),
             ended: false,
+            cut: false,
             failing_since: None,
             watch: None,
         };
@@ -302,8 +305,10 @@ struct Writer {
     key: DocumentKey,
     lease: Option<DocumentKey>,
     bytes: usize,
-    /// An append failed: later events would be numbered wrong, so none is kept, nor the end.
+    /// An append failed: later events would be numbered wrong, so none is kept; the log ends cut.
     broken: bool,
+    /// The run pushed faster than this kept up ([`LogWriter::try_push`]).
+    overflowed: Arc<AtomicBool>,
 }
 
 impl Writer {
@@ -322,13 +327,19 @@ impl Writer {
                 Some(first) => self.gather(first, &mut receiver, &wake, window).await,
                 None => (Vec::new(), false, true),
             };
-            // A cut log is left unended: its followers read what was kept, then that it was lost.
-            let followed = self.append(batch, end && !self.cut(), durable || end).await;
+            let end = end.then(|| {
+                if self.cut() {
+                    LogEnd::Cut
+                } else {
+                    LogEnd::Whole
+                }
+            });
+            let followed = self.append(batch, end, durable || end.is_some()).await;
             window = match followed {
                 true => GATHER_FOLLOWED,
                 false => GATHER_UNFOLLOWED,
             };
-            if end {
+            if end.is_some() {
                 if let Some(holder) = holder {
                     holder.abort();
                 }
@@ -382,7 +393,7 @@ impl Writer {
 
     /// Whether events of the run are missing from the log.
     fn cut(&self) -> bool {
-        self.broken || self.bytes > MAX_LOG_BYTES
+        self.broken || self.bytes > MAX_LOG_BYTES || self.overflowed.load(Ordering::Relaxed)
     }
 
     fn take(&mut self, entry: Entry, batch: &mut Vec<Bytes>, durable: &mut bool) {
@@ -405,11 +416,11 @@ impl Writer {
     }
 
     /// Appends `batch`; whether another process follows the log live.
-    async fn append(&mut self, mut batch: Vec<Bytes>, end: bool, durable: bool) -> bool {
+    async fn append(&mut self, mut batch: Vec<Bytes>, end: Option<LogEnd>, durable: bool) -> bool {
         if self.broken {
             batch.clear();
         }
-        if batch.is_empty() && !end && !durable {
+        if batch.is_empty() && end.is_none() && !durable {
             return false;
         }
         let appended = self
@@ -435,6 +446,8 @@ struct Follower {
     after: u64,
     ready: VecDeque<Bytes>,
     ended: bool,
+    /// The log ended cut, and its follower is yet to be told ([`Followed::Lost`]).
+    cut: bool,
     /// Since when the store has failed to answer, if it does.
     failing_since: Option<Instant>,
     /// Taken before the first read, so that no append after that read goes unnoticed.
@@ -454,7 +467,7 @@ impl Follower {
             }
             if self.ended {
                 self.watch = None;
-                return None;
+                return std::mem::take(&mut self.cut).then_some(Followed::Lost);
             }
             let live = match self.read().await {
                 Some(true) => continue,
@@ -495,8 +508,9 @@ impl Follower {
         match self.documents.read_log(kind, tenant, id, self.after).await {
             Ok(page) => {
                 let page = page.unwrap_or_default();
-                self.ended = page.ended;
-                let any = !page.events.is_empty() || page.ended;
+                self.ended = page.ended.is_some();
+                self.cut = page.ended == Some(LogEnd::Cut);
+                let any = !page.events.is_empty() || self.ended;
                 self.ready.extend(page.events);
                 Some(any)
             }
@@ -594,6 +608,25 @@ mod tests {
             [event(1), Followed::Lost]
         );
         drop((writer, documents));
+        let _ = std::fs::remove_dir_all(folder);
+    }
+
+    #[tokio::test]
+    async fn a_log_whose_run_pushed_faster_than_it_kept_up_is_read_as_lost_after_what_it_kept() {
+        let folder = folder("overflowed");
+        let documents = redb(&folder).await;
+        let writer = documents.open_log("kind", "acme", "run").await.unwrap();
+        // Nothing awaited: the writer's task cannot take any before the channel fills.
+        for n in 1..=PENDING as u64 + 1 {
+            writer.try_push(Bytes::from(format!("event {n}")));
+        }
+        writer.end().await;
+
+        let read = followed(&documents, "run", 0).await;
+        assert_eq!(read.len(), PENDING + 1, "{} read", read.len());
+        assert_eq!(read[PENDING - 1], event(PENDING as u64));
+        assert_eq!(read[PENDING], Followed::Lost);
+        drop(documents);
         let _ = std::fs::remove_dir_all(folder);
     }
 

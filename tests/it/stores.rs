@@ -54,7 +54,7 @@ async fn a_request_pushed_to_a_log_its_writer_ended_is_refused_not_lost() {
     let log = writing.read_log("inbox", "acme", "run", 0).await;
     let page = log.expect("Redis answers").expect("the log");
     assert_eq!(page.events, vec![Bytes::from_static(b"taken")]);
-    assert!(page.ended);
+    assert_eq!(page.ended, Some(agent_bridge::store::LogEnd::Whole));
 }
 
 /// How many reads of a run log (`LRANGE`) `redis` has served.
