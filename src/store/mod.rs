@@ -351,8 +351,9 @@ pub type Evictable<'a> = dyn Fn(&[u8]) -> Option<u8> + Send + Sync + 'a;
 pub enum Admission {
     /// Let in; the ids of the documents deleted to make room for it.
     Admitted(Vec<String>),
-    /// The tenant holds its quota, none of it evictable.
-    Refused,
+    /// The tenant holds its quota, none of it evictable: the ids of those found in use (a run's may have
+    /// lost its replica, which only its inbound can tell).
+    Refused(Vec<String>),
 }
 
 /// The `after` of [`Store::append_events`] that appends after whatever the log holds.
@@ -487,9 +488,10 @@ impl Documents {
         rank: impl Fn(&T) -> Option<u8> + Send + Sync,
     ) -> Result<Admission> {
         let key = self.key(kind, tenant, id);
+        // One this version cannot read is the first to go.
         let evictable = |bytes: &[u8]| {
-            let document = codec::decode::<T>(bytes, &format_args!("{kind} document"))?;
-            rank(&document)
+            codec::decode::<T>(bytes, &format_args!("{kind} document"))
+                .map_or(Some(0), |d| rank(&d))
         };
         self.store
             .admit_document(&key, per_tenant, Some(&evictable))

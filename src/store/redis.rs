@@ -429,8 +429,9 @@ impl RedisStore {
 impl RedisStore {
     /// Counts the new document `key` first and then the tenant's others: replicas letting documents in at
     /// the same moment may each refuse one, but never let the tenant past its quota. Only when the count
-    /// is over are the others read: those whose document is gone (deleted elsewhere, or expired) and that
-    /// were let in longer than [`MAKING`] ago stop counting, and those `evictable` ranks make room.
+    /// is over are the others looked at: those whose document is gone (deleted elsewhere, or expired) and
+    /// that were let in longer than [`MAKING`] ago stop counting, and those `evictable` ranks make room,
+    /// read oldest first and only as far as it takes.
     async fn admit_document(
         &self,
         key: &DocumentKey,
@@ -440,12 +441,7 @@ impl RedisStore {
         let counted = counted_key(key);
         let now = now_micros();
         let mut pipeline = ::redis::pipe();
-        pipeline
-            .cmd("ZADD")
-            .arg(&counted)
-            .arg(now)
-            .arg(&key.id)
-            .ignore();
+        pipeline.cmd("ZADD").arg(&counted).arg(now).arg(&key.id);
         pipeline
             .cmd("PEXPIRE")
             .arg(&counted)
@@ -457,11 +453,12 @@ impl RedisStore {
             .arg(0)
             .arg(-1)
             .arg("WITHSCORES");
-        let (members,): (Vec<(String, u64)>,) = self.run(&pipeline).await?;
+        // Scores as Redis writes them (a large one may come in exponent form).
+        let (added, members): (u64, Vec<(String, f64)>) = self.run(&pipeline).await?;
         if members.len() <= per_tenant {
             return Ok(Admission::Admitted(Vec::new()));
         }
-        let others: Vec<(String, u64)> = members
+        let others: Vec<(String, f64)> = members
             .into_iter()
             .filter(|(id, _)| *id != key.id)
             .collect();
@@ -471,35 +468,29 @@ impl RedisStore {
                 ..key.clone()
             })
         };
-        let mut read = ::redis::pipe();
+        let mut exists = ::redis::pipe();
         for (id, _) in &others {
-            read.cmd("GET").arg(other(id));
+            exists.cmd("EXISTS").arg(other(id));
         }
-        let documents: Vec<Option<Vec<u8>>> = self.run(&read).await?;
-        let making = now.saturating_sub(micros(MAKING));
-        let (mut live, mut gone, mut candidates) = (0, Vec::new(), Vec::new());
-        for ((id, let_in), document) in others.iter().zip(&documents) {
-            match document {
-                None if *let_in < making => gone.push(id.as_str()),
-                None => live += 1,
-                Some(bytes) => {
-                    live += 1;
-                    if let Some(rank) = evictable.and_then(|rank| rank(bytes)) {
-                        candidates.push((rank, *let_in, id.as_str()));
-                    }
-                }
+        let kept: Vec<bool> = self.run(&exists).await?;
+        let making = now.saturating_sub(micros(MAKING)) as f64;
+        let (mut live, mut gone) = (Vec::new(), Vec::new());
+        for ((id, let_in), kept) in others.iter().zip(kept) {
+            if kept || *let_in >= making {
+                live.push(id.as_str());
+            } else {
+                gone.push(id.as_str());
             }
         }
-        let excess = (live + 1usize).saturating_sub(per_tenant);
-        candidates.sort_unstable();
-        let admitted = candidates.len() >= excess;
-        let evicted: Vec<&str> = if admitted {
-            candidates.iter().take(excess).map(|c| c.2).collect()
-        } else {
-            Vec::new()
+        let excess = (live.len() + 1).saturating_sub(per_tenant);
+        let (evicted, held) = match evictable {
+            Some(rank) if excess > 0 => self.least_wanted(&live, excess, rank, &other).await?,
+            _ => (Vec::new(), live.clone()),
         };
+        let admitted = evicted.len() >= excess;
         let mut uncounted = [gone, evicted.clone()].concat();
-        if !admitted {
+        // Only if this call counted it: a create of the same id that was let in stays counted.
+        if !admitted && added > 0 {
             uncounted.push(&key.id);
         }
         if !uncounted.is_empty() {
@@ -510,11 +501,48 @@ impl RedisStore {
             }
             self.run::<()>(&tidy).await?;
         }
+        let owned = |ids: Vec<&str>| ids.into_iter().map(str::to_owned).collect();
         Ok(if admitted {
-            Admission::Admitted(evicted.into_iter().map(str::to_owned).collect())
+            Admission::Admitted(owned(evicted))
         } else {
-            Admission::Refused
+            Admission::Refused(owned(held))
         })
+    }
+
+    /// The `excess` documents among `live` (oldest first) that `rank` lets go first, read a few at a time
+    /// until that many of the lowest rank are found; or none, when fewer than `excess` may go at all. Then
+    /// those that may not.
+    async fn least_wanted<'a>(
+        &self,
+        live: &[&'a str],
+        excess: usize,
+        rank: &Evictable<'_>,
+        document_key: &impl Fn(&str) -> String,
+    ) -> Result<(Vec<&'a str>, Vec<&'a str>)> {
+        const READ_AT_ONCE: usize = 16;
+        let (mut candidates, mut held) = (Vec::new(), Vec::new());
+        for (chunk, ids) in live.chunks(READ_AT_ONCE).enumerate() {
+            let mut read = ::redis::pipe();
+            for id in ids {
+                read.cmd("GET").arg(document_key(id));
+            }
+            let documents: Vec<Option<Vec<u8>>> = self.run(&read).await?;
+            for (n, (id, document)) in ids.iter().zip(documents).enumerate() {
+                // No document yet: being made (let in a moment ago); it is held as much as one in use.
+                match document.as_deref().and_then(rank) {
+                    Some(rank) => candidates.push((rank, chunk * READ_AT_ONCE + n, *id)),
+                    None => held.push(*id),
+                }
+            }
+            if candidates.iter().filter(|(rank, ..)| *rank == 0).count() >= excess {
+                break;
+            }
+        }
+        if candidates.len() < excess {
+            return Ok((Vec::new(), held));
+        }
+        candidates.sort_unstable();
+        Ok((candidates.iter().take(excess).map(|c| c.2).collect(), held))
     }
 }
 
@@ -529,32 +557,35 @@ impl RedisStore {
             .arg("-inf")
             .arg(now_micros())
             .ignore();
-        self.hold(&mut pipeline, key, until);
+        self.hold(&mut pipeline, key, until, Hold::Take);
         pipeline.cmd("ZCARD").arg(&held);
         let (count,): (usize,) = self.run(&pipeline).await?;
         if count <= per_tenant {
             return Ok(true);
         }
-        self.leave_slot(key).await?;
+        // Not left: it lapses with its lease.
+        let _ = self.leave_slot(key).await;
         Ok(false)
     }
 
     /// Adds to `pipeline` the slot `key` held until `until`; the set of them lives as long as that.
-    fn hold(&self, pipeline: &mut Pipeline, key: &DocumentKey, until: u64) {
+    fn hold(&self, pipeline: &mut Pipeline, key: &DocumentKey, until: u64, hold: Hold) {
         let held = held_key(key);
-        pipeline
-            .cmd("ZADD")
-            .arg(&held)
-            .arg(until)
-            .arg(&key.id)
-            .ignore();
+        let mut add = ::redis::cmd("ZADD");
+        add.arg(&held);
+        if hold == Hold::Renew {
+            // A renewal that crossed the slot's leaving does not take it back.
+            add.arg("XX");
+        }
+        add.arg(until).arg(&key.id);
+        pipeline.add_command(add).ignore();
         let lasts_ms = until.saturating_sub(now_micros()) / 1000 + 1;
         pipeline.cmd("PEXPIRE").arg(&held).arg(lasts_ms).ignore();
     }
 
     async fn renew_slot(&self, key: &DocumentKey, until: u64) -> Result<()> {
         let mut pipeline = ::redis::pipe();
-        self.hold(&mut pipeline, key, until);
+        self.hold(&mut pipeline, key, until, Hold::Renew);
         self.run(&pipeline).await
     }
 
@@ -562,6 +593,13 @@ impl RedisStore {
         self.query(::redis::cmd("ZREM").arg(held_key(key)).arg(&key.id))
             .await
     }
+}
+
+/// Whether a slot is taken or renewed ([`RedisStore::hold`]).
+#[derive(PartialEq, Eq)]
+enum Hold {
+    Take,
+    Renew,
 }
 
 /// The end marks of a whole run log and of a cut one.

@@ -912,13 +912,20 @@ async fn a_tenants_streams_quota_is_counted_across_replicas() {
     let refused = run(&deployment.url(PATH), &say("t2", "r2", "hi")).await;
     assert_eq!(error_code(&refused), Some("RATE_LIMITED"), "{refused:#?}");
 
+    // Its end leaves its slot at once, not when the slot's lease lapses (10 s).
     agent.release();
     while first.next_data().await.is_some() {}
-    let after = run_until_it_completes(&deployment.url(PATH), &say("t2", "r3", "hi")).await;
-    assert_eq!(
-        after.last().map(|event| &event["type"]),
-        Some(&json!("RUN_FINISHED"))
-    );
+    let deadline = Instant::now() + Duration::from_secs(2);
+    loop {
+        let after = run(&deployment.url(PATH), &say("t2", "r3", "hi")).await;
+        if error_code(&after).is_none() {
+            let last = after.last().map(|event| &event["type"]);
+            assert_eq!(last, Some(&json!("RUN_FINISHED")), "{after:#?}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "still refused: {after:#?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 #[tokio::test]
@@ -944,8 +951,8 @@ async fn the_runs_of_a_replica_that_died_stop_counting_against_the_streams_quota
     .await;
     agent.wait_for("the run reaches the agent", |_| true).await;
 
-    // Renewed every 3 s, the run's slot outlasts its first lease while its replica lives.
-    tokio::time::sleep(Duration::from_secs(4)).await;
+    // Renewed every 3 s, the run's slot outlasts its first lease (10 s) while its replica lives.
+    tokio::time::sleep(Duration::from_secs(12)).await;
     let refused = run(&url(&other), &say("t2", "r2", "hi")).await;
     assert_eq!(error_code(&refused), Some("RATE_LIMITED"), "{refused:#?}");
 
@@ -1028,4 +1035,33 @@ async fn prompts_to_an_idle_cmdc_session_on_two_replicas_at_once_both_run_one_af
     })
     .await;
     assert_eq!(info["turns"], 2, "{info}");
+}
+
+#[tokio::test]
+async fn a_task_whose_replica_died_stops_holding_its_tenants_quota_once_its_lease_lapses() {
+    let redis = RedisServer::start();
+    let agent = Upstream::serve([Reply::sse().event(started()).hang()]).await;
+    let folder = TempDir::new("a2a-quota-replica-died");
+    let route = hanging_agent_route(&agent).quota("tasks", 1);
+    let config = write_config(&folder, redis_store(&redis.url()), route);
+    let running = AgentBridge::start(serve_command(&config));
+    let other = AgentBridge::start(serve_command(&config));
+    let orphan = start_a_task_that_never_ends(&url(&running)).await;
+    agent.wait_for("the run reaches the agent", |_| true).await;
+
+    drop(running); // SIGKILL: its task shows a run nobody drives.
+    let params = json!({"message": a2a::message("one more"), "configuration": {"blocking": false}});
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let answer = a2a::call(&url(&other), "message/send", params.clone()).await;
+        if answer.get("error").is_none() {
+            break;
+        }
+        assert_eq!(answer["error"]["code"], -32051, "{answer}");
+        assert!(Instant::now() < deadline, "still refused: {answer}");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    // The orphan was failed, and so made room.
+    let gone = a2a::call(&url(&other), "tasks/get", json!({"id": orphan})).await;
+    assert_eq!(gone["error"]["code"], -32001, "{gone}");
 }

@@ -279,9 +279,15 @@ impl Inbound {
         {
             return Err(RpcError::push_not_supported());
         }
-        let started = self.tasks.begin(tenant, params.message.clone())?;
-        if started.new {
-            self.count(tenant, documents, &started).await?;
+        let mut started = self.tasks.begin(tenant, params.message.clone())?;
+        if !self.count(tenant, documents, &started).await? {
+            // Once more, after the tenant's tasks whose replica died were failed (and so make room).
+            started = self.tasks.begin(tenant, params.message.clone())?;
+            if !self.count(tenant, documents, &started).await? {
+                return Err(tasks::quota_reached(
+                    self.per_tenant.map_or(0, NonZeroUsize::get),
+                ));
+            }
         }
         let turn = turn_for(&started, params.message);
         let events = start(turn);
@@ -322,46 +328,43 @@ impl Inbound {
         })
     }
 
-    /// In a store replicas share, counts the new task against its tenant's `[routes.quota]` tasks on every
-    /// replica: the tenant's task counted longest ago that does not run makes room (finished before paused),
-    /// and when every one of them runs the new task is withdrawn and refused (-32051), as this replica's own
-    /// count does ([`Registry::begin`]).
+    /// In a store replicas share, counts the task against its tenant's `[routes.quota]` tasks on every
+    /// replica (a task continued counts as used now): the tenant's task used longest ago that does not run
+    /// makes room (finished before paused), and when every one of them runs a new task is withdrawn and
+    /// refused (-32051), as this replica's own count does ([`Registry::begin`]). Those shown running whose
+    /// replica died are failed then: `Ok(false)`, the new task withdrawn, is to be begun again.
     async fn count(
         &self,
         tenant: &str,
         documents: &Documents,
         started: &Started,
-    ) -> Result<(), RpcError> {
+    ) -> Result<bool, RpcError> {
         let Some(quota) = self.per_tenant.filter(|_| documents.shared()) else {
-            return Ok(());
+            return Ok(true);
         };
-        let task_id = &started.task_id;
-        let admitted = documents
-            .admit_making_room(
-                TASK_DOCUMENT,
-                tenant,
-                task_id,
-                quota.get(),
-                |kept: &Snapshot| {
-                    let state = kept.task.status.state;
-                    (!state.is_running()).then_some(u8::from(state.is_paused()))
-                },
-            )
-            .await;
-        let refused = match admitted {
+        let admitted = admit(tenant, documents, started, quota).await;
+        if started.new && !matches!(admitted, Ok(Admission::Admitted(_))) {
+            self.tasks.withdraw(&started.task_id, started.generation);
+        }
+        match admitted {
             Ok(Admission::Admitted(made_room)) => {
                 for made_room in made_room {
                     self.tasks.forget(tenant, &made_room);
                 }
-                return Ok(());
+                Ok(true)
             }
-            Ok(Admission::Refused) => RpcError::rate_limited(&format!(
-                "{quota} tasks of this client are running (its quota); try again later"
-            )),
-            Err(error) => RpcError::internal(error.message()),
-        };
-        self.tasks.withdraw(task_id, started.generation);
-        Err(refused)
+            // A continued task was counted already: it goes on.
+            Ok(Admission::Refused(_)) if !started.new => Ok(true),
+            Ok(Admission::Refused(running)) => {
+                for task_id in &running {
+                    if let Err(error) = recall_task(&self.tasks, documents, tenant, task_id).await {
+                        tracing::warn!(%task_id, "a2a: a kept task could not be read: {error}");
+                    }
+                }
+                Ok(false)
+            }
+            Err(error) => Err(RpcError::internal(error.message())),
+        }
     }
 
     /// `message/send`: the final (or paused) task; with `blocking:false` the task as it starts.
@@ -569,6 +572,23 @@ async fn follow_elsewhere(
             .send(result_frame(&id, &StreamResult::StatusUpdate(*update)))
             .await;
     }
+}
+
+/// Counts `started`'s task against `quota` in the store, where the tenant's tasks that do not run may make
+/// room ([`Inbound::count`]).
+async fn admit(
+    tenant: &str,
+    documents: &Documents,
+    started: &Started,
+    quota: NonZeroUsize,
+) -> crate::error::Result<Admission> {
+    let rank = |kept: &Snapshot| {
+        let state = kept.task.status.state;
+        (!state.is_running()).then_some(u8::from(state.is_paused()))
+    };
+    documents
+        .admit_making_room(TASK_DOCUMENT, tenant, &started.task_id, quota.get(), rank)
+        .await
 }
 
 /// A message the registry took, its run started.

@@ -620,12 +620,8 @@ impl Tasks {
         if own >= per_tenant {
             let oldest = self
                 .evictable(|entry| entry.tenant == tenant, tenant)
-                .ok_or_else(|| {
-                    RpcError::rate_limited(&format!(
-                    "{per_tenant} tasks of this client are running (its quota); try again later"
-                ))
-                })?;
-            self.drop_task(&oldest, "registry full; the least recently used");
+                .ok_or_else(|| quota_reached(per_tenant))?;
+            self.drop_task(&oldest, "its tenant at its quota; the least recently used");
         } else if self.tasks.len() >= total {
             let oldest = self.evictable(|_| true, tenant).ok_or_else(|| {
                 RpcError::internal(format!("{total} tasks are running; try again later"))
@@ -656,6 +652,13 @@ impl Tasks {
             }
         }
     }
+}
+
+/// A tenant's new task, refused: as many of its tasks as its quota lets it keep are running (-32051).
+pub fn quota_reached(per_tenant: usize) -> RpcError {
+    RpcError::rate_limited(&format!(
+        "{per_tenant} tasks of this client are running (its quota); try again later"
+    ))
 }
 
 /// What one result changes in a task.

@@ -92,7 +92,7 @@ impl Runner {
                 .await
             {
                 Ok(Admission::Admitted(_)) => Ok(()),
-                Ok(Admission::Refused) => Err(Opened::Refused(CreateError::Full)),
+                Ok(Admission::Refused(_)) => Err(Opened::Refused(CreateError::Full)),
                 Err(error) => Err(Opened::Store(error)),
             };
             if let Err(why) = admitted {
