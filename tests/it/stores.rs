@@ -492,8 +492,9 @@ async fn an_a2a_task_whose_replica_died_reads_failed_on_the_other_once_its_lease
     assert!(why.contains("stopped before the task ended"), "{why}");
 }
 
-/// Two replicas on one Redis, and an A2A route to an agent whose run waits after its first words.
-struct ResubscribeSetup {
+/// Two replicas on one Redis, and an A2A route to an agent whose run waits after its first words, with a
+/// task of it under way on the first.
+struct TaskUnderWay {
     _redis: RedisServer,
     _folder: TempDir,
     agent: Upstream,
@@ -502,16 +503,21 @@ struct ResubscribeSetup {
     task_id: String,
 }
 
-async fn a_task_under_way_on_one_of_two_replicas(name: &str, agent: Upstream) -> ResubscribeSetup {
+/// `limit`: what the route holds to besides (a quota).
+async fn a_task_under_way_on_one_of_two_replicas(
+    name: &str,
+    agent: Upstream,
+    limit: impl FnOnce(Route) -> Route,
+) -> TaskUnderWay {
     let redis = RedisServer::start();
     let folder = TempDir::new(name);
-    let route = hanging_agent_route(&agent);
+    let route = limit(hanging_agent_route(&agent));
     let config = write_config(&folder, redis_store(&redis.url()), route);
     let running = AgentBridge::start(serve_command(&config));
     let other = AgentBridge::start(serve_command(&config));
     let task_id = start_a_task_that_never_ends(&url(&running)).await;
     agent.wait_for("the run reaches the agent", |_| true).await;
-    ResubscribeSetup {
+    TaskUnderWay {
         _redis: redis,
         _folder: folder,
         agent,
@@ -532,8 +538,12 @@ async fn resubscribe(url: &str, task_id: &str) -> crate::support::SseStream {
 
 #[tokio::test]
 async fn an_a2a_resubscribe_on_the_other_replica_follows_the_running_task_live() {
-    let setup =
-        a_task_under_way_on_one_of_two_replicas("a2a-resubscribe", ag_ui::held_agent().await).await;
+    let setup = a_task_under_way_on_one_of_two_replicas(
+        "a2a-resubscribe",
+        ag_ui::held_agent().await,
+        |r| r,
+    )
+    .await;
     let mut followed = resubscribe(&url(&setup.other), &setup.task_id).await;
     // The run so far, from the replica that does not drive it, before the agent says more.
     let mut results = Vec::new();
@@ -560,7 +570,7 @@ async fn an_a2a_resubscribe_on_the_other_replica_follows_the_running_task_live()
 #[tokio::test]
 async fn an_a2a_resubscribe_on_the_other_replica_ends_failed_when_the_running_replica_dies() {
     let agent = Upstream::serve([Reply::sse().event(started()).hang()]).await;
-    let setup = a_task_under_way_on_one_of_two_replicas("a2a-resubscribe-lost", agent).await;
+    let setup = a_task_under_way_on_one_of_two_replicas("a2a-resubscribe-lost", agent, |r| r).await;
     let mut followed = resubscribe(&url(&setup.other), &setup.task_id).await;
     drop(setup.running); // SIGKILL
     let mut last = Value::Null;
@@ -572,6 +582,20 @@ async fn an_a2a_resubscribe_on_the_other_replica_ends_failed_when_the_running_re
     assert_eq!(last["result"]["final"], true);
     let why = a2a::status_text(&last["result"]["status"]);
     assert!(why.contains("stopped before the task ended"), "{why}");
+}
+
+/// The session's WebSocket on the proxy that serves `deployment`'s next request.
+async fn open_ws(deployment: &Deployment, session: &str) -> cmdc::Ws {
+    let ws_url = deployment
+        .url(&format!("/gw/v1/sessions/{session}/ws"))
+        .replacen("http://", "ws://", 1);
+    let (ws, _) = within(
+        "the WebSocket handshake",
+        tokio_tungstenite::connect_async(ws_url),
+    )
+    .await
+    .expect("the WebSocket connects");
+    ws
 }
 
 /// The CMDC gateway's client on the proxy that serves `deployment`'s next request.
@@ -767,15 +791,7 @@ async fn a_cmdc_websocket_on_one_replica_gets_the_runs_the_other_drives() {
     let route = Route::new("cmdc", "/gw", "cmdc", "echo");
     let mut deployment = Deployment::start(Topology::Replicas, route);
     let session = cmdc_on(&deployment).create(json!({"model": "m"})).await;
-    let ws_url = deployment
-        .url(&format!("/gw/v1/sessions/{session}/ws"))
-        .replacen("http://", "ws://", 1);
-    let (mut ws, _) = within(
-        "the WebSocket handshake",
-        tokio_tungstenite::connect_async(ws_url),
-    )
-    .await
-    .expect("the WebSocket connects");
+    let mut ws = open_ws(&deployment, &session).await;
     deployment.between_turns();
     for text in ["first run", "second run"] {
         cmdc_on(&deployment).prompt(&session, text).await;
@@ -860,15 +876,7 @@ async fn a_prompt_on_a_websocket_after_the_other_replicas_run_ended_runs_where_i
     let mut deployment = Deployment::start(Topology::Replicas, route);
     let session = cmdc_on(&deployment).create(json!({"model": "m"})).await;
     deployment.between_turns();
-    let ws_url = deployment
-        .url(&format!("/gw/v1/sessions/{session}/ws"))
-        .replacen("http://", "ws://", 1);
-    let (mut ws, _) = within(
-        "the WebSocket handshake",
-        tokio_tungstenite::connect_async(ws_url),
-    )
-    .await
-    .expect("the WebSocket connects");
+    let mut ws = open_ws(&deployment, &session).await;
     deployment.between_turns();
     let other = cmdc_on(&deployment);
     other.prompt(&session, "first run").await;
@@ -991,19 +999,15 @@ async fn a_tenants_a2a_tasks_quota_is_counted_across_replicas_its_oldest_finishe
 
 #[tokio::test]
 async fn a_tenant_whose_a2a_tasks_all_run_on_another_replica_is_refused_a_new_one() {
-    let redis = RedisServer::start();
     let agent = Upstream::serve([Reply::sse().event(started()).hang()]).await;
-    let folder = TempDir::new("a2a-tasks-quota");
-    let route = hanging_agent_route(&agent).quota("tasks", 1);
-    let config = write_config(&folder, redis_store(&redis.url()), route);
-    let running = AgentBridge::start(serve_command(&config));
-    let other = AgentBridge::start(serve_command(&config));
-    let task_id = start_a_task_that_never_ends(&url(&running)).await;
+    let setup =
+        a_task_under_way_on_one_of_two_replicas("a2a-tasks-quota", agent, |r| r.quota("tasks", 1))
+            .await;
 
     let params = json!({"message": a2a::message("one more"), "configuration": {"blocking": false}});
-    let refused = a2a::call(&url(&other), "message/send", params).await;
+    let refused = a2a::call(&url(&setup.other), "message/send", params).await;
     assert_eq!(refused["error"]["code"], -32051, "{refused}");
-    let running_task = a2a::get_task(&url(&running), &task_id).await;
+    let running_task = a2a::get_task(&url(&setup.running), &setup.task_id).await;
     let state = running_task["status"]["state"].as_str().unwrap_or_default();
     assert!(matches!(state, "submitted" | "working"), "{running_task}");
 }
@@ -1039,17 +1043,14 @@ async fn prompts_to_an_idle_cmdc_session_on_two_replicas_at_once_both_run_one_af
 
 #[tokio::test]
 async fn a_task_whose_replica_died_stops_holding_its_tenants_quota_once_its_lease_lapses() {
-    let redis = RedisServer::start();
     let agent = Upstream::serve([Reply::sse().event(started()).hang()]).await;
-    let folder = TempDir::new("a2a-quota-replica-died");
-    let route = hanging_agent_route(&agent).quota("tasks", 1);
-    let config = write_config(&folder, redis_store(&redis.url()), route);
-    let running = AgentBridge::start(serve_command(&config));
-    let other = AgentBridge::start(serve_command(&config));
-    let orphan = start_a_task_that_never_ends(&url(&running)).await;
-    agent.wait_for("the run reaches the agent", |_| true).await;
+    let setup = a_task_under_way_on_one_of_two_replicas("a2a-quota-replica-died", agent, |r| {
+        r.quota("tasks", 1)
+    })
+    .await;
+    let (other, orphan) = (setup.other, setup.task_id);
 
-    drop(running); // SIGKILL: its task shows a run nobody drives.
+    drop(setup.running); // SIGKILL: its task shows a run nobody drives.
     let params = json!({"message": a2a::message("one more"), "configuration": {"blocking": false}});
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
