@@ -303,9 +303,10 @@ pub struct Kept {
     pub busy: bool,
     /// How many runs the session had; the latest one's events are its run log.
     pub runs: u64,
-    /// The run that opened the control log of the runs going on ([`run_id`]).
-    #[serde(default)]
-    pub control: u64,
+    /// The run that opened the control log of the runs going on ([`control_log`]). None in what the version
+    /// before it kept, whose replicas open one log per session.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub control: Option<u64>,
 }
 
 /// A callback tool as the store keeps it, with the client that registered it.
@@ -341,7 +342,7 @@ pub const SESSION_DOCUMENT: &str = "cmdc-session";
 /// The kind of the run log of a session's latest run (by the session's id): its events as WebSocket frames.
 pub const RUN_LOG: &str = "cmdc-run";
 /// The kind of the log through which other replicas hand the replica running a session's runs what their
-/// clients asked of them ([`Control`]; by [`run_id`]).
+/// clients asked of them ([`Control`]; by [`control_log`]).
 pub const CONTROL_LOG: &str = "cmdc-control";
 
 /// The kind of the claim to start a session's next run, in a store replicas share (by [`run_id`]).
@@ -352,6 +353,12 @@ pub const RUN_CLAIM: &str = "cmdc-run-claim";
 /// replica's) and the claim to start it.
 pub fn run_id(session: &str, run: u64) -> String {
     format!("{session}/{run}")
+}
+
+/// The id of the control log that run `control` opened; with none named, the session's own, which a replica
+/// of the version before opens (a run it drives during a rolling upgrade is still reached).
+pub fn control_log(session: &str, control: Option<u64>) -> String {
+    control.map_or_else(|| session.to_owned(), |run| run_id(session, run))
 }
 /// The kind of the document that says which of a session's runs a subscriber on some replica read to its end.
 pub const READ_DOCUMENT: &str = "cmdc-read";
@@ -426,8 +433,8 @@ pub struct State {
     pub elsewhere: bool,
     /// How many runs the session had, on any replica, as far as this one knows.
     pub runs: u64,
-    /// The run that opened the control log of the runs going on, here or elsewhere ([`run_id`]).
-    pub control: u64,
+    /// The run that opened the control log of the runs going on, here or elsewhere ([`control_log`]).
+    pub control: Option<u64>,
     /// The runtime of the latest subscriber. A run is driven there, on the thread that streams its events,
     /// rather than on the one its prompt came in on: its events then cross no thread (src/workers.rs).
     pub subscriber_runtime: Option<Handle>,
@@ -950,6 +957,24 @@ mod tests {
         for _ in 0..10 {
             tokio::task::yield_now().await;
         }
+    }
+
+    #[test]
+    fn a_run_kept_by_the_version_before_is_reached_through_the_session_s_own_control_log() {
+        let session = Sessions::default()
+            .create("t", "s", "m".into(), None, Counted::Here(None))
+            .unwrap();
+        let mut before = serde_json::to_value(session.kept()).unwrap();
+        // Nothing named yet is not written: the version before reads the document as it wrote it.
+        assert!(before.get("runs").is_some() && before.get("control").is_none());
+        before["busy"] = true.into();
+        let adopted = Sessions::default().adopt("t", "s", serde_json::from_value(before).unwrap());
+        assert_eq!(control_log("s", adopted.state().control), "s");
+
+        session.state().control = Some(2);
+        let kept: Kept =
+            serde_json::from_slice(&serde_json::to_vec(&session.kept()).unwrap()).unwrap();
+        assert_eq!(control_log("s", kept.control), "s/2");
     }
 
     #[tokio::test]

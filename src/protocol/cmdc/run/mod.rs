@@ -19,8 +19,9 @@ use tokio::runtime::Handle;
 use tokio::sync::mpsc;
 
 use super::sessions::{
-    self, run_id, Control, Counted, CreateError, Kept, Pending, Queued, RegisteredTool, Session,
-    Sessions, Status, CONTROL_LOG, FINISHED_RUN_TTL, RUN_CLAIM, RUN_LOG, SESSION_DOCUMENT,
+    self, control_log, run_id, Control, Counted, CreateError, Kept, Pending, Queued,
+    RegisteredTool, Session, Sessions, Status, CONTROL_LOG, FINISHED_RUN_TTL, RUN_CLAIM, RUN_LOG,
+    SESSION_DOCUMENT,
 };
 use super::wire::{self, CallbackAnswer, CallbackTool, Event as Cmdc, ToolCallback};
 use crate::egress::Egress;
@@ -266,7 +267,7 @@ impl Runner {
             .get(tenant, id)
             .is_some_and(|session| session.state().busy);
         // The replica driving the session holds its control log's lease for as long as it does.
-        let control = run_id(id, kept.control);
+        let control = control_log(id, kept.control);
         if kept.busy
             && !here
             && !self
@@ -316,7 +317,7 @@ impl Runner {
         control: &Control,
     ) -> crate::error::Result<bool> {
         let bytes = Bytes::from(serde_json::to_vec(control).unwrap_or_default());
-        let log = run_id(&session.id, session.state().control);
+        let log = control_log(&session.id, session.state().control);
         self.documents
             .push_to_log(CONTROL_LOG, &session.tenant, &log, bytes)
             .await
@@ -331,8 +332,8 @@ impl Runner {
         let tenant = &session.tenant;
         let id = {
             let mut state = session.state();
-            state.control = state.runs;
-            run_id(&session.id, state.runs)
+            state.control = Some(state.runs);
+            control_log(&session.id, state.control)
         };
         let log = self.documents.open_log(CONTROL_LOG, tenant, &id).await?;
         let requests = self.documents.follow_log(CONTROL_LOG, tenant, &id, 0);
