@@ -374,6 +374,17 @@ pub enum Control {
     Close,
 }
 
+impl Control {
+    /// Whether the session's run, as `session` shows it, waits for this: an answer only while the run waits
+    /// on its interrupt (the run it was meant for may have ended, and the next one waits on none of it).
+    pub fn is_awaited_by(&self, session: &Session) -> bool {
+        match self {
+            Control::Answer(resume) => session.is_pending(&resume.interrupt_id),
+            _ => true,
+        }
+    }
+}
+
 /// Why an answer was not taken.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Unanswered {

@@ -469,9 +469,10 @@ fn stats(runner: &Runner, caller: &Caller, session: &Session) -> Value {
 /// How many runs of a session, one after another on other replicas, a request follows before giving up.
 const HAND_OVER_ATTEMPTS: usize = 3;
 
-/// Hands `control` to the replica that drives the session's run, while one does. `None`: a replica took
-/// it. Else the session as the store keeps it now that no replica drives it (the run ended before its
-/// replica read `control`, and that replica reads no more): the request is served here.
+/// Hands `control` to the replica that drives the session's run, while one does and its run waits for
+/// `control`. `None`: a replica took it. Else the session as the store keeps it now (no replica drives it,
+/// or the run it drives is not the one `control` was meant for, which ended while it was handed over): the
+/// request is served here.
 async fn hand_over(
     runner: &Runner,
     caller: &Caller,
@@ -480,7 +481,7 @@ async fn hand_over(
 ) -> Result<Option<Arc<Session>>, ApiError> {
     let mut session = Arc::clone(session);
     for _ in 0..HAND_OVER_ATTEMPTS {
-        if !elsewhere(&session) {
+        if !elsewhere(&session) || !control.is_awaited_by(&session) {
             return Ok(Some(session));
         }
         if runner.hand_over(&session, control).await? {
@@ -518,9 +519,6 @@ async fn answer(
             session.id
         ))
     };
-    if elsewhere(session) && !session.is_pending(&interrupt) {
-        return Err(not_pending());
-    }
     let control = Control::Answer(resume.clone());
     let Some(here) = hand_over(runner, caller, session, &control).await? else {
         return Ok(());
