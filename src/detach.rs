@@ -24,7 +24,7 @@ use bytes::{Bytes, BytesMut};
 use futures_util::{Stream, StreamExt};
 use tokio::sync::{watch, Notify};
 
-use crate::store::{Documents, Followed};
+use crate::store::{Documents, Followed, LogEnd};
 
 /// The kind of a detached run's log in the store.
 const LOG: &str = "detached-run";
@@ -114,14 +114,21 @@ impl Detached {
     }
 
     /// The kept run `key`'s frames from after `last_event_id`, or from its start while it is live; `None`
-    /// when no run of that name is kept (or it ended and the request names no event). A run this replica
-    /// does not hold is looked for in the store.
+    /// when no run of that name is kept (or it ended and the request names no event of it). A run this
+    /// replica does not hold is looked for in the store.
     pub async fn resume(&self, key: &RunKey, last_event_id: Option<u64>) -> Option<Frames> {
         if let Some(log) = lock(&self.runs.0).get(key) {
-            if last_event_id.is_none() && log.state().ended {
+            let (last, ended) = {
+                let state = log.state();
+                (state.last, state.ended)
+            };
+            // An id past the run's last event is not one it gave (a client's earlier run's, or made up):
+            // the request names no event of it.
+            let after = last_event_id.filter(|id| *id <= last);
+            if after.is_none() && ended {
                 return None;
             }
-            return Some(follow(Arc::clone(log), last_event_id.unwrap_or(0)));
+            return Some(follow(Arc::clone(log), after.unwrap_or(0)));
         }
         self.resume_kept(key, last_event_id).await
     }
@@ -158,6 +165,16 @@ impl Detached {
         }
         if !live && (page.is_none() || last_event_id.is_none()) {
             return None;
+        }
+        // Past the last event of a run kept whole to its end, the id is not one it gave. (Until then, its
+        // events may reach the store after a client read them: an id past the kept ones may be its own.)
+        let whole = page
+            .as_ref()
+            .is_some_and(|page| page.ended == Some(LogEnd::Whole));
+        if let (true, Some(after)) = (whole, last_event_id) {
+            if self.gave_no_event(tenant, &id, after).await {
+                return None;
+            }
         }
         let follower = Arc::new(Holder(tokio::spawn({
             let documents = self.documents.clone();
@@ -242,6 +259,15 @@ impl Detached {
 }
 
 impl Detached {
+    /// Whether the kept, ended log `id` has no event `event` (an id past its last).
+    async fn gave_no_event(&self, tenant: &str, id: &str, event: u64) -> bool {
+        let Some(before) = event.checked_sub(1) else {
+            return false;
+        };
+        let page = self.documents.read_log(LOG, tenant, id, before).await;
+        matches!(page, Ok(Some(page)) if page.events.is_empty())
+    }
+
     /// Whether a client follows run `key` from another replica (it holds the run's follower lease).
     async fn followed_elsewhere(&self, key: &RunKey) -> bool {
         let held = self

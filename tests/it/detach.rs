@@ -1,9 +1,10 @@
 //! Runs that outlive their client (`detach_grace`), on each inbound that resumes by `Last-Event-ID` (AG-UI,
 //! AG-Kit, AgentScope): a client that reconnects with it gets every event exactly once and in order, without
-//! a second upstream run; the same request without it replays the live run from its start; a client that
-//! does not come back within the grace cancels the upstream work. A client that comes back to the other
-//! replica (two on one Redis) follows the run from the store, live; one that comes back after a `kill -9`
-//! and a restart on redb gets the rest of a run that ended.
+//! a second upstream run; the same request without it (or with an id the run never gave) replays the live
+//! run from its start, and after the run's end starts another; a client that does not come back within the
+//! grace cancels the upstream work. A client that comes back to the other replica (two on one Redis) follows
+//! the run from the store, live; one that comes back after a `kill -9` and a restart on redb gets the rest of
+//! a run that ended.
 
 use std::time::Duration;
 
@@ -181,8 +182,10 @@ async fn a_client_that_reconnects_with_last_event_id_gets_every_event_once_in_or
     assert_eq!(agent.received().len(), 1, "one upstream run");
 }
 
-async fn the_same_request_without_last_event_id_replays_the_live_run_from_its_start(
+/// The same request again, without `Last-Event-ID` or with one the run never gave (`last_event_id`).
+async fn the_same_request_naming_no_event_of_it_replays_the_live_run_from_its_start(
     inbound: Inbound,
+    last_event_id: Option<u64>,
 ) {
     let agent = paused_agent().await;
     let proxy = Proxy::start(inbound.route(&agent, "10s")).await;
@@ -190,7 +193,7 @@ async fn the_same_request_without_last_event_id_replays_the_live_run_from_its_st
 
     let mut first = post(&url, &(inbound.request)(), None).await;
     let before = until_two(inbound, &mut first).await;
-    let mut second = post(&url, &(inbound.request)(), None).await;
+    let mut second = post(&url, &(inbound.request)(), last_event_id).await;
     let replayed = until_two(inbound, &mut second).await;
     assert_eq!(replayed, before, "the same events, from the start");
 
@@ -200,6 +203,32 @@ async fn the_same_request_without_last_event_id_replays_the_live_run_from_its_st
     assert_eq!(first_rest, second_rest, "both follow the one run");
     assert_eq!((inbound.text)(&first_rest), "three four");
     assert_eq!(agent.received().len(), 1, "one upstream run");
+}
+
+/// A run read to its end, then the same request with an id past the run's last event (a client's earlier
+/// run's): that names no event of the ended run, so another upstream run answers it, here (`restart`:
+/// after a `kill -9` and a restart, from the store).
+async fn an_id_past_an_ended_run_s_last_event_starts_another_run(inbound: Inbound, restart: bool) {
+    let counting = || {
+        Reply::sse()
+            .event(started())
+            .events(text("m1", &["one ", "two"]))
+            .event(finished())
+    };
+    let agent = Upstream::serve([counting(), counting()]).await;
+    let mut deployment = Deployment::start(Topology::Restarted, inbound.route(&agent, "10s"));
+    let mut first = post(&deployment.url(&inbound.path()), &(inbound.request)(), None).await;
+    rest(&mut first).await;
+    let last = received(&first.raw).last().expect("the run's events").0;
+    if restart {
+        deployment.between_turns();
+    }
+
+    let url = deployment.url(&inbound.path());
+    let mut again = post(&url, &(inbound.request)(), Some(last + 5)).await;
+    let events = rest(&mut again).await;
+    assert_eq!((inbound.text)(&events), "one two", "{events:#?}");
+    assert_eq!(agent.received().len(), 2, "another upstream run");
 }
 
 async fn a_client_that_does_not_come_back_within_the_grace_cancels_the_upstream_work(
@@ -290,7 +319,27 @@ macro_rules! inbounds {
 
             #[tokio::test]
             async fn the_same_request_without_last_event_id_replays_the_live_run() {
-                the_same_request_without_last_event_id_replays_the_live_run_from_its_start($inbound).await
+                the_same_request_naming_no_event_of_it_replays_the_live_run_from_its_start($inbound, None)
+                    .await
+            }
+
+            #[tokio::test]
+            async fn a_last_event_id_past_the_live_run_s_last_event_replays_it_from_its_start() {
+                the_same_request_naming_no_event_of_it_replays_the_live_run_from_its_start(
+                    $inbound,
+                    Some(999),
+                )
+                .await
+            }
+
+            #[tokio::test]
+            async fn a_last_event_id_past_an_ended_run_s_last_event_starts_another_run() {
+                an_id_past_an_ended_run_s_last_event_starts_another_run($inbound, false).await
+            }
+
+            #[tokio::test]
+            async fn after_a_restart_on_redb_an_id_past_the_ended_run_s_end_starts_another_run() {
+                an_id_past_an_ended_run_s_last_event_starts_another_run($inbound, true).await
             }
 
             #[tokio::test]
