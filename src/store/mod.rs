@@ -15,6 +15,7 @@ mod redb;
 mod redis;
 mod runlog;
 
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -272,6 +273,12 @@ pub trait Store: Send + Sync {
     ) -> BoxFuture<'a, Result<Admission>> {
         Box::pin(std::future::ready(Ok(Admission::Admitted(Vec::new()))))
     }
+    /// The ids of the documents of `key`'s kind, route and tenant that a store one process owns keeps: after
+    /// a restart, what that process's memory, which counts their quota ([`Store::admit_document`]), does
+    /// not know yet. None where replicas share the store (it counts them itself) or none is kept.
+    fn document_ids<'a>(&'a self, _key: &'a DocumentKey) -> BoxFuture<'a, Result<Vec<String>>> {
+        Box::pin(std::future::ready(Ok(Vec::new())))
+    }
     /// Claims `key` for `lasting`, unless it is claimed: whether this call did. What replicas race to do
     /// once (start a session's next run) is done by the one that claimed it. Where one process owns the
     /// store, that process's own memory decides, and every claim succeeds.
@@ -476,6 +483,13 @@ impl Documents {
     ) -> Result<Admission> {
         let key = self.key(kind, tenant, id);
         self.store.admit_document(&key, per_tenant, None).await
+    }
+
+    /// The ids of the tenant's documents of this kind that a store this process owns keeps
+    /// ([`Store::document_ids`]).
+    pub async fn ids(&self, kind: &'static str, tenant: &str) -> Result<HashSet<String>> {
+        let ids = self.store.document_ids(&self.key(kind, tenant, "")).await?;
+        Ok(ids.into_iter().collect())
     }
 
     /// [`Documents::admit`], where the others of `rank` may make room (lowest first; `None`: in use).

@@ -210,6 +210,29 @@ impl File {
         }))
     }
 
+    /// The ids of the documents of `key`'s kind, route and tenant that are not idle past `idle_ttl`.
+    fn document_ids(&self, key: &DocumentKey, idle_ttl: u64) -> Result<Vec<String>> {
+        let read = self.database.begin_read().map_err(|e| self.failed(e))?;
+        let table = read.open_table(DOCUMENTS).map_err(|e| self.failed(e))?;
+        let (kind, route, tenant, _) = document_parts(key);
+        let from = (kind, route, tenant, "");
+        let now = now_micros();
+        let mut ids = Vec::new();
+        for entry in table.range(from..).map_err(|e| self.failed(e))? {
+            let (found, bytes) = entry.map_err(|e| self.failed(e))?;
+            let (found_kind, found_route, found_tenant, id) = found.value();
+            if (found_kind, found_route, found_tenant) != (kind, route, tenant) {
+                break;
+            }
+            let live = codec::header(bytes.value())
+                .is_none_or(|header| now.saturating_sub(header.touched) < idle_ttl);
+            if live {
+                ids.push(id.to_owned());
+            }
+        }
+        Ok(ids)
+    }
+
     /// Keeps `put` (or forgets `key` when `None`); with `sweep`, also drops every document idle for longer
     /// than `idle_ttl`.
     fn write_document(
@@ -475,6 +498,11 @@ impl Store for RedbStore {
     fn delete_document<'a>(&'a self, key: &'a DocumentKey) -> BoxFuture<'a, Result<()>> {
         let key = key.clone();
         self.blocking(move |local| local.bodies.write_document(&key, None, None))
+    }
+
+    fn document_ids<'a>(&'a self, key: &'a DocumentKey) -> BoxFuture<'a, Result<Vec<String>>> {
+        let (key, idle_ttl) = (key.clone(), self.idle_ttl);
+        self.blocking(move |local| local.bodies.document_ids(&key, idle_ttl))
     }
 
     fn append_events<'a>(

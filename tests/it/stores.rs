@@ -820,17 +820,18 @@ async fn create_session(deployment: &Deployment, key: &str, id: &str) -> crate::
         .await
 }
 
-#[tokio::test]
-async fn a_tenants_cmdc_sessions_quota_is_counted_across_replicas() {
+/// A tenant's sessions quota, each request on `topology`'s next proxy (the other replica, or this one
+/// killed and started again).
+async fn a_tenants_cmdc_sessions_quota_holds(topology: Topology) {
     let route = Route::new("cmdc", "/gw", "cmdc", "echo")
         .api_keys(&[("sk-a", "acme"), ("sk-b", "globex")])
         .quota("sessions", 2);
-    let mut deployment = Deployment::start(Topology::Replicas, route);
+    let mut deployment = Deployment::start(topology, route);
     for id in ["a1", "a2"] {
         assert_eq!(create_session(&deployment, "sk-a", id).await.status, 201);
         deployment.between_turns();
     }
-    // Each replica made one of the tenant's two sessions; neither lets it make a third.
+    // Each replica (or process) made one of the tenant's two sessions; none lets it make a third.
     for _ in 0..2 {
         let over = create_session(&deployment, "sk-a", "a3").await;
         assert_eq!(over.status, 422);
@@ -850,6 +851,16 @@ async fn a_tenants_cmdc_sessions_quota_is_counted_across_replicas() {
     assert_eq!(deleted.status, 200);
     deployment.between_turns();
     assert_eq!(create_session(&deployment, "sk-a", "a3").await.status, 201);
+}
+
+#[tokio::test]
+async fn a_tenants_cmdc_sessions_quota_is_counted_across_replicas() {
+    a_tenants_cmdc_sessions_quota_holds(Topology::Replicas).await
+}
+
+#[tokio::test]
+async fn a_tenants_cmdc_sessions_quota_counts_the_sessions_kept_before_a_kill_and_restart_on_redb() {
+    a_tenants_cmdc_sessions_quota_holds(Topology::Restarted).await
 }
 
 /// The text of the next run a gateway's WebSocket shows, from `prompt_received` to `agent_end` (acks of

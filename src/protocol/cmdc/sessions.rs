@@ -16,7 +16,7 @@
 //! an event no longer kept (it arrived late, or fell that far behind) gets one `error` event
 //! (`run_buffer_exceeded: …`) and no more of that run: never a partial run presented as whole.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::num::NonZeroUsize;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -55,10 +55,13 @@ pub enum CreateError {
 }
 
 /// Who counts a route's sessions.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Counted {
     /// This map, against the tenant's `[routes.quota]` sessions: all the route has is here.
     Here(Option<NonZeroUsize>),
+    /// This map and the tenant's sessions that a store this process owns keeps (their ids; after a
+    /// restart, not all of them are here), against the quota.
+    HereAndInOwnStore(NonZeroUsize, HashSet<String>),
     /// A store replicas share, which keeps every session and counts the quota: once the route holds
     /// [`MAX_SESSIONS`], sessions nothing here uses make room for a new one.
     InSharedStore,
@@ -126,6 +129,13 @@ impl Sessions {
             Counted::Here(per_tenant) => per_tenant.is_some_and(|quota| {
                 sessions.keys().filter(|(owner, _)| owner == tenant).count() >= quota.get()
             }),
+            Counted::HereAndInOwnStore(quota, kept) => {
+                let here_only = sessions
+                    .keys()
+                    .filter(|(owner, id)| owner == tenant && !kept.contains(id))
+                    .count();
+                here_only + kept.len() >= quota.get()
+            }
             Counted::InSharedStore => {
                 forget_least_recently_used(&mut sessions);
                 false

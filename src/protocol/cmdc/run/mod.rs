@@ -77,10 +77,13 @@ impl Runner {
         system_prompt: Option<String>,
     ) -> Result<Arc<Session>, Opened> {
         let shared = self.documents.shared();
-        let counted = if shared {
-            Counted::InSharedStore
-        } else {
-            Counted::Here(self.per_tenant)
+        let counted = match self.per_tenant {
+            _ if shared => Counted::InSharedStore,
+            Some(quota) if self.documents.kept() => {
+                let kept = self.documents.ids(SESSION_DOCUMENT, tenant).await;
+                Counted::HereAndInOwnStore(quota, kept.map_err(Opened::Store)?)
+            }
+            per_tenant => Counted::Here(per_tenant),
         };
         let session = self
             .sessions
