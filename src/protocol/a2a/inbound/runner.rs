@@ -175,6 +175,10 @@ pub(super) async fn recall_task(
         .load::<Snapshot>(TASK_DOCUMENT, tenant, task_id)
         .await?
     else {
+        // Gone from a store replicas share: another replica made room with it, or it expired.
+        if documents.shared() {
+            tasks.forget(tenant, task_id);
+        }
         return Ok(());
     };
     let running = snapshot.task.status.state.is_running();

@@ -487,14 +487,15 @@ impl Registry {
         }
     }
 
-    /// Drops `tenant`'s task `task_id`, unless its run goes on here: another replica made room with it.
+    /// Drops `tenant`'s task `task_id`, unless its run goes on here: a replica made room with it (this one,
+    /// or another, which deleted it from the store they share), or it expired there.
     pub fn forget(&self, tenant: &str, task_id: &str) {
         let mut tasks = self.lock();
         if tasks
             .entry(tenant, task_id)
             .is_ok_and(|entry| entry.run.is_none())
         {
-            tasks.drop_task(task_id, "it made room in its tenant's quota");
+            tasks.drop_task(task_id, "it made room in its tenant's quota, or expired");
         }
     }
 
