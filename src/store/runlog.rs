@@ -78,8 +78,6 @@ enum Entry {
     Event(Bytes),
     /// What was appended so far is to be on disk.
     Durable,
-    /// The end need not be synced: the caller's next store write is.
-    EndUnsynced,
 }
 
 /// What a follower of a run log reads.
@@ -134,13 +132,6 @@ impl LogWriter {
         drop(wake);
         let _ = task.await;
     }
-
-    /// [`LogWriter::end`] for a caller whose next store write is durable: the end is not synced on its own
-    /// (redb syncs what was committed before a durable commit with it; one sync a turn fewer).
-    pub async fn end_before_durable_write(self) {
-        let _ = self.sender.send(Entry::EndUnsynced).await;
-        self.end().await;
-    }
 }
 
 impl Documents {
@@ -178,7 +169,6 @@ impl Documents {
             bytes: 0,
             broken: started.is_err(),
             overflowed: Arc::clone(&overflowed),
-            sync_end: true,
         };
         let task = tokio::spawn(writer.run(receiver, Arc::clone(&wake)));
         Some(LogWriter {
@@ -319,8 +309,6 @@ struct Writer {
     broken: bool,
     /// The run pushed faster than this kept up ([`LogWriter::try_push`]).
     overflowed: Arc<AtomicBool>,
-    /// Whether the end is synced ([`LogWriter::end_before_durable_write`]).
-    sync_end: bool,
 }
 
 impl Writer {
@@ -346,8 +334,7 @@ impl Writer {
                     LogEnd::Whole
                 }
             });
-            let durable = durable || (end.is_some() && self.sync_end);
-            let followed = self.append(batch, end, durable).await;
+            let followed = self.append(batch, end, durable || end.is_some()).await;
             window = match followed {
                 true => GATHER_FOLLOWED,
                 false => GATHER_UNFOLLOWED,
@@ -412,7 +399,6 @@ impl Writer {
     fn take(&mut self, entry: Entry, batch: &mut Vec<Bytes>, durable: &mut bool) {
         match entry {
             Entry::Durable => *durable = true,
-            Entry::EndUnsynced => self.sync_end = false,
             Entry::Event(event) if self.bytes + event.len() <= MAX_LOG_BYTES => {
                 self.bytes += event.len();
                 batch.push(event);
@@ -622,28 +608,6 @@ mod tests {
             [event(1), Followed::Lost]
         );
         drop((writer, documents));
-        let _ = std::fs::remove_dir_all(folder);
-    }
-
-    #[tokio::test]
-    async fn an_unsynced_log_end_is_kept_by_the_durable_write_after_it_across_a_restart() {
-        let folder = folder("unsynced-end");
-        let documents = redb(&folder).await;
-        let writer = documents.open_log("kind", "acme", "run").await.unwrap();
-        writer.push(Bytes::from_static(b"event 1")).await;
-        writer.end_before_durable_write().await;
-        documents
-            .save("session", "acme", "s", &serde_json::json!({"busy": false}))
-            .await
-            .unwrap();
-        drop(documents);
-
-        let documents = redb(&folder).await;
-        let page = documents.read_log("kind", "acme", "run", 0).await.unwrap();
-        let page = page.expect("the log is kept");
-        assert_eq!(page.events, [Bytes::from_static(b"event 1")]);
-        assert_eq!(page.ended, Some(LogEnd::Whole));
-        drop(documents);
         let _ = std::fs::remove_dir_all(folder);
     }
 

@@ -158,10 +158,9 @@ impl Runner {
         let mut next = Some((first, prompt));
         while let Some((run, prompt)) = next.take() {
             self.run(&session, &run, prompt).await;
-            // Ended (its lease let go) before the next run's log takes the same name; synced with the
-            // session kept next (idle, or running the next prompt).
+            // Ended (its lease let go) before the next run's log takes the same name.
             if let Some(log) = run.take_log() {
-                log.end_before_durable_write().await;
+                log.end().await;
             }
             session.expire_unread(&run, FINISHED_RUN_TTL);
             next = match Self::next_prompt(&session, false) {
