@@ -166,12 +166,7 @@ impl Detached {
         if !live && (page.is_none() || last_event_id.is_none()) {
             return None;
         }
-        // Past the last event of a run kept whole to its end, the id is not one it gave. (Until then, its
-        // events may reach the store after a client read them: an id past the kept ones may be its own.)
-        let whole = page
-            .as_ref()
-            .is_some_and(|page| page.ended == Some(LogEnd::Whole));
-        if let (true, Some(after)) = (whole, last_event_id) {
+        if let (false, Some(after)) = (live, last_event_id) {
             if self.gave_no_event(tenant, &id, after).await {
                 return None;
             }
@@ -259,13 +254,15 @@ impl Detached {
 }
 
 impl Detached {
-    /// Whether the kept, ended log `id` has no event `event` (an id past its last).
+    /// Whether the kept log `id` ended whole before event `event`: an id past its last is not one the run
+    /// gave. (Until the log ends, its events may reach the store after a client read them: an id past the
+    /// kept ones may be its own.)
     async fn gave_no_event(&self, tenant: &str, id: &str, event: u64) -> bool {
         let Some(before) = event.checked_sub(1) else {
             return false;
         };
         let page = self.documents.read_log(LOG, tenant, id, before).await;
-        matches!(page, Ok(Some(page)) if page.events.is_empty())
+        matches!(page, Ok(Some(page)) if page.events.is_empty() && page.ended == Some(LogEnd::Whole))
     }
 
     /// Whether a client follows run `key` from another replica (it holds the run's follower lease).

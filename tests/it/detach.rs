@@ -205,14 +205,16 @@ async fn the_same_request_naming_no_event_of_it_replays_the_live_run_from_its_st
     assert_eq!(agent.received().len(), 1, "one upstream run");
 }
 
-/// A run read to its end, then the same request with an id past the run's last event (a client's earlier
-/// run's): that names no event of the ended run, so another upstream run answers it, here (`restart`:
-/// after a `kill -9` and a restart, from the store).
+/// A run read to its end, then the same request with the id just past the run's last event (a client's
+/// earlier run's): that names no event of the ended run, so another upstream run answers it, here
+/// (`restart`: after a `kill -9` and a restart, from the store). The run is longer than one page of the
+/// store's log.
 async fn an_id_past_an_ended_run_s_last_event_starts_another_run(inbound: Inbound, restart: bool) {
+    let dots = ["."; 300];
     let counting = || {
         Reply::sse()
             .event(started())
-            .events(text("m1", &["one ", "two"]))
+            .events(text("m1", &dots))
             .event(finished())
     };
     let agent = Upstream::serve([counting(), counting()]).await;
@@ -225,9 +227,9 @@ async fn an_id_past_an_ended_run_s_last_event_starts_another_run(inbound: Inboun
     }
 
     let url = deployment.url(&inbound.path());
-    let mut again = post(&url, &(inbound.request)(), Some(last + 5)).await;
+    let mut again = post(&url, &(inbound.request)(), Some(last + 1)).await;
     let events = rest(&mut again).await;
-    assert_eq!((inbound.text)(&events), "one two", "{events:#?}");
+    assert_eq!((inbound.text)(&events), dots.concat(), "{events:#?}");
     assert_eq!(agent.received().len(), 2, "another upstream run");
 }
 
