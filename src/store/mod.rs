@@ -442,6 +442,13 @@ impl Documents {
         Ok(codec::decode(&bytes, &format_args!("{kind} document")))
     }
 
+    /// Whether the store keeps no document `id` at all (one it keeps but this version cannot read is
+    /// there: [`Documents::load`] reads it as `None`).
+    pub async fn is_absent(&self, kind: &'static str, tenant: &str, id: &str) -> Result<bool> {
+        let key = self.key(kind, tenant, id);
+        Ok(self.store.load_document(&key).await?.is_none())
+    }
+
     pub async fn save<T: Serialize>(
         &self,
         kind: &'static str,

@@ -175,8 +175,9 @@ pub(super) async fn recall_task(
         .load::<Snapshot>(TASK_DOCUMENT, tenant, task_id)
         .await?
     else {
-        // Gone from a store replicas share: another replica made room with it, or it expired.
-        if documents.shared() {
+        // Gone from a store replicas share: another replica made room with it, or it expired. (One kept
+        // that this version cannot read, a newer replica's, is not gone.)
+        if documents.shared() && documents.is_absent(TASK_DOCUMENT, tenant, task_id).await? {
             tasks.forget(tenant, task_id);
         }
         return Ok(());
