@@ -199,15 +199,21 @@ fn document_parts(key: &DocumentKey) -> (&str, &str, &str, &str) {
     (key.kind, &key.route, &key.tenant, &key.id)
 }
 
+/// Whether a document's bytes were written less than `idle_ttl` before `now`. Bytes of a format this proxy
+/// does not read count as live: the read that decodes them logs them and treats them as absent.
+fn is_live(bytes: &[u8], now: u64, idle_ttl: u64) -> bool {
+    codec::header(bytes).is_none_or(|header| now.saturating_sub(header.touched) < idle_ttl)
+}
+
 impl File {
     fn load_document(&self, key: &DocumentKey, idle_ttl: u64) -> Result<Option<Vec<u8>>> {
         let read = self.database.begin_read().map_err(|e| self.failed(e))?;
         let table = read.open_table(DOCUMENTS).map_err(|e| self.failed(e))?;
         let found = table.get(document_parts(key)).map_err(|e| self.failed(e))?;
-        Ok(found.map(|bytes| bytes.value().to_vec()).filter(|bytes| {
-            codec::header(bytes)
-                .is_none_or(|header| now_micros().saturating_sub(header.touched) < idle_ttl)
-        }))
+        let now = now_micros();
+        Ok(found
+            .map(|bytes| bytes.value().to_vec())
+            .filter(|bytes| is_live(bytes, now, idle_ttl)))
     }
 
     /// The ids of the documents of `key`'s kind, route and tenant that are not idle past `idle_ttl`.
@@ -224,9 +230,7 @@ impl File {
             if (found_kind, found_route, found_tenant) != (kind, route, tenant) {
                 break;
             }
-            let live = codec::header(bytes.value())
-                .is_none_or(|header| now.saturating_sub(header.touched) < idle_ttl);
-            if live {
+            if is_live(bytes.value(), now, idle_ttl) {
                 ids.push(id.to_owned());
             }
         }
