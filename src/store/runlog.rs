@@ -2,10 +2,11 @@
 //! after a restart, can follow the run: an A2A `tasks/resubscribe`, a client of a detached run coming back.
 //! It knows no protocol: an event is the bytes its inbound chose to keep.
 //!
-//! - The writer ([`LogWriter`]) hands events to a task of its own, which appends what gathered over a short
-//!   while (`GATHER_FOLLOWED`, `GATHER_UNFOLLOWED`) in one call: the run never waits on a store round trip,
-//!   and the store is not written once per event. On redb those appends are not synced; a
-//!   [`LogWriter::durable`] point and the end of the log are.
+//! - The writer ([`LogWriter`]) hands events to a task of its own, which appends several in one call: the
+//!   run never waits on a store round trip, and the store is not written once per event. In a store
+//!   replicas share, it appends what gathered over a short while (`GATHER_FOLLOWED`, `GATHER_UNFOLLOWED`);
+//!   in one a process owns (redb), a full batch at a time, not synced. A [`LogWriter::durable`] point and
+//!   the end of the log are appended at once, synced.
 //! - A follower reads the log again when the store tells it the log was appended to (Redis's notices,
 //!   [`super::notices`]), or polls where it cannot.
 //! - In a store replicas share, the writer holds the run's lease while the log is open (renewed every
@@ -41,10 +42,9 @@ const LEASE_DOCUMENT: &str = "run-lease";
 const BATCH: usize = 256;
 /// How many events may wait for the writer before the run waits for it.
 const PENDING: usize = 1024;
-/// How long a writer gathers events before it appends them (unless a batch filled, or a durable point or the
-/// end came first): while another replica follows the log live; while nobody does (in a store one process
-/// owns, read only after a restart, where a crash loses what was not synced anyway). In a store replicas
-/// share, a writer starts as if followed and learns from each append whether it is.
+/// How long a writer gathers events before it appends them, in a store replicas share (unless a batch
+/// filled, or a durable point or the end came first): while another replica follows the log live; while
+/// nobody does. A writer starts as if followed and learns from each append whether it is.
 const GATHER_FOLLOWED: Duration = Duration::from_millis(50);
 const GATHER_UNFOLLOWED: Duration = Duration::from_millis(500);
 
@@ -299,6 +299,19 @@ impl Documents {
     }
 }
 
+/// How long a writer gathers events before it appends them. In a store one process owns, until a batch
+/// fills (or a durable point or the end comes): nobody reads the log before it ends (this process follows
+/// its own runs in memory, and another only after a restart), and an append is not synced, so a crash
+/// loses it unless another commit happened to sync it. An append there costs a write transaction, which
+/// sooner appends would pay for nothing.
+fn gather_window(shared: bool, followed: bool) -> Option<Duration> {
+    match (shared, followed) {
+        (false, _) => None,
+        (true, true) => Some(GATHER_FOLLOWED),
+        (true, false) => Some(GATHER_UNFOLLOWED),
+    }
+}
+
 /// The task that appends a run's events.
 struct Writer {
     documents: Documents,
@@ -313,11 +326,8 @@ struct Writer {
 
 impl Writer {
     async fn run(mut self, mut receiver: mpsc::Receiver<Entry>, wake: Arc<Notify>) {
-        let mut window = if self.lease.is_some() {
-            GATHER_FOLLOWED
-        } else {
-            GATHER_UNFOLLOWED
-        };
+        let shared = self.lease.is_some();
+        let mut window = gather_window(shared, true);
         let holder = self.lease.clone().map(|lease| {
             let documents = self.documents.clone();
             tokio::spawn(async move { documents.keep_held(&lease).await })
@@ -335,10 +345,7 @@ impl Writer {
                 }
             });
             let followed = self.append(batch, end, durable || end.is_some()).await;
-            window = match followed {
-                true => GATHER_FOLLOWED,
-                false => GATHER_UNFOLLOWED,
-            };
+            window = gather_window(shared, followed);
             if end.is_some() {
                 if let Some(holder) = holder {
                     holder.abort();
@@ -351,26 +358,32 @@ impl Writer {
         }
     }
 
-    /// `first` and what follows it for one append, over `window` (a store write per event would cost more
-    /// than the event), unless a batch fills, or a durable point or the end comes first: the batch, whether
-    /// it is to be durable, whether the log ended.
+    /// `first` and what follows it for one append, over `window` if any (a store write per event would cost
+    /// more than the event), unless a batch fills, or a durable point or the end comes first: the batch,
+    /// whether it is to be durable, whether the log ended.
     async fn gather(
         &mut self,
         first: Entry,
         receiver: &mut mpsc::Receiver<Entry>,
         wake: &Notify,
-        window: Duration,
+        window: Option<Duration>,
     ) -> (Vec<Bytes>, bool, bool) {
         let (mut batch, mut durable) = (Vec::new(), false);
         self.take(first, &mut batch, &mut durable);
-        let deadline = tokio::time::Instant::now() + window;
+        let deadline = window.map(|window| tokio::time::Instant::now() + window);
         loop {
             let end = self.drain(receiver, &mut batch, &mut durable);
-            if end || durable || batch.len() >= BATCH || tokio::time::Instant::now() >= deadline {
+            let due = deadline.is_some_and(|deadline| tokio::time::Instant::now() >= deadline);
+            if end || durable || batch.len() >= BATCH || due {
                 return (batch, durable, end);
             }
             // Woken at the deadline, or before it by what cannot wait ([`Wake`]), not by each event.
-            let _ = tokio::time::timeout_at(deadline, wake.notified()).await;
+            match deadline {
+                Some(deadline) => {
+                    let _ = tokio::time::timeout_at(deadline, wake.notified()).await;
+                }
+                None => wake.notified().await,
+            }
         }
     }
 

@@ -445,9 +445,9 @@ impl Runner {
                             id: interrupt.id.clone(),
                             approval,
                         });
-                        run.push(interrupt_event(&interrupt.id, interrupt.kind));
-                        // Any replica may take the answer.
+                        // Any replica may take the answer: kept pending before anyone is asked.
                         self.keep(session).await;
+                        run.push(interrupt_event(&interrupt.id, interrupt.kind));
                     }
                     Some(event) => {
                         encoder.encode(event, &mut encoded);
