@@ -15,7 +15,6 @@ mod redb;
 mod redis;
 mod runlog;
 
-use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -262,22 +261,17 @@ pub trait Store: Send + Sync {
     fn delete_document<'a>(&'a self, key: &'a DocumentKey) -> BoxFuture<'a, Result<()>>;
     /// Counts `key`, a document about to be made, among its tenant's documents of its kind on its route,
     /// unless the tenant has `per_tenant` of them already (`[routes.quota]`) and none of them is
-    /// `evictable`; else as many as it takes of those go, lowest rank first, then those counted longest
-    /// ago. A deleted or expired document no longer counts. Only a store replicas share counts here; where
-    /// one process owns the store, the inbound counts what its own memory holds.
+    /// `evictable`; else as many as it takes of those go, lowest rank first, then the oldest. A deleted or
+    /// expired document no longer counts; one let in counts while it is being made. A store that keeps
+    /// documents counts them all, those of a process restarted too; the memory backend keeps none, and its
+    /// inbound counts what its own memory holds.
     fn admit_document<'a>(
         &'a self,
         _key: &'a DocumentKey,
         _per_tenant: usize,
-        _evictable: Option<&'a Evictable<'a>>,
+        _evictable: Option<Arc<Evictable>>,
     ) -> BoxFuture<'a, Result<Admission>> {
         Box::pin(std::future::ready(Ok(Admission::Admitted(Vec::new()))))
-    }
-    /// The ids of the documents of `key`'s kind, route and tenant that a store one process owns keeps: after
-    /// a restart, what that process's memory, which counts their quota ([`Store::admit_document`]), does
-    /// not know yet. None where replicas share the store (it counts them itself) or none is kept.
-    fn document_ids<'a>(&'a self, _key: &'a DocumentKey) -> BoxFuture<'a, Result<Vec<String>>> {
-        Box::pin(std::future::ready(Ok(Vec::new())))
     }
     /// Claims `key` for `lasting`, unless it is claimed: whether this call did. What replicas race to do
     /// once (start a session's next run) is done by the one that claimed it. Where one process owns the
@@ -349,9 +343,12 @@ pub trait Store: Send + Sync {
     }
 }
 
+/// How long a document let in ([`Store::admit_document`]) counts before it is made.
+const MAKING: Duration = Duration::from_secs(30);
+
 /// Whether a stored document may go to make room for a new one of its tenant's ([`Store::admit_document`]):
 /// `None` when it may not (in use), else its rank (the lowest go first).
-pub type Evictable<'a> = dyn Fn(&[u8]) -> Option<u8> + Send + Sync + 'a;
+pub type Evictable = dyn Fn(&[u8]) -> Option<u8> + Send + Sync;
 
 /// What [`Store::admit_document`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -479,8 +476,8 @@ impl Documents {
         self.store.claim(&self.key(kind, tenant, id), lasting).await
     }
 
-    /// Counts the tenant's new document `id` of this kind against `per_tenant` of them, where replicas
-    /// share the count ([`Store::admit_document`]); none of the others makes room.
+    /// Counts the tenant's new document `id` of this kind against `per_tenant` of them, where a store keeps
+    /// them ([`Store::admit_document`]); none of the others makes room.
     pub async fn admit(
         &self,
         kind: &'static str,
@@ -492,30 +489,23 @@ impl Documents {
         self.store.admit_document(&key, per_tenant, None).await
     }
 
-    /// The ids of the tenant's documents of this kind that a store this process owns keeps
-    /// ([`Store::document_ids`]).
-    pub async fn ids(&self, kind: &'static str, tenant: &str) -> Result<HashSet<String>> {
-        let ids = self.store.document_ids(&self.key(kind, tenant, "")).await?;
-        Ok(ids.into_iter().collect())
-    }
-
     /// [`Documents::admit`], where the others of `rank` may make room (lowest first; `None`: in use).
-    pub async fn admit_making_room<T: DeserializeOwned>(
+    pub async fn admit_making_room<T: DeserializeOwned + 'static>(
         &self,
         kind: &'static str,
         tenant: &str,
         id: &str,
         per_tenant: usize,
-        rank: impl Fn(&T) -> Option<u8> + Send + Sync,
+        rank: impl Fn(&T) -> Option<u8> + Send + Sync + 'static,
     ) -> Result<Admission> {
         let key = self.key(kind, tenant, id);
         // One this version cannot read is the first to go.
-        let evictable = |bytes: &[u8]| {
+        let evictable = move |bytes: &[u8]| {
             codec::decode::<T>(bytes, &format_args!("{kind} document"))
                 .map_or(Some(0), |d| rank(&d))
         };
         self.store
-            .admit_document(&key, per_tenant, Some(&evictable))
+            .admit_document(&key, per_tenant, Some(Arc::new(evictable)))
             .await
     }
 }

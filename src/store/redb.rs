@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use ::redb::{
     Database, DatabaseError, Durability, ReadableDatabase, ReadableTable, TableDefinition,
@@ -16,7 +16,9 @@ use bytes::Bytes;
 use futures_util::future::BoxFuture;
 
 use super::local::{micros, now_micros, Bodies, Local, Meta, SWEEP_INTERVAL};
-use super::{codec, DocumentKey, Key, LogEnd, LogPage, Record, Store, APPEND};
+use super::{
+    codec, Admission, DocumentKey, Evictable, Key, LogEnd, LogPage, Record, Store, APPEND, MAKING,
+};
 use crate::config::StoreConfig;
 use crate::error::{Error, Result};
 
@@ -47,6 +49,9 @@ pub struct RedbStore {
 struct File {
     database: Database,
     path: PathBuf,
+    /// Documents let in ([`Store::admit_document`]) and not saved yet, and when: they count for
+    /// [`MAKING`].
+    making: Mutex<HashMap<DocumentKey, u64>>,
 }
 
 impl RedbStore {
@@ -72,6 +77,7 @@ impl RedbStore {
         let file = File {
             database,
             path: path.to_owned(),
+            making: Mutex::default(),
         };
         let known = file.index()?;
         tracing::info!(
@@ -216,27 +222,6 @@ impl File {
             .filter(|bytes| is_live(bytes, now, idle_ttl)))
     }
 
-    /// The ids of the documents of `key`'s kind, route and tenant that are not idle past `idle_ttl`.
-    fn document_ids(&self, key: &DocumentKey, idle_ttl: u64) -> Result<Vec<String>> {
-        let read = self.database.begin_read().map_err(|e| self.failed(e))?;
-        let table = read.open_table(DOCUMENTS).map_err(|e| self.failed(e))?;
-        let (kind, route, tenant, _) = document_parts(key);
-        let from = (kind, route, tenant, "");
-        let now = now_micros();
-        let mut ids = Vec::new();
-        for entry in table.range(from..).map_err(|e| self.failed(e))? {
-            let (found, bytes) = entry.map_err(|e| self.failed(e))?;
-            let (found_kind, found_route, found_tenant, id) = found.value();
-            if (found_kind, found_route, found_tenant) != (kind, route, tenant) {
-                break;
-            }
-            if is_live(bytes.value(), now, idle_ttl) {
-                ids.push(id.to_owned());
-            }
-        }
-        Ok(ids)
-    }
-
     /// Keeps `put` (or forgets `key` when `None`); with `sweep`, also drops every document idle for longer
     /// than `idle_ttl`.
     fn write_document(
@@ -257,8 +242,102 @@ impl File {
             }
             .map_err(|e| self.failed(e))?;
         }
-        write.commit().map_err(|e| self.failed(e))
+        write.commit().map_err(|e| self.failed(e))?;
+        self.making().remove(key);
+        Ok(())
     }
+
+    fn making(&self) -> MutexGuard<'_, HashMap<DocumentKey, u64>> {
+        self.making.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// [`Store::admit_document`] in one write transaction, so that no save crosses it: the tenant's other
+    /// live documents of the kind count, and those let in and being made; those `evictable` ranks lowest,
+    /// then those saved longest ago, make room.
+    fn admit_document(
+        &self,
+        key: &DocumentKey,
+        per_tenant: usize,
+        evictable: Option<&Evictable>,
+        idle_ttl: u64,
+    ) -> Result<Admission> {
+        let (kind, route, tenant, _) = document_parts(key);
+        let write = self.database.begin_write().map_err(|e| self.failed(e))?;
+        let now = now_micros();
+        let mut making = self.making();
+        making.retain(|_, let_in| now.saturating_sub(*let_in) < micros(MAKING));
+        let evicted = {
+            let mut table = write.open_table(DOCUMENTS).map_err(|e| self.failed(e))?;
+            let kept = live_documents(&table, key, now, idle_ttl).map_err(|e| self.failed(e))?;
+            // Let in and not saved yet: held, as one in use is.
+            let mut held: Vec<String> = making
+                .keys()
+                .filter(|made| is_sibling(made, key) && !kept.iter().any(|(id, _)| *id == made.id))
+                .map(|made| made.id.clone())
+                .collect();
+            let excess = (kept.len() + held.len() + 1).saturating_sub(per_tenant);
+            let mut candidates = Vec::new();
+            for (id, saved) in kept.into_iter().filter(|_| excess > 0) {
+                let bytes = table
+                    .get((kind, route, tenant, id.as_str()))
+                    .map_err(|e| self.failed(e))?;
+                let rank = bytes
+                    .zip(evictable)
+                    .and_then(|(bytes, rank)| rank(bytes.value()));
+                match rank {
+                    Some(rank) => candidates.push((rank, saved, id)),
+                    None => held.push(id),
+                }
+            }
+            if candidates.len() < excess {
+                return Ok(Admission::Refused(held));
+            }
+            candidates.sort_unstable();
+            let evicted: Vec<String> = candidates.into_iter().take(excess).map(|c| c.2).collect();
+            for id in &evicted {
+                table
+                    .remove((kind, route, tenant, id.as_str()))
+                    .map_err(|e| self.failed(e))?;
+            }
+            evicted
+        };
+        if !evicted.is_empty() {
+            write.commit().map_err(|e| self.failed(e))?;
+        }
+        making.insert(key.clone(), now);
+        Ok(Admission::Admitted(evicted))
+    }
+}
+
+/// Whether `other` is a document of `key`'s kind, route and tenant other than `key`.
+fn is_sibling(other: &DocumentKey, key: &DocumentKey) -> bool {
+    (other.kind, &other.route, &other.tenant) == (key.kind, &key.route, &key.tenant)
+        && other.id != key.id
+}
+
+/// The ids of the documents of `key`'s kind, route and tenant but `key`'s that are not idle past
+/// `idle_ttl`, and when each was saved.
+fn live_documents(
+    table: &impl ReadableTable<(&'static str, &'static str, &'static str, &'static str), &'static [u8]>,
+    key: &DocumentKey,
+    now: u64,
+    idle_ttl: u64,
+) -> std::result::Result<Vec<(String, u64)>, ::redb::StorageError> {
+    let (kind, route, tenant, _) = document_parts(key);
+    let mut live = Vec::new();
+    for entry in table.range((kind, route, tenant, "")..)? {
+        let (found, bytes) = entry?;
+        let (found_kind, found_route, found_tenant, id) = found.value();
+        if (found_kind, found_route, found_tenant) != (kind, route, tenant) {
+            break;
+        }
+        let bytes = bytes.value();
+        if id != key.id && is_live(bytes, now, idle_ttl) {
+            // A document of a format this version does not read is the oldest.
+            live.push((id.to_owned(), codec::header(bytes).map_or(0, |h| h.touched)));
+        }
+    }
+    Ok(live)
 }
 
 /// A run log's number 0: whether and how it ended, when it was last appended to (µs since the epoch), and
@@ -504,9 +583,19 @@ impl Store for RedbStore {
         self.blocking(move |local| local.bodies.write_document(&key, None, None))
     }
 
-    fn document_ids<'a>(&'a self, key: &'a DocumentKey) -> BoxFuture<'a, Result<Vec<String>>> {
+    fn admit_document<'a>(
+        &'a self,
+        key: &'a DocumentKey,
+        per_tenant: usize,
+        evictable: Option<Arc<Evictable>>,
+    ) -> BoxFuture<'a, Result<Admission>> {
         let (key, idle_ttl) = (key.clone(), self.idle_ttl);
-        self.blocking(move |local| local.bodies.document_ids(&key, idle_ttl))
+        self.blocking(move |local| {
+            let evictable = evictable.as_deref();
+            local
+                .bodies
+                .admit_document(&key, per_tenant, evictable, idle_ttl)
+        })
     }
 
     fn append_events<'a>(
@@ -704,6 +793,92 @@ mod tests {
             None,
             "idle"
         );
+        drop(store);
+        let _ = std::fs::remove_dir_all(path.parent().unwrap().parent().unwrap());
+    }
+
+    /// A document whose bytes say whether it may make room: `done` first, then `paused`; `running` not.
+    fn task(state: &str, saved: u64) -> Vec<u8> {
+        codec::encode(&state, saved, false)
+    }
+
+    fn rank_by_state() -> Option<Arc<Evictable>> {
+        Some(Arc::new(|bytes: &[u8]| {
+            match codec::decode::<String>(bytes, &"task")?.as_str() {
+                "done" => Some(0),
+                "paused" => Some(1),
+                _ => None,
+            }
+        }))
+    }
+
+    #[tokio::test]
+    async fn a_tenants_documents_are_counted_from_the_file_the_lowest_ranked_oldest_making_room() {
+        let path = temp_file("admit");
+        let store = RedbStore::open(&config(&path)).unwrap();
+        let key = |tenant: &str, id: &str| DocumentKey {
+            kind: "a2a-task",
+            route: "r".into(),
+            tenant: tenant.into(),
+            id: id.into(),
+        };
+        let now = now_micros();
+        let kept = [("old-done", "done", now - 3), ("done", "done", now - 2)];
+        for (id, state, saved) in kept.into_iter().chain([("paused", "paused", now - 4)]) {
+            let bytes = task(state, saved);
+            store.save_document(&key("acme", id), bytes).await.unwrap();
+        }
+        store
+            .save_document(&key("other", "x"), task("done", now))
+            .await
+            .unwrap();
+        drop(store);
+
+        // Reopened: what the file kept counts. The finished tasks go before the paused one, oldest first.
+        let store = RedbStore::open(&config(&path)).unwrap();
+        let admitted = store
+            .admit_document(&key("acme", "new"), 2, rank_by_state())
+            .await
+            .unwrap();
+        assert_eq!(
+            admitted,
+            Admission::Admitted(vec!["old-done".into(), "done".into()])
+        );
+        assert_eq!(
+            store.load_document(&key("acme", "done")).await.unwrap(),
+            None
+        );
+        assert!(store
+            .load_document(&key("other", "x"))
+            .await
+            .unwrap()
+            .is_some());
+
+        // `new`, let in and not saved yet, counts and is held; the paused task makes room.
+        let admitted = store
+            .admit_document(&key("acme", "newer"), 2, rank_by_state())
+            .await
+            .unwrap();
+        assert_eq!(admitted, Admission::Admitted(vec!["paused".into()]));
+        for id in ["new", "newer"] {
+            let bytes = task("running", now_micros());
+            store.save_document(&key("acme", id), bytes).await.unwrap();
+        }
+        let refused = store
+            .admit_document(&key("acme", "third"), 2, rank_by_state())
+            .await
+            .unwrap();
+        let Admission::Refused(mut held) = refused else {
+            panic!("admitted past the quota: {refused:?}");
+        };
+        held.sort();
+        assert_eq!(held, ["new", "newer"]);
+        // A document already kept (a task continued) counts once.
+        let continued = store
+            .admit_document(&key("acme", "new"), 2, rank_by_state())
+            .await
+            .unwrap();
+        assert_eq!(continued, Admission::Admitted(vec![]));
         drop(store);
         let _ = std::fs::remove_dir_all(path.parent().unwrap().parent().unwrap());
     }

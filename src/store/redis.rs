@@ -21,6 +21,7 @@
 //! (an evicted paused run is a lost conversation). When Redis cannot be reached a turn fails at once with
 //! [`Error::store_unavailable`]; the connection comes back by itself.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
@@ -32,7 +33,7 @@ use super::local::{micros, now_micros};
 use super::notices::{LogWatch, Notices};
 use super::{
     codec, fit_record, not_kept, Admission, DocumentKey, Evictable, Key, LogEnd, LogPage, Record,
-    Store,
+    Store, MAKING,
 };
 use crate::config::StoreConfig;
 use crate::error::{Error, Result};
@@ -436,7 +437,7 @@ impl RedisStore {
         &self,
         key: &DocumentKey,
         per_tenant: usize,
-        evictable: Option<&Evictable<'_>>,
+        evictable: Option<Arc<Evictable>>,
     ) -> Result<Admission> {
         let counted = counted_key(key);
         let now = now_micros();
@@ -483,7 +484,7 @@ impl RedisStore {
             }
         }
         let excess = (live.len() + 1).saturating_sub(per_tenant);
-        let (evicted, held) = match evictable {
+        let (evicted, held) = match evictable.as_deref() {
             Some(rank) if excess > 0 => self.least_wanted(&live, excess, rank, &other).await?,
             _ => (Vec::new(), live.clone()),
         };
@@ -516,7 +517,7 @@ impl RedisStore {
         &self,
         live: &[&'a str],
         excess: usize,
-        rank: &Evictable<'_>,
+        rank: &Evictable,
         document_key: &impl Fn(&str) -> String,
     ) -> Result<(Vec<&'a str>, Vec<&'a str>)> {
         const READ_AT_ONCE: usize = 16;
@@ -606,9 +607,6 @@ enum Hold {
 const ENDED_WHOLE: &str = "1";
 const ENDED_CUT: &str = "cut";
 
-/// How long a document let in ([`Store::admit_document`]) counts before it is made.
-const MAKING: Duration = Duration::from_secs(30);
-
 /// An inbound's document: `agent-bridge:{route/tenant/kind/id}:document`.
 fn document_key(key: &DocumentKey) -> String {
     format!("{}:document", document_tag(key))
@@ -688,7 +686,7 @@ impl Store for RedisStore {
         &'a self,
         key: &'a DocumentKey,
         per_tenant: usize,
-        evictable: Option<&'a Evictable<'a>>,
+        evictable: Option<Arc<Evictable>>,
     ) -> BoxFuture<'a, Result<Admission>> {
         Box::pin(self.admit_document(key, per_tenant, evictable))
     }

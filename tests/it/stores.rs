@@ -987,29 +987,62 @@ async fn the_runs_of_a_replica_that_died_stop_counting_against_the_streams_quota
     }
 }
 
+/// A tenant's tasks quota, each request on `topology`'s next proxy (the other replica, or this one killed
+/// and started again): the oldest finished task makes room, and a paused one stays.
+async fn a_tenants_a2a_tasks_quota_holds(topology: Topology) {
+    let route = Route::new("tasks", PATH, "a2a", "echo").quota("tasks", 2);
+    let mut deployment = Deployment::start(topology, route);
+    let paused = a2a::send_message(&deployment.url(PATH), a2a::message("/ask Which city?")).await;
+    assert_eq!(paused["status"]["state"], "input-required", "{paused}");
+    let finished = a2a::send_message(&next(&mut deployment), a2a::message("hello")).await;
+    assert_eq!(finished["status"]["state"], "completed", "{finished}");
+
+    // The third task, on a proxy that made only one of them (or none, since it started): the finished task
+    // makes room, and the paused one (a person may still answer it) stays.
+    let third = a2a::send_message(&next(&mut deployment), a2a::message("again")).await;
+    assert_eq!(third["status"]["state"], "completed", "{third}");
+    // Gone on both: the replica that made it no longer serves it from its memory.
+    for _ in 0..2 {
+        let gone = a2a::call(
+            &next(&mut deployment),
+            "tasks/get",
+            json!({"id": finished["id"]}),
+        )
+        .await;
+        assert_eq!(gone["error"]["code"], -32001, "{gone}");
+    }
+    let kept = a2a::get_task(&next(&mut deployment), paused["id"].as_str().unwrap()).await;
+    assert_eq!(kept["status"]["state"], "input-required", "{kept}");
+}
+
 #[tokio::test]
 async fn a_tenants_a2a_tasks_quota_is_counted_across_replicas_its_oldest_finished_task_making_room()
 {
-    let route = Route::new("tasks", PATH, "a2a", "echo").quota("tasks", 2);
-    let mut deployment = Deployment::start(Topology::Replicas, route);
-    let on_first = deployment.url(PATH);
-    let paused = a2a::send_message(&on_first, a2a::message("/ask Which city?")).await;
-    assert_eq!(paused["status"]["state"], "input-required", "{paused}");
-    let on_second = next(&mut deployment);
-    let finished = a2a::send_message(&on_second, a2a::message("hello")).await;
-    assert_eq!(finished["status"]["state"], "completed", "{finished}");
+    a_tenants_a2a_tasks_quota_holds(Topology::Replicas).await
+}
 
-    // The third task, on the first replica, which made only one: the other's finished task makes room,
-    // and the paused one (a person may still answer it) stays.
-    let third = a2a::send_message(&on_first, a2a::message("again")).await;
-    assert_eq!(third["status"]["state"], "completed", "{third}");
-    // Gone on both: the replica that made it no longer serves it from its memory.
-    for url in [&on_first, &on_second] {
-        let gone = a2a::call(url, "tasks/get", json!({"id": finished["id"]})).await;
-        assert_eq!(gone["error"]["code"], -32001, "{gone}");
-    }
-    let kept = a2a::get_task(&on_first, paused["id"].as_str().unwrap()).await;
-    assert_eq!(kept["status"]["state"], "input-required", "{kept}");
+#[tokio::test]
+async fn a_tenants_a2a_tasks_quota_counts_what_redb_kept_before_a_kill_and_restart() {
+    a_tenants_a2a_tasks_quota_holds(Topology::Restarted).await
+}
+
+#[tokio::test]
+async fn a_task_cut_short_by_a_kill_stops_holding_its_tenants_quota_after_the_restart_on_redb() {
+    let agent = Upstream::serve([Reply::sse().event(started()).hang()]).await;
+    let route = hanging_agent_route(&agent).quota("tasks", 1);
+    let mut deployment = Deployment::start(Topology::Restarted, route);
+    let orphan = start_a_task_that_never_ends(&deployment.url(PATH)).await;
+    in_state_within(&deployment.url(PATH), &orphan, "working", WAIT).await;
+
+    // The file shows the tenant's one task running; the restarted proxy, which does not drive it, fails it
+    // and lets it make room.
+    let restarted = next(&mut deployment);
+    let params = json!({"message": a2a::message("one more"), "configuration": {"blocking": false}});
+    let admitted = a2a::call(&restarted, "message/send", params).await;
+    assert!(admitted.get("error").is_none(), "{admitted}");
+    // Gone from the file too: the next start does not bring it back.
+    let gone = a2a::call(&next(&mut deployment), "tasks/get", json!({"id": orphan})).await;
+    assert_eq!(gone["error"]["code"], -32001, "{gone}");
 }
 
 #[tokio::test]

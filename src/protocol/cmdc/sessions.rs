@@ -16,7 +16,7 @@
 //! an event no longer kept (it arrived late, or fell that far behind) gets one `error` event
 //! (`run_buffer_exceeded: …`) and no more of that run: never a partial run presented as whole.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::num::NonZeroUsize;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -59,12 +59,9 @@ pub enum CreateError {
 pub enum Counted {
     /// This map, against the tenant's `[routes.quota]` sessions: all the route has is here.
     Here(Option<NonZeroUsize>),
-    /// This map and the tenant's sessions that a store this process owns keeps (their ids; after a
-    /// restart, not all of them are here), against the quota.
-    HereAndInOwnStore(NonZeroUsize, HashSet<String>),
-    /// A store replicas share, which keeps every session and counts the quota: once the route holds
-    /// [`MAX_SESSIONS`], sessions nothing here uses make room for a new one.
-    InSharedStore,
+    /// The store, which keeps every session (another replica's, or this one's before a restart) and counts
+    /// the quota: once the route holds [`MAX_SESSIONS`], sessions nothing here uses make room for a new one.
+    InStore,
 }
 
 /// A route's sessions by tenant and id.
@@ -129,14 +126,7 @@ impl Sessions {
             Counted::Here(per_tenant) => per_tenant.is_some_and(|quota| {
                 sessions.keys().filter(|(owner, _)| owner == tenant).count() >= quota.get()
             }),
-            Counted::HereAndInOwnStore(quota, kept) => {
-                let here_only = sessions
-                    .keys()
-                    .filter(|(owner, id)| owner == tenant && !kept.contains(id))
-                    .count();
-                here_only + kept.len() >= quota.get()
-            }
-            Counted::InSharedStore => {
+            Counted::InStore => {
                 forget_least_recently_used(&mut sessions);
                 false
             }
@@ -1069,7 +1059,7 @@ mod tests {
         let create = |counted| sessions.create("t", "new", "m".into(), None, counted);
 
         assert_eq!(create(Counted::Here(None)).err(), Some(CreateError::Full));
-        assert!(create(Counted::InSharedStore).is_ok());
+        assert!(create(Counted::InStore).is_ok());
         assert_eq!(sessions.active(), SESSIONS_AFTER_FORGETTING);
         assert!(
             sessions.get("t", "0").is_none(),

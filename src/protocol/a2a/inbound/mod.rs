@@ -328,18 +328,19 @@ impl Inbound {
         })
     }
 
-    /// In a store replicas share, counts the task against its tenant's `[routes.quota]` tasks on every
-    /// replica (a task continued counts as used now): the tenant's task used longest ago that does not run
-    /// makes room (finished before paused), and when every one of them runs a new task is withdrawn and
-    /// refused (-32051), as this replica's own count does ([`Registry::begin`]). Those shown running whose
-    /// replica died are failed then: `Ok(false)`, the new task withdrawn, is to be begun again.
+    /// Where a store keeps tasks, counts the task there against its tenant's `[routes.quota]` tasks (those
+    /// of every replica, and of this one before a restart; a task continued counts as used now): the
+    /// tenant's task used longest ago that does not run makes room (finished before paused), and when
+    /// every one of them runs a new task is withdrawn and refused (-32051), as this replica's own count
+    /// does ([`Registry::begin`]). Those shown running whose replica died (or that ran here before a
+    /// restart) are failed then: `Ok(false)`, the new task withdrawn, is to be begun again.
     async fn count(
         &self,
         tenant: &str,
         documents: &Documents,
         started: &Started,
     ) -> Result<bool, RpcError> {
-        let Some(quota) = self.per_tenant.filter(|_| documents.shared()) else {
+        let Some(quota) = self.per_tenant.filter(|_| documents.kept()) else {
             return Ok(true);
         };
         let admitted = admit(tenant, documents, started, quota).await;

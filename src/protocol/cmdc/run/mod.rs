@@ -67,8 +67,9 @@ pub enum Opened {
 }
 
 impl Runner {
-    /// Makes the tenant's new session and keeps it. Its quota is counted in the store where replicas share
-    /// it, else in this replica's memory.
+    /// Makes the tenant's new session and keeps it. Its quota is counted in the store where one keeps
+    /// sessions (those of other replicas, or of this one before a restart, count too), else in this
+    /// replica's memory.
     pub async fn open(
         &self,
         tenant: &str,
@@ -76,20 +77,17 @@ impl Runner {
         model: String,
         system_prompt: Option<String>,
     ) -> Result<Arc<Session>, Opened> {
-        let shared = self.documents.shared();
-        let counted = match self.per_tenant {
-            _ if shared => Counted::InSharedStore,
-            Some(quota) if self.documents.kept() => {
-                let kept = self.documents.ids(SESSION_DOCUMENT, tenant).await;
-                Counted::HereAndInOwnStore(quota, kept.map_err(Opened::Store)?)
-            }
-            per_tenant => Counted::Here(per_tenant),
+        let kept = self.documents.kept();
+        let counted = if kept {
+            Counted::InStore
+        } else {
+            Counted::Here(self.per_tenant)
         };
         let session = self
             .sessions
             .create(tenant, id, model, system_prompt, counted)
             .map_err(Opened::Refused)?;
-        if let Some(quota) = self.per_tenant.filter(|_| shared) {
+        if let Some(quota) = self.per_tenant.filter(|_| kept) {
             let admitted = match self
                 .documents
                 .admit(SESSION_DOCUMENT, tenant, id, quota.get())
