@@ -242,8 +242,10 @@ impl File {
             }
             .map_err(|e| self.failed(e))?;
         }
+        // Before the commit, as an admission sees them: never gone from the file and still being made.
+        let mut making = self.making();
         write.commit().map_err(|e| self.failed(e))?;
-        self.making().remove(key);
+        making.remove(key);
         Ok(())
     }
 
@@ -268,13 +270,16 @@ impl File {
         making.retain(|_, let_in| now.saturating_sub(*let_in) < micros(MAKING));
         let evicted = {
             let mut table = write.open_table(DOCUMENTS).map_err(|e| self.failed(e))?;
-            let kept = live_documents(&table, key, now, idle_ttl).map_err(|e| self.failed(e))?;
-            // Let in and not saved yet: held, as one in use is.
+            let mut kept =
+                live_documents(&table, key, now, idle_ttl).map_err(|e| self.failed(e))?;
+            // Let in and not saved since (new, or continued and kept as it was before): held, as one in
+            // use is.
             let mut held: Vec<String> = making
                 .keys()
-                .filter(|made| is_sibling(made, key) && !kept.iter().any(|(id, _)| *id == made.id))
+                .filter(|made| is_sibling(made, key))
                 .map(|made| made.id.clone())
                 .collect();
+            kept.retain(|(id, _)| !held.contains(id));
             let excess = (kept.len() + held.len() + 1).saturating_sub(per_tenant);
             let mut candidates = Vec::new();
             for (id, saved) in kept.into_iter().filter(|_| excess > 0) {
@@ -879,6 +884,28 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(continued, Admission::Admitted(vec![]));
+
+        // A paused task continued is held until its run saves it: a new one does not push it out.
+        store.delete_document(&key("acme", "new")).await.unwrap();
+        let bytes = task("paused", now_micros());
+        store
+            .save_document(&key("acme", "waiting"), bytes)
+            .await
+            .unwrap();
+        let continued = store
+            .admit_document(&key("acme", "waiting"), 2, rank_by_state())
+            .await
+            .unwrap();
+        assert_eq!(continued, Admission::Admitted(vec![]));
+        let refused = store
+            .admit_document(&key("acme", "fourth"), 2, rank_by_state())
+            .await
+            .unwrap();
+        let Admission::Refused(mut held) = refused else {
+            panic!("a continued task made room: {refused:?}");
+        };
+        held.sort();
+        assert_eq!(held, ["newer", "waiting"]);
         drop(store);
         let _ = std::fs::remove_dir_all(path.parent().unwrap().parent().unwrap());
     }

@@ -1038,8 +1038,11 @@ async fn a_task_cut_short_by_a_kill_stops_holding_its_tenants_quota_after_the_re
     // and lets it make room.
     let restarted = next(&mut deployment);
     let params = json!({"message": a2a::message("one more"), "configuration": {"blocking": false}});
-    let admitted = a2a::call(&restarted, "message/send", params).await;
+    let admitted = a2a::call(&restarted, "message/send", params.clone()).await;
     assert!(admitted.get("error").is_none(), "{admitted}");
+    // The task now running holds the quota: it does not make room as the failed one did.
+    let refused = a2a::call(&restarted, "message/send", params).await;
+    assert_eq!(refused["error"]["code"], -32051, "{refused}");
     // Gone from the file too: the next start does not bring it back.
     let gone = a2a::call(&next(&mut deployment), "tasks/get", json!({"id": orphan})).await;
     assert_eq!(gone["error"]["code"], -32001, "{gone}");

@@ -39,8 +39,7 @@ pub const FINISHED_RUN_TTL: Duration = Duration::from_secs(300);
 const SESSION_IDLE_TTL: Duration = Duration::from_secs(24 * 3600);
 /// The bytes of a session's message log (`GET …/messages`) kept: the oldest messages go first.
 pub const MESSAGE_LOG_BYTES: usize = 8 << 20;
-/// The most sessions a route holds in memory; where a store replicas share keeps sessions, those in use
-/// may take it over.
+/// The most sessions a route holds in memory; where a store keeps sessions, those in use may take it over.
 const MAX_SESSIONS: usize = 10_000;
 
 /// How many sessions a full route holds once it forgot those nothing uses, to adopt one more.

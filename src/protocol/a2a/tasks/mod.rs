@@ -15,8 +15,9 @@
 //!   first, so that one tenant cannot push out another's; finished tasks go before paused ones (a person may
 //!   still answer those).
 //! - Per tenant (`[routes.quota]` tasks): a tenant at its quota makes room among its own tasks the same way;
-//!   when every one of them runs, its new task is refused with -32051. In a store replicas share, the
-//!   inbound also counts it there, across replicas, and withdraws a new task it has no room for.
+//!   when every one of them runs, its new task is refused with -32051. Where a store keeps tasks, the
+//!   inbound also counts it there (across replicas, and what the store kept before a restart), and
+//!   withdraws a new task it has no room for.
 //! - Bounded in bytes too: a task keeps the latest [`content::MAX_HISTORY_BYTES`] of history (the oldest messages go,
 //!   the latest always stays) and [`content::MAX_ARTIFACT_BYTES`] of artifacts (text beyond is cut and ends with
 //!   [`content::ARTIFACT_TRUNCATED`]; later chunks of it are not kept). Live subscribers still get every chunk; what is
@@ -475,7 +476,7 @@ impl Registry {
     }
 
     /// Drops the new task `task_id` that [`Registry::begin`] made for the run `generation`, before the run
-    /// started (the tenant's quota, counted across replicas, had no room for it).
+    /// started (the tenant's quota, counted in the store, had no room for it).
     pub fn withdraw(&self, task_id: &str, generation: u64) {
         let mut tasks = self.lock();
         let begun = tasks
