@@ -1,8 +1,8 @@
 //! What a client cannot hold forever: a connection that sends too little (`header_read_timeout`), an idle
 //! connection (`keepalive_idle`), a request head beyond 32 KiB, a request body that never comes
-//! (`body_timeout`), more connections than `max_connections`, a stream it stops reading (the proxy stops
-//! reading the agent), a CMDC WebSocket that is silent (`ws_idle`) or sends too much (`max_body`); and the
-//! binary under a full file table and on SIGHUP.
+//! (`body_timeout`), more connections than `max_connections`, a stream it stops reading over HTTP/1.1 or
+//! HTTP/2 (the proxy stops reading the agent), a CMDC WebSocket that is silent (`ws_idle`) or sends too
+//! much (`max_body`); and the binary under a full file table and on SIGHUP.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -13,7 +13,8 @@ use futures_util::{SinkExt, StreamExt};
 use http::{Method, Request, StatusCode};
 use http_body_util::{BodyExt, Full};
 use hyper::client::conn::http1::SendRequest;
-use hyper_util::rt::TokioIo;
+use hyper::client::conn::http2;
+use hyper_util::rt::{TokioExecutor, TokioIo};
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpSocket, TcpStream};
@@ -553,15 +554,8 @@ fn held_at_most() -> usize {
 /// nothing more, and checks that the agent is held back: the proxy stops reading from it instead of holding
 /// what it streams. Once the client leaves, the agent's connection is closed.
 async fn a_client_that_reads_nothing_holds_the_agent_back(inbound: &str, path: &str, body: Value) {
-    let agent = EndlessAgent::serve().await;
-    let routes =
-        Routes::default().route(Route::new("pair", "/pair", inbound, "ag-ui").upstream(&agent.url));
-    let proxy = Proxy::start(routes).await;
-    let socket = TcpSocket::new_v4().expect("a socket");
-    socket
-        .set_recv_buffer_size(SOCKET_BUFFER)
-        .expect("SO_RCVBUF");
-    let mut client = socket.connect(proxy.addr()).await.expect("connect");
+    let (agent, proxy) = endless_agent_behind(inbound).await;
+    let mut client = small_window_connection(&proxy).await;
     let body = body.to_string();
     let request = format!(
         "POST /pair{path} HTTP/1.1\r\nhost: proxy\r\ncontent-type: application/json\r\n\
@@ -590,6 +584,69 @@ async fn a_client_that_reads_nothing_holds_the_agent_back(inbound: &str, path: &
     within("the agent's connection to close", agent.streaming)
         .await
         .expect("the agent's task");
+}
+
+/// An endless AG-UI agent, and a proxy with a route to it at `/pair` for `inbound` clients.
+async fn endless_agent_behind(inbound: &str) -> (EndlessAgent, Proxy) {
+    let agent = EndlessAgent::serve().await;
+    let routes =
+        Routes::default().route(Route::new("pair", "/pair", inbound, "ag-ui").upstream(&agent.url));
+    (agent, Proxy::start(routes).await)
+}
+
+/// A connection to the proxy whose receive buffer is small.
+async fn small_window_connection(proxy: &Proxy) -> TcpStream {
+    let socket = TcpSocket::new_v4().expect("a socket");
+    socket
+        .set_recv_buffer_size(SOCKET_BUFFER)
+        .expect("SO_RCVBUF");
+    socket.connect(proxy.addr()).await.expect("connect")
+}
+
+/// HTTP/2 sends a stream's data only as far as the client's windows let it: a client that reads nothing
+/// holds the proxy's writes, and the proxy must hold the agent back in turn. A stream the client resets
+/// (`RST_STREAM`, its connection kept) is a client gone: the agent's connection closes.
+#[tokio::test]
+async fn an_http2_client_that_reads_nothing_holds_the_agent_back_and_its_reset_stream_ends_the_run()
+{
+    let (agent, proxy) = endless_agent_behind("ag-ui").await;
+    let io = TokioIo::new(small_window_connection(&proxy).await);
+    // The smallest windows HTTP/2 starts with, never grown for what was not read.
+    let (mut sender, connection) = http2::Builder::new(TokioExecutor::new())
+        .initial_stream_window_size(65_535)
+        .initial_connection_window_size(65_535)
+        .adaptive_window(false)
+        .handshake::<_, Full<Bytes>>(io)
+        .await
+        .expect("the HTTP/2 handshake");
+    let connection = tokio::spawn(connection);
+    let body = input("t1", "r1", json!([user("u1", "go on")])).to_string();
+    let request = Request::post("http://proxy/pair")
+        .header("content-type", "application/json")
+        .header("accept", "text/event-stream")
+        .body(Full::new(Bytes::from(body)))
+        .expect("a request");
+    let response = within("the answer's head", sender.send_request(request))
+        .await
+        .expect("the answer");
+    assert_eq!(response.status(), StatusCode::OK);
+
+    let held = agent.stalled(held_at_most()).await;
+    assert!(held > 0, "the agent wrote nothing");
+    assert!(
+        !agent.streaming.is_finished(),
+        "the proxy ended the run instead of holding it"
+    );
+
+    drop(response);
+    within("the agent's connection to close", agent.streaming)
+        .await
+        .expect("the agent's task");
+    assert!(
+        !connection.is_finished(),
+        "the client's connection closed: only its stream was to end"
+    );
+    connection.abort();
 }
 
 #[tokio::test]
