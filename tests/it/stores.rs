@@ -251,6 +251,45 @@ async fn a_run_under_way_when_redis_dies_still_streams_to_its_end() {
     proxy.logged("saving the conversation failed").await;
 }
 
+#[tokio::test]
+async fn an_a2a_task_that_ends_while_redis_is_gone_is_kept_once_redis_is_back() {
+    let mut redis = RedisServer::start();
+    let agent = Upstream::serve([Reply::sse()
+        .event(started())
+        .gate()
+        .events(text("m1", &["all ", "of ", "it"]))
+        .event(finished())])
+    .await;
+    let folder = TempDir::new("redis-task-ended");
+    let route = Route::new("tasks", PATH, "a2a", "ag-ui").upstream(&agent.url());
+    let config = write_config(&folder, redis_store(&redis.url()), route);
+    let running = AgentBridge::start(serve_command(&config));
+    let other = AgentBridge::start(serve_command(&config));
+    let params = json!({"message": a2a::message("tell me"), "configuration": {"blocking": false}});
+    let task = a2a::result(&url(&running), "message/send", params).await;
+    let task_id = task["id"].as_str().expect("a task id");
+    agent.wait_for("the run reaches the agent", |_| true).await;
+
+    redis.kill();
+    agent.release();
+    running
+        .logged("the task could not be kept in the store")
+        .await;
+    // Back, and empty: it keeps nothing on disk.
+    redis.restart();
+
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let kept = loop {
+        let got = a2a::call(&url(&other), "tasks/get", json!({"id": task_id})).await;
+        if got["result"]["status"]["state"] == "completed" {
+            break got["result"].clone();
+        }
+        assert!(Instant::now() < deadline, "not kept as it ended: {got}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(a2a::artifact_text(&kept), "all of it", "{kept}");
+}
+
 #[test]
 fn redis_unreachable_at_start_is_an_error_naming_the_key_and_the_proxy_does_not_start() {
     let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();

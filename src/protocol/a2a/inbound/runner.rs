@@ -3,6 +3,7 @@
 
 use std::future::pending;
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
 use futures_util::{Stream, StreamExt};
@@ -18,6 +19,12 @@ use crate::protocol::a2a::tasks::{
 };
 use crate::protocol::a2a::wire::{RequestId, StreamResult};
 use crate::store::{now_micros, Documents, LogWriter};
+
+/// How long a run that ended tries to keep its task while the store fails ([`Runner::keep_as_ended`]).
+const KEEP_ENDED_FOR: Duration = Duration::from_secs(60);
+/// The pause before its second try; each next one doubles, up to [`KEEP_RETRY_LAST`].
+const KEEP_RETRY_FIRST: Duration = Duration::from_millis(250);
+const KEEP_RETRY_LAST: Duration = Duration::from_secs(5);
 
 /// Consumes one run: encodes its events, stores them in the task and passes them on.
 pub(super) struct Runner {
@@ -53,8 +60,9 @@ impl Runner {
         self.keep().await;
         self.drive(events).await;
         if !self.final_kept {
-            // Ended without a final status (failed by the registry), or canceled before it was kept.
-            self.keep().await;
+            // Ended without a final status (failed by the registry), canceled before it was kept, or the
+            // store failed as it was kept.
+            self.keep_as_ended().await;
         }
         // The log ends, and the lease goes, once the task is kept as it ended.
         if let Some(log) = self.log.take() {
@@ -62,8 +70,25 @@ impl Runner {
         }
     }
 
-    async fn keep(&self) {
-        keep(&self.tasks, &self.documents, &self.tenant, &self.task_id).await;
+    async fn keep(&self) -> bool {
+        keep(&self.tasks, &self.documents, &self.tenant, &self.task_id).await
+    }
+
+    /// Keeps the task as it ended, trying again while the store fails (Redis may be back in a moment) for
+    /// up to [`KEEP_ENDED_FOR`]: another replica, or this one once it no longer holds the task, reads what
+    /// the store keeps, and a task kept as running whose run's lease lapsed reads failed. Meanwhile the
+    /// run's lease is held, and its log not ended.
+    async fn keep_as_ended(&self) {
+        let deadline = tokio::time::Instant::now() + KEEP_ENDED_FOR;
+        let mut pause = KEEP_RETRY_FIRST;
+        while !self.keep().await {
+            if tokio::time::Instant::now() + pause > deadline {
+                tracing::warn!(task_id = %self.task_id, "a2a: the ended task could not be kept; gave up");
+                return;
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(KEEP_RETRY_LAST);
+        }
     }
 
     async fn drive<S: Stream<Item = Event> + Unpin>(&mut self, mut events: S) {
@@ -128,8 +153,7 @@ impl Runner {
                         .snapshot_after(task_id, generation, &result, interrupt_id, revision)
                 {
                     // Its context was named when the run started (and may name a newer task by now).
-                    save(&self.documents, &self.tenant, &snapshot, false).await;
-                    self.final_kept = true;
+                    self.final_kept = save(&self.documents, &self.tenant, &snapshot, false).await;
                 }
             }
             if let Some(log) = &self.log {
@@ -191,19 +215,30 @@ pub(super) async fn recall_task(
     Ok(())
 }
 
-/// Writes the task's document, and its context's, where documents are kept.
-pub(super) async fn keep(tasks: &Registry, documents: &Documents, tenant: &str, task_id: &str) {
+/// Writes the task's document, and its context's, where documents are kept: whether nothing failed.
+pub(super) async fn keep(
+    tasks: &Registry,
+    documents: &Documents,
+    tenant: &str,
+    task_id: &str,
+) -> bool {
     if !documents.kept() {
-        return;
+        return true;
     }
-    if let Some(snapshot) = tasks.snapshot(task_id, now_micros()) {
-        save(documents, tenant, &snapshot, true).await;
+    match tasks.snapshot(task_id, now_micros()) {
+        Some(snapshot) => save(documents, tenant, &snapshot, true).await,
+        None => true,
     }
 }
 
-/// Writes `snapshot` and, with `name_context`, names its task its context's latest. A store that fails is
-/// logged: the task goes on, served by this replica.
-async fn save(documents: &Documents, tenant: &str, snapshot: &Snapshot, name_context: bool) {
+/// Writes `snapshot` and, with `name_context`, names its task its context's latest: whether it did. A store
+/// that fails is logged: the task goes on, served by this replica.
+async fn save(
+    documents: &Documents,
+    tenant: &str,
+    snapshot: &Snapshot,
+    name_context: bool,
+) -> bool {
     let task = &snapshot.task;
     let mut kept = documents
         .save(TASK_DOCUMENT, tenant, &task.id, snapshot)
@@ -213,9 +248,10 @@ async fn save(documents: &Documents, tenant: &str, snapshot: &Snapshot, name_con
             .save(CONTEXT_DOCUMENT, tenant, &task.context_id, &task.id)
             .await;
     }
-    if let Err(error) = kept {
+    if let Err(error) = &kept {
         tracing::warn!(task_id = %task.id, "a2a: the task could not be kept in the store: {error}");
     }
+    kept.is_ok()
 }
 
 /// Resolves when the run is told to stop; never when it no longer can be (its run ended in the registry).
