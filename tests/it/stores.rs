@@ -275,9 +275,14 @@ async fn an_a2a_task_that_ends_while_redis_is_gone_is_kept_once_redis_is_back() 
     running
         .logged("the task could not be kept in the store")
         .await;
-    // Back, and empty: it keeps nothing on disk.
+    // Long enough for the replica's next try to be seconds away once Redis is back, and empty (it keeps
+    // nothing on disk).
+    tokio::time::sleep(Duration::from_secs(3)).await;
     redis.restart();
 
+    // The replica that ran it serves it as it ended, not the store's copy, which is gone.
+    let served = a2a::get_task(&url(&running), task_id).await;
+    assert_eq!(served["status"]["state"], "completed", "{served}");
     let deadline = Instant::now() + Duration::from_secs(20);
     let kept = loop {
         let got = a2a::call(&url(&other), "tasks/get", json!({"id": task_id})).await;

@@ -154,6 +154,8 @@ impl Runner {
                 {
                     // Its context was named when the run started (and may name a newer task by now).
                     self.final_kept = save(&self.documents, &self.tenant, &snapshot, false).await;
+                    // Before the run ends in the registry: the store's stale copy never replaces it.
+                    self.tasks.set_kept(task_id, self.final_kept);
                 }
             }
             if let Some(log) = &self.log {
@@ -184,15 +186,16 @@ impl Runner {
 }
 
 /// Takes in `tenant`'s task as the store keeps it, when another replica, or this one before a restart, kept a
-/// newer revision of it than the registry holds; a task running here is known best here. A task the store
-/// shows running, with no replica driving its run any more, is failed (and kept so).
+/// newer revision of it than the registry holds; a task running here, or whose latest state the store failed
+/// to keep, is known best here. A task the store shows running, with no replica driving its run any more, is
+/// failed (and kept so).
 pub(super) async fn recall_task(
     tasks: &Registry,
     documents: &Documents,
     tenant: &str,
     task_id: &str,
 ) -> crate::error::Result<()> {
-    if tasks.runs_here(tenant, task_id) {
+    if tasks.knows_best(tenant, task_id) {
         return Ok(());
     }
     let Some(snapshot) = documents
@@ -225,10 +228,12 @@ pub(super) async fn keep(
     if !documents.kept() {
         return true;
     }
-    match tasks.snapshot(task_id, now_micros()) {
-        Some(snapshot) => save(documents, tenant, &snapshot, true).await,
-        None => true,
-    }
+    let Some(snapshot) = tasks.snapshot(task_id, now_micros()) else {
+        return true;
+    };
+    let kept = save(documents, tenant, &snapshot, true).await;
+    tasks.set_kept(task_id, kept);
+    kept
 }
 
 /// Writes `snapshot` and, with `name_context`, names its task its context's latest: whether it did. A store

@@ -96,6 +96,9 @@ struct Entry {
     interrupt_id: Option<String>,
     /// The run going on, if any.
     run: Option<Run>,
+    /// Its latest state could not be kept in the store: this entry is all there is of it, and the store's
+    /// older document (or none, as a Redis restarted empty has) does not replace it.
+    unkept: bool,
     /// Updates applied so far, over every run.
     seq: u64,
     touched: Instant,
@@ -429,12 +432,20 @@ impl Registry {
         })
     }
 
-    /// Whether `tenant`'s task runs here: then this registry, not the store, knows it best.
-    pub fn runs_here(&self, tenant: &str, task_id: &str) -> bool {
+    /// Whether `tenant`'s task runs here, or its latest state is not kept in the store: then this registry,
+    /// not the store, knows it best.
+    pub fn knows_best(&self, tenant: &str, task_id: &str) -> bool {
         let mut tasks = self.lock();
         tasks
             .entry(tenant, task_id)
-            .is_ok_and(|entry| entry.run.is_some())
+            .is_ok_and(|entry| entry.run.is_some() || entry.unkept)
+    }
+
+    /// Records whether the task's latest state is kept in the store ([`Registry::knows_best`]).
+    pub fn set_kept(&self, task_id: &str, kept: bool) {
+        if let Some(entry) = self.lock().tasks.get_mut(task_id) {
+            entry.unkept = !kept;
+        }
     }
 
     /// Takes in `tenant`'s task as another replica (or this one before a restart) kept it, unless a run of
@@ -451,7 +462,7 @@ impl Registry {
         match tasks.tasks.get_mut(&task_id) {
             Some(entry) if entry.tenant != tenant => return,
             Some(entry) => {
-                if entry.run.is_some() || entry.revision >= revision {
+                if entry.run.is_some() || entry.unkept || entry.revision >= revision {
                     return;
                 }
                 entry.task = task;
@@ -488,13 +499,14 @@ impl Registry {
         }
     }
 
-    /// Drops `tenant`'s task `task_id`, unless its run goes on here: a replica made room with it (this one,
-    /// or another, which deleted it from the store they share), or it expired there.
+    /// Drops `tenant`'s task `task_id`, unless this registry knows it best ([`Registry::knows_best`]): a
+    /// replica made room with it (this one, or another, which deleted it from the store they share), or it
+    /// expired there.
     pub fn forget(&self, tenant: &str, task_id: &str) {
         let mut tasks = self.lock();
         if tasks
             .entry(tenant, task_id)
-            .is_ok_and(|entry| entry.run.is_none())
+            .is_ok_and(|entry| entry.run.is_none() && !entry.unkept)
         {
             tasks.drop_task(task_id, "it made room in its tenant's quota, or expired");
         }
@@ -697,6 +709,7 @@ impl Entry {
             },
             interrupt_id: None,
             run: None,
+            unkept: false,
             seq: 0,
             touched: now,
         }
