@@ -275,9 +275,9 @@ async fn an_a2a_task_that_ends_while_redis_is_gone_is_kept_once_redis_is_back() 
     running
         .logged("the task could not be kept in the store")
         .await;
-    // Long enough for the replica's next try to be seconds away once Redis is back, and empty (it keeps
-    // nothing on disk).
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // Its tries come 0.25, 0.5, 1, 2 and 4 s apart: after 5 s the next is seconds away once Redis is back,
+    // and empty (it keeps nothing on disk).
+    tokio::time::sleep(Duration::from_secs(5)).await;
     redis.restart();
 
     // The replica that ran it serves it as it ended, not the store's copy, which is gone.

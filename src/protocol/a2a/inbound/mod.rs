@@ -446,11 +446,11 @@ impl Inbound {
             match self.tasks.cancel(tenant, &id) {
                 Cancel::Done(result) => {
                     let task = result?;
-                    runner::keep(&self.tasks, documents, tenant, &id).await;
+                    runner::keep(&self.tasks, documents, tenant, &id, true).await;
                     return Ok(*task);
                 }
                 Cancel::Declined { task, interrupt_id } => {
-                    runner::keep(&self.tasks, documents, tenant, &id).await;
+                    runner::keep(&self.tasks, documents, tenant, &id, true).await;
                     let turn = Turn {
                         conversation: task.context_id.clone(),
                         tenant: tenant.to_owned(),

@@ -15,7 +15,7 @@ use super::result_frame;
 use crate::face::EventEncoder;
 use crate::model::Event;
 use crate::protocol::a2a::tasks::{
-    self, Registry, Snapshot, Update, CONTEXT_DOCUMENT, EVENTS_LOG, TASK_DOCUMENT,
+    self, HeldHere, Registry, Snapshot, Update, CONTEXT_DOCUMENT, EVENTS_LOG, TASK_DOCUMENT,
 };
 use crate::protocol::a2a::wire::{RequestId, StreamResult};
 use crate::store::{now_micros, Documents, LogWriter};
@@ -59,6 +59,8 @@ impl Runner {
         }
         self.keep().await;
         self.drive(events).await;
+        // The client's stream ends here, not after the tries below.
+        self.primary = None;
         if !self.final_kept {
             // Ended without a final status (failed by the registry), canceled before it was kept, or the
             // store failed as it was kept.
@@ -71,7 +73,14 @@ impl Runner {
     }
 
     async fn keep(&self) -> bool {
-        keep(&self.tasks, &self.documents, &self.tenant, &self.task_id).await
+        keep(
+            &self.tasks,
+            &self.documents,
+            &self.tenant,
+            &self.task_id,
+            true,
+        )
+        .await
     }
 
     /// Keeps the task as it ended, trying again while the store fails (Redis may be back in a moment) for
@@ -81,7 +90,17 @@ impl Runner {
     async fn keep_as_ended(&self) {
         let deadline = tokio::time::Instant::now() + KEEP_ENDED_FOR;
         let mut pause = KEEP_RETRY_FIRST;
-        while !self.keep().await {
+        // Its context was named as the run started, and may name a newer task by now.
+        let keep = || {
+            keep(
+                &self.tasks,
+                &self.documents,
+                &self.tenant,
+                &self.task_id,
+                false,
+            )
+        };
+        while !keep().await {
             if tokio::time::Instant::now() + pause > deadline {
                 tracing::warn!(task_id = %self.task_id, "a2a: the ended task could not be kept; gave up");
                 return;
@@ -154,8 +173,9 @@ impl Runner {
                 {
                     // Its context was named when the run started (and may name a newer task by now).
                     self.final_kept = save(&self.documents, &self.tenant, &snapshot, false).await;
-                    // Before the run ends in the registry: the store's stale copy never replaces it.
-                    self.tasks.set_kept(task_id, self.final_kept);
+                    if self.final_kept {
+                        self.tasks.kept(task_id, snapshot.revision);
+                    }
                 }
             }
             if let Some(log) = &self.log {
@@ -195,8 +215,14 @@ pub(super) async fn recall_task(
     tenant: &str,
     task_id: &str,
 ) -> crate::error::Result<()> {
-    if tasks.knows_best(tenant, task_id) {
-        return Ok(());
+    match tasks.held_here(tenant, task_id) {
+        Some(HeldHere::Running) => return Ok(()),
+        Some(HeldHere::Unkept) => {
+            // Kept now, if the store is back; served from here either way.
+            keep(tasks, documents, tenant, task_id, false).await;
+            return Ok(());
+        }
+        None => {}
     }
     let Some(snapshot) = documents
         .load::<Snapshot>(TASK_DOCUMENT, tenant, task_id)
@@ -213,17 +239,19 @@ pub(super) async fn recall_task(
     let orphaned = running && !documents.run_live(EVENTS_LOG, tenant, task_id).await?;
     tasks.adopt(tenant, snapshot);
     if orphaned && tasks.fail_orphan(tenant, task_id) {
-        keep(tasks, documents, tenant, task_id).await;
+        keep(tasks, documents, tenant, task_id, true).await;
     }
     Ok(())
 }
 
-/// Writes the task's document, and its context's, where documents are kept: whether nothing failed.
+/// Writes the task's document, and with `name_context` its context's, where documents are kept: whether
+/// nothing failed.
 pub(super) async fn keep(
     tasks: &Registry,
     documents: &Documents,
     tenant: &str,
     task_id: &str,
+    name_context: bool,
 ) -> bool {
     if !documents.kept() {
         return true;
@@ -231,8 +259,10 @@ pub(super) async fn keep(
     let Some(snapshot) = tasks.snapshot(task_id, now_micros()) else {
         return true;
     };
-    let kept = save(documents, tenant, &snapshot, true).await;
-    tasks.set_kept(task_id, kept);
+    let kept = save(documents, tenant, &snapshot, name_context).await;
+    if kept {
+        tasks.kept(task_id, snapshot.revision);
+    }
     kept
 }
 

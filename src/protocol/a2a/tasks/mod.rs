@@ -88,17 +88,19 @@ struct Tasks {
 struct Entry {
     /// Whose task it is; nobody else sees it.
     tenant: String,
-    /// The revision of the task's stored document this entry holds (0: none yet): a newer one, kept by
-    /// another replica, replaces it when no run goes on here.
+    /// The revision of the task this entry holds (0: none yet), stamped on each snapshot to keep and on
+    /// each change made here outside a run: a newer one the store keeps (another replica's) replaces it
+    /// when no run goes on here.
     revision: u64,
+    /// The newest revision the store is known to keep. While `revision` is newer (a save failed, or is to
+    /// come), this entry is all there is of the task as it is: the store's older document, or none (a Redis
+    /// restarted empty), does not replace it ([`Registry::held_here`]).
+    kept_revision: u64,
     task: wire::Task,
     /// The canonical interrupt a paused task waits on.
     interrupt_id: Option<String>,
     /// The run going on, if any.
     run: Option<Run>,
-    /// Its latest state could not be kept in the store: this entry is all there is of it, and the store's
-    /// older document (or none, as a Redis restarted empty has) does not replace it.
-    unkept: bool,
     /// Updates applied so far, over every run.
     seq: u64,
     touched: Instant,
@@ -179,6 +181,15 @@ pub enum Cancel {
     },
     /// The run was told to stop; wait for it.
     Wait(watch::Receiver<()>),
+}
+
+/// Why a registry knows a task better than the store ([`Registry::held_here`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HeldHere {
+    /// A run of it goes on here.
+    Running,
+    /// Its latest state is not kept in the store yet (a save failed).
+    Unkept,
 }
 
 /// What a subscriber (`tasks/resubscribe`, or a blocking `message/send` waiting for the end) found.
@@ -432,19 +443,23 @@ impl Registry {
         })
     }
 
-    /// Whether `tenant`'s task runs here, or its latest state is not kept in the store: then this registry,
-    /// not the store, knows it best.
-    pub fn knows_best(&self, tenant: &str, task_id: &str) -> bool {
+    /// Whether this registry, not the store, knows `tenant`'s task best, and why.
+    pub fn held_here(&self, tenant: &str, task_id: &str) -> Option<HeldHere> {
         let mut tasks = self.lock();
-        tasks
-            .entry(tenant, task_id)
-            .is_ok_and(|entry| entry.run.is_some() || entry.unkept)
+        let entry = tasks.entry(tenant, task_id).ok()?;
+        if entry.run.is_some() {
+            Some(HeldHere::Running)
+        } else if entry.unkept() {
+            Some(HeldHere::Unkept)
+        } else {
+            None
+        }
     }
 
-    /// Records whether the task's latest state is kept in the store ([`Registry::knows_best`]).
-    pub fn set_kept(&self, task_id: &str, kept: bool) {
+    /// Records that the store keeps the task at `revision` (a [`Snapshot`]'s) or a newer one.
+    pub fn kept(&self, task_id: &str, revision: u64) {
         if let Some(entry) = self.lock().tasks.get_mut(task_id) {
-            entry.unkept = !kept;
+            entry.kept_revision = entry.kept_revision.max(revision);
         }
     }
 
@@ -462,12 +477,13 @@ impl Registry {
         match tasks.tasks.get_mut(&task_id) {
             Some(entry) if entry.tenant != tenant => return,
             Some(entry) => {
-                if entry.run.is_some() || entry.unkept || entry.revision >= revision {
+                if entry.run.is_some() || entry.revision >= revision {
                     return;
                 }
                 entry.task = task;
                 entry.interrupt_id = interrupt_id;
                 entry.revision = revision;
+                entry.kept_revision = revision;
                 entry.touched = Instant::now();
             }
             None => {
@@ -479,6 +495,7 @@ impl Registry {
                 entry.task = task;
                 entry.interrupt_id = interrupt_id;
                 entry.revision = revision;
+                entry.kept_revision = revision;
                 tasks.tasks.insert(task_id.clone(), entry);
             }
         }
@@ -499,14 +516,14 @@ impl Registry {
         }
     }
 
-    /// Drops `tenant`'s task `task_id`, unless this registry knows it best ([`Registry::knows_best`]): a
+    /// Drops `tenant`'s task `task_id`, unless this registry knows it best ([`Registry::held_here`]): a
     /// replica made room with it (this one, or another, which deleted it from the store they share), or it
     /// expired there.
     pub fn forget(&self, tenant: &str, task_id: &str) {
         let mut tasks = self.lock();
         if tasks
             .entry(tenant, task_id)
-            .is_ok_and(|entry| entry.run.is_none() && !entry.unkept)
+            .is_ok_and(|entry| entry.run.is_none() && !entry.unkept())
         {
             tasks.drop_task(task_id, "it made room in its tenant's quota, or expired");
         }
@@ -709,7 +726,7 @@ impl Entry {
             },
             interrupt_id: None,
             run: None,
-            unkept: false,
+            kept_revision: 0,
             seq: 0,
             touched: now,
         }
@@ -772,6 +789,13 @@ impl Entry {
             true,
         );
         self.apply(&Arc::new(StreamResult::StatusUpdate(update)));
+        // Changed here, not kept yet.
+        self.revision += 1;
+    }
+
+    /// Whether the store's copy is older than this entry ([`Entry::kept_revision`]).
+    fn unkept(&self) -> bool {
+        self.revision > self.kept_revision
     }
 
     /// The current status as an update; final unless a run goes on.
@@ -893,6 +917,40 @@ mod tests {
             .unwrap();
         let end = status(id, &started.context_id, state, true);
         assert!(registry.apply(id, started.generation, &end, Some("int")));
+    }
+
+    #[test]
+    fn a_task_whose_latest_state_the_store_did_not_keep_is_held_here_until_it_does() {
+        let registry = Registry::new();
+        let started = registry.begin("acme", user("a")).unwrap();
+        let id = &started.task_id;
+        let kept = registry.snapshot(id, 10).unwrap();
+        registry.kept(id, kept.revision);
+        assert_eq!(registry.held_here("acme", id), Some(HeldHere::Running));
+
+        // Its final status, snapshot to keep, and the save failed.
+        let done = status(id, &started.context_id, TaskState::Completed, true);
+        let unkept = registry
+            .snapshot_after(id, started.generation, &done, None, 20)
+            .unwrap();
+        assert!(registry.apply(id, started.generation, &done, None));
+        assert_eq!(registry.held_here("acme", id), Some(HeldHere::Unkept));
+        // Neither the store's older copy nor its absence replaces it; an older save's success does not
+        // count as this one's.
+        registry.adopt("acme", kept.clone());
+        registry.forget("acme", id);
+        registry.kept(id, kept.revision);
+        let task = registry.get("acme", id, None).unwrap();
+        assert_eq!(task.status.state, TaskState::Completed);
+        assert_eq!(registry.held_here("acme", id), Some(HeldHere::Unkept));
+
+        registry.kept(id, unkept.revision);
+        assert_eq!(registry.held_here("acme", id), None);
+        registry.forget("acme", id);
+        assert!(
+            registry.get("acme", id, None).is_err(),
+            "known to the store: forgotten"
+        );
     }
 
     #[test]
