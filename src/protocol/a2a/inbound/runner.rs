@@ -101,7 +101,9 @@ impl Runner {
             )
         };
         while !keep().await {
-            if tokio::time::Instant::now() + pause > deadline {
+            // A newer run of the task (a client answered it here) keeps it from now on.
+            let superseded = self.tasks.runs_other(&self.task_id, self.generation);
+            if superseded || tokio::time::Instant::now() + pause > deadline {
                 tracing::warn!(task_id = %self.task_id, "a2a: the ended task could not be kept; gave up");
                 return;
             }
@@ -206,9 +208,9 @@ impl Runner {
 }
 
 /// Takes in `tenant`'s task as the store keeps it, when another replica, or this one before a restart, kept a
-/// newer revision of it than the registry holds; a task running here, or whose latest state the store failed
-/// to keep, is known best here. A task the store shows running, with no replica driving its run any more, is
-/// failed (and kept so).
+/// newer revision of it than the registry holds; a task running here is known best here, and so is one whose
+/// latest state the store failed to keep (it is kept again now). A task the store shows running, with no
+/// replica driving its run any more, is failed (and kept so).
 pub(super) async fn recall_task(
     tasks: &Registry,
     documents: &Documents,

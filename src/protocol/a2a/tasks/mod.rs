@@ -188,7 +188,7 @@ pub enum Cancel {
 pub enum HeldHere {
     /// A run of it goes on here.
     Running,
-    /// Its latest state is not kept in the store yet (a save failed).
+    /// Its latest state is not kept in the store yet (a save failed, or is still to come).
     Unkept,
 }
 
@@ -501,6 +501,16 @@ impl Registry {
         }
         let context = tasks.tasks[&task_id].task.context_id.clone();
         tasks.contexts.insert((tenant.to_owned(), context), task_id);
+    }
+
+    /// Whether a run of the task other than `generation` goes on here.
+    pub fn runs_other(&self, task_id: &str, generation: u64) -> bool {
+        let tasks = self.lock();
+        let run = tasks
+            .tasks
+            .get(task_id)
+            .and_then(|entry| entry.run.as_ref());
+        run.is_some_and(|run| run.generation != generation)
     }
 
     /// Drops the new task `task_id` that [`Registry::begin`] made for the run `generation`, before the run
@@ -935,16 +945,16 @@ mod tests {
             .unwrap();
         assert!(registry.apply(id, started.generation, &done, None));
         assert_eq!(registry.held_here("acme", id), Some(HeldHere::Unkept));
-        // Neither the store's older copy nor its absence replaces it; an older save's success does not
-        // count as this one's.
+        // Neither the store's older copy nor its absence replaces it.
         registry.adopt("acme", kept.clone());
         registry.forget("acme", id);
-        registry.kept(id, kept.revision);
         let task = registry.get("acme", id, None).unwrap();
         assert_eq!(task.status.state, TaskState::Completed);
         assert_eq!(registry.held_here("acme", id), Some(HeldHere::Unkept));
 
+        // Kept; an older save that returns later does not undo that.
         registry.kept(id, unkept.revision);
+        registry.kept(id, kept.revision);
         assert_eq!(registry.held_here("acme", id), None);
         registry.forget("acme", id);
         assert!(
