@@ -242,7 +242,7 @@ impl File {
             }
             .map_err(|e| self.failed(e))?;
         }
-        // Before the commit, as an admission sees them: never gone from the file and still being made.
+        // Taken before the commit: no admission finds the document gone from the file yet still being made.
         let mut making = self.making();
         write.commit().map_err(|e| self.failed(e))?;
         making.remove(key);
