@@ -295,6 +295,39 @@ async fn an_a2a_task_that_ends_while_redis_is_gone_is_kept_once_redis_is_back() 
     assert_eq!(a2a::artifact_text(&kept), "all of it", "{kept}");
 }
 
+#[tokio::test]
+async fn an_answer_to_a_paused_a2a_task_while_redis_is_gone_fails_the_task_instead_of_leaving_it_stuck(
+) {
+    let mut redis = RedisServer::start();
+    let folder = TempDir::new("redis-gone-answer");
+    let route = Route::new("tasks", PATH, "a2a", "echo").quota("tasks", 5);
+    let proxy = AgentBridge::start(serve_command(&write_config(
+        &folder,
+        redis_store(&redis.url()),
+        route,
+    )));
+    let paused = a2a::send_message(&url(&proxy), a2a::message("/ask Which city?")).await;
+    assert_eq!(paused["status"]["state"], "input-required", "{paused}");
+
+    redis.kill();
+    let answered = a2a::call(
+        &url(&proxy),
+        "message/send",
+        json!({"message": a2a::answer_to(&paused, "Paris")}),
+    )
+    .await;
+    let task_id = paused["id"].as_str().unwrap();
+    let got = a2a::get_task(&url(&proxy), task_id).await;
+    assert_eq!(
+        got["status"]["state"], "failed",
+        "answered: {answered}, then: {got}"
+    );
+    assert!(
+        a2a::status_text(&got["status"]).contains("STORE_UNAVAILABLE"),
+        "{got}"
+    );
+}
+
 #[test]
 fn redis_unreachable_at_start_is_an_error_naming_the_key_and_the_proxy_does_not_start() {
     let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();

@@ -354,8 +354,9 @@ impl Inbound {
                 }
                 Ok(true)
             }
-            // A continued task was counted already: it goes on.
-            Ok(Admission::Refused(_)) if !started.new => Ok(true),
+            // A continued task was counted already: it goes on (and, when the store failed, meets that
+            // failure in its run, as a turn with no quota does).
+            Ok(Admission::Refused(_)) | Err(_) if !started.new => Ok(true),
             Ok(Admission::Refused(running)) => {
                 for task_id in &running {
                     if let Err(error) = recall_task(&self.tasks, documents, tenant, task_id).await {
