@@ -817,6 +817,15 @@ mod tests {
         }))
     }
 
+    /// The ids a refusal found in use, sorted; a failure if it admitted.
+    fn held(admission: Admission) -> Vec<String> {
+        let Admission::Refused(mut held) = admission else {
+            panic!("admitted past the quota: {admission:?}");
+        };
+        held.sort();
+        held
+    }
+
     #[tokio::test]
     async fn a_tenants_documents_are_counted_from_the_file_the_lowest_ranked_oldest_making_room() {
         let path = temp_file("admit");
@@ -873,11 +882,7 @@ mod tests {
             .admit_document(&key("acme", "third"), 2, rank_by_state())
             .await
             .unwrap();
-        let Admission::Refused(mut held) = refused else {
-            panic!("admitted past the quota: {refused:?}");
-        };
-        held.sort();
-        assert_eq!(held, ["new", "newer"]);
+        assert_eq!(held(refused), ["new", "newer"]);
         // A document already kept (a task continued) counts once.
         let continued = store
             .admit_document(&key("acme", "new"), 2, rank_by_state())
@@ -901,11 +906,7 @@ mod tests {
             .admit_document(&key("acme", "fourth"), 2, rank_by_state())
             .await
             .unwrap();
-        let Admission::Refused(mut held) = refused else {
-            panic!("a continued task made room: {refused:?}");
-        };
-        held.sort();
-        assert_eq!(held, ["newer", "waiting"]);
+        assert_eq!(held(refused), ["newer", "waiting"]);
         drop(store);
         let _ = std::fs::remove_dir_all(path.parent().unwrap().parent().unwrap());
     }

@@ -508,6 +508,16 @@ impl EndlessAgent {
 
     /// Waits until the agent has written nothing for [`STALLED_FOR`] and returns what it wrote by then;
     /// fails the test once it wrote more than `limit` (nothing holds it back), or if it never stalls.
+    /// Checks that the agent wrote something, then was held back while the run stayed open.
+    async fn held_back(&self) {
+        let held = self.stalled(held_at_most()).await;
+        assert!(held > 0, "the agent wrote nothing");
+        assert!(
+            !self.streaming.is_finished(),
+            "the proxy ended the run instead of holding it"
+        );
+    }
+
     async fn stalled(&self, limit: usize) -> usize {
         within("the agent's writes to stall", async {
             let mut last = (self.written(), tokio::time::Instant::now());
@@ -573,12 +583,7 @@ async fn a_client_that_reads_nothing_holds_the_agent_back(inbound: &str, path: &
     let head = String::from_utf8_lossy(&first[..n]);
     assert!(head.starts_with("HTTP/1.1 200"), "{head}");
 
-    let held = agent.stalled(held_at_most()).await;
-    assert!(held > 0, "the agent wrote nothing");
-    assert!(
-        !agent.streaming.is_finished(),
-        "the proxy ended the run instead of holding it"
-    );
+    agent.held_back().await;
 
     drop(client);
     within("the agent's connection to close", agent.streaming)
@@ -631,12 +636,7 @@ async fn an_http2_client_that_reads_nothing_holds_the_agent_back_and_its_reset_s
         .expect("the answer");
     assert_eq!(response.status(), StatusCode::OK);
 
-    let held = agent.stalled(held_at_most()).await;
-    assert!(held > 0, "the agent wrote nothing");
-    assert!(
-        !agent.streaming.is_finished(),
-        "the proxy ended the run instead of holding it"
-    );
+    agent.held_back().await;
 
     drop(response);
     within("the agent's connection to close", agent.streaming)

@@ -57,7 +57,7 @@ impl Runner {
                 .open_log(EVENTS_LOG, &self.tenant, &self.task_id)
                 .await;
         }
-        self.keep().await;
+        self.keep(true).await;
         self.drive(events).await;
         // The client's stream ends here, not after the tries below.
         self.primary = None;
@@ -72,15 +72,9 @@ impl Runner {
         }
     }
 
-    async fn keep(&self) -> bool {
-        keep(
-            &self.tasks,
-            &self.documents,
-            &self.tenant,
-            &self.task_id,
-            true,
-        )
-        .await
+    async fn keep(&self, name_context: bool) -> bool {
+        let (tasks, documents) = (&self.tasks, &self.documents);
+        keep(tasks, documents, &self.tenant, &self.task_id, name_context).await
     }
 
     /// Keeps the task as it ended, trying again while the store fails (Redis may be back in a moment) for
@@ -91,16 +85,7 @@ impl Runner {
         let deadline = tokio::time::Instant::now() + KEEP_ENDED_FOR;
         let mut pause = KEEP_RETRY_FIRST;
         // Its context was named as the run started, and may name a newer task by now.
-        let keep = || {
-            keep(
-                &self.tasks,
-                &self.documents,
-                &self.tenant,
-                &self.task_id,
-                false,
-            )
-        };
-        while !keep().await {
+        while !self.keep(false).await {
             // A newer run of the task (a client answered it here) keeps it from now on.
             let superseded = self.tasks.runs_other(&self.task_id, self.generation);
             if superseded || tokio::time::Instant::now() + pause > deadline {
