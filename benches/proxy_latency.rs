@@ -56,7 +56,10 @@
 //!   `BENCH_PROXY_THREADS=N` (default: all cores; with fewer, the proxy's threads are pinned to the last
 //!   cores and everything else to the rest), `BENCH_TIMEOUT_S=N` (limit per pair, default 600),
 //!   `BENCH_STORE=memory,redb,redis` (the proxy's `[store]`, one or more, default memory: [`store`]; with
-//!   more than one, each level runs through a proxy on each, and a table puts them side by side).
+//!   more than one, each level runs through a proxy on each, and a table puts them side by side),
+//!   `BENCH_STORE_ROUNDS=N` (with more than one store: each level runs every store's step in turn N times,
+//!   default 3, and the table shows each store's median; one step of a light level is a few milliseconds of
+//!   the proxy's CPU, so a single one moves by more than the stores differ).
 //!
 //! The tool raises its soft `RLIMIT_NOFILE` up to the hard limit (a CMDC stream through the proxy holds 8
 //! descriptors, twice as many as the others). If that is still too low for a level, the level is skipped
@@ -161,6 +164,7 @@ struct Settings {
     interval: Duration,
     levels: Vec<usize>,
     memory_streams: usize,
+    store_rounds: usize,
     proxy_threads: usize,
     timeout: Duration,
     quick: bool,
@@ -221,6 +225,7 @@ impl Settings {
                     (None, false) => 1000,
                 },
             )?,
+            store_rounds: env_number("BENCH_STORE_ROUNDS", 3)?.max(1),
             proxy_threads: env_number("BENCH_PROXY_THREADS", workload.map_or(cores, |_| 1))?.max(1),
             timeout: Duration::from_secs(env_number("BENCH_TIMEOUT_S", 600)? as u64),
             quick,
@@ -301,7 +306,10 @@ fn run_all(settings: &Settings) {
     let stores = report::summary_store_table(&summaries);
     if !stores.is_empty() {
         println!();
-        println!("The stores side by side, each against the first one named, at every level:");
+        println!(
+            "The stores side by side at every level: each round runs every store's step in turn, each step \
+             against that round's first store; the medians of the rounds:"
+        );
         println!();
         print!("{stores}");
     }
@@ -468,15 +476,20 @@ fn run_pair(settings: &Settings, pair: Pair) -> i32 {
         },
     });
     let proxied = proxies[0].2;
+    let store_rounds = match proxies.len() {
+        1 => 1,
+        _ => settings.store_rounds,
+    };
     eprintln!(
-        "{}{}: {} deltas per stream, {:?} apart; levels {:?}; stores {}; {} memory streams; threads: \
-         upstream 1, proxy {}, clients 1{}; open-file limit {}",
+        "{}{}: {} deltas per stream, {:?} apart; levels {:?}; stores {} ({} rounds); {} memory streams; \
+         threads: upstream 1, proxy {}, clients 1{}; open-file limit {}",
         pair.title(),
         if settings.quick { " (quick)" } else { "" },
         settings.events,
         settings.interval,
         settings.levels,
         stores.iter().map(|store| store.name).collect::<Vec<_>>().join(", "),
+        store_rounds,
         settings.memory_streams,
         settings.proxy_threads,
         placement.map_or(String::new(), |p| format!(
@@ -550,22 +563,30 @@ fn run_pair(settings: &Settings, pair: Pair) -> i32 {
         }
         eprintln!("{streams} concurrent streams:");
         let level = client_rt.block_on(async {
-            let step = |label, target, process| async move {
+            let step = |label: String, target, process| async move {
                 let result = load::step(target, streams, settings.events, timeout, process).await;
-                report::describe(label, &result);
+                report::describe(&label, &result);
                 tokio::time::sleep(Duration::from_millis(300)).await;
                 result
             };
-            let direct = step("direct", direct, None).await;
-            let relay = step("relay", relayed, None).await;
-            let http_relay = step("HTTP relay", http_relayed, None).await;
+            let direct = step("direct".into(), direct, None).await;
+            let relay = step("relay".into(), relayed, None).await;
+            let http_relay = step("HTTP relay".into(), http_relayed, None).await;
             let nginx = match (through_nginx, &nginx) {
-                (Some(target), Some(nginx)) => Some(step("nginx", target, Some(nginx.pid())).await),
+                (Some(target), Some(nginx)) => {
+                    Some(step("nginx".into(), target, Some(nginx.pid())).await)
+                }
                 _ => None,
             };
             let mut proxied = Vec::new();
-            for (store, _, target) in &proxies {
-                proxied.push((*store, step(store, *target, None).await));
+            for round in 1..=store_rounds {
+                for (store, _, target) in &proxies {
+                    let label = match store_rounds {
+                        1 => store.to_string(),
+                        _ => format!("{store} ({round})"),
+                    };
+                    proxied.push((*store, step(label, *target, None).await));
+                }
             }
             Level {
                 direct,

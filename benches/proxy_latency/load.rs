@@ -140,6 +140,8 @@ pub struct Level {
     pub http_relay: StepResult,
     /// Through nginx, where it is installed.
     pub nginx: Option<StepResult>,
+    /// Through the proxy: one step per store in `BENCH_STORE`'s order, and with several stores that order
+    /// again for each further round.
     pub proxied: Vec<(&'static str, StepResult)>,
 }
 
@@ -147,6 +149,16 @@ impl Level {
     /// Through the proxy on the first store.
     pub fn proxy(&self) -> &StepResult {
         &self.proxied[0].1
+    }
+
+    /// The proxy's steps round by round, each round one step per store.
+    pub fn store_rounds(&self) -> std::slice::Chunks<'_, (&'static str, StepResult)> {
+        let first = self.proxied[0].0;
+        let stores = self.proxied[1..]
+            .iter()
+            .position(|(store, _)| *store == first)
+            .map_or(self.proxied.len(), |at| at + 1);
+        self.proxied.chunks(stores)
     }
 
     pub fn labelled(&self) -> Vec<(String, &StepResult)> {
