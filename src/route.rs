@@ -17,7 +17,7 @@ use crate::face::{read_options, DynInbound, DynOutbound};
 use crate::mount::Mount;
 use crate::protocol::registry;
 use crate::route_state::RouteState;
-use crate::store::{Documents, Store};
+use crate::store::{Documents, OpenLogs, Store};
 use crate::translate::{Agent, Runs, Translator};
 
 pub struct Route {
@@ -65,7 +65,8 @@ impl Route {
         kept: RouteState,
     ) -> Result<Self> {
         let outbound = registry::outbound(config, local, &kept, runs.metrics())?;
-        let documents = Documents::new(Arc::clone(&store), &config.name);
+        let documents = Documents::new(Arc::clone(&store), &config.name)
+            .with_open_logs(kept.keep((), OpenLogs::default));
         outbound.keep_in(&documents);
         let translator = Translator::new(
             config.name.clone(),

@@ -34,7 +34,7 @@ pub use self::memory::MemoryStore;
 pub use self::notices::LogWatch;
 pub use self::redb::RedbStore;
 pub use self::redis::RedisStore;
-pub use self::runlog::{Followed, LogWriter, LEASE, LEASE_RENEWAL};
+pub use self::runlog::{Followed, LogWriter, OpenLogs, LEASE, LEASE_RENEWAL};
 
 /// Which conversation a record belongs to.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -387,6 +387,7 @@ pub struct LogPage {
 pub struct Documents {
     store: Arc<dyn Store>,
     route: String,
+    open_logs: Arc<OpenLogs>,
 }
 
 impl Documents {
@@ -394,7 +395,13 @@ impl Documents {
         Self {
             store,
             route: route.to_owned(),
+            open_logs: Arc::default(),
         }
+    }
+
+    /// The same, writing its run logs among `open_logs` (a route's, kept across its live reloads).
+    pub fn with_open_logs(self, open_logs: Arc<OpenLogs>) -> Self {
+        Self { open_logs, ..self }
     }
 
     /// Documents kept nowhere but the inbound's memory (tests, the memory backend).

@@ -13,20 +13,22 @@
 //!   [`LEASE_RENEWAL`]); a follower of a log that stopped growing and whose lease lapsed knows the replica
 //!   driving the run is gone ([`Followed::Lost`]). In a store one process owns, a log that is not ended and
 //!   that this process does not write was cut short by an earlier process.
+//! - A log has one writer in this process ([`OpenLogs`]): opening it again (a newer run of the same task)
+//!   takes it over, and the older writer stops without ending the log or letting go of the run's lease,
+//!   both the newer writer's now.
 //! - A log keeps at most [`MAX_LOG_BYTES`]: past them events are no longer kept (logged). A log cut so (or
 //!   by a writer too far behind, or a failed append) ends marked cut ([`LogEnd::Cut`]): a follower reading
 //!   it from the store gets what was kept, then [`Followed::Lost`], never a part of the run as the whole.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
-
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 
 use bytes::Bytes;
 use futures_util::Stream;
 use serde::{Deserialize, Serialize};
-use tokio::sync::{mpsc, Notify};
+use tokio::sync::{mpsc, watch, Notify};
 
 use super::notices::LogWatch;
 use super::{micros, now_micros, DocumentKey, Documents, LogEnd, LogPage};
@@ -47,11 +49,58 @@ const PENDING: usize = 1024;
 /// nobody does. A writer starts as if followed and learns from each append whether it is.
 const GATHER_FOLLOWED: Duration = Duration::from_millis(50);
 const GATHER_UNFOLLOWED: Duration = Duration::from_millis(500);
+/// How long a writer taking a log over waits for the older one to stop: it stops between two store calls.
+const TAKE_OVER_WAIT: Duration = Duration::from_secs(10);
 
 /// Until when (µs since the epoch) a replica drives the run.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize)]
 struct Lease {
     until: u64,
+}
+
+/// The run logs this process writes, one writer each, so that a newer run of the same task takes its log
+/// over instead of sharing it: an older writer ending later (its run still trying to keep its task) would
+/// end the newer run's log and delete its lease. A route keeps it across live reloads.
+#[derive(Default)]
+pub struct OpenLogs(Mutex<HashMap<DocumentKey, OpenLog>>);
+
+/// One writer's place in [`OpenLogs`].
+struct OpenLog {
+    writer: u64,
+    /// Told to stop: checked between store calls, each wait woken by `wake`.
+    taken_over: Arc<AtomicBool>,
+    wake: Arc<Notify>,
+    /// Closes once the writer's task stopped.
+    stopped: watch::Receiver<()>,
+}
+
+impl OpenLogs {
+    /// Enters `log` as `key`'s writer; once the older writer, if any, stopped (or `TAKE_OVER_WAIT`
+    /// passed).
+    async fn enter(&self, key: &DocumentKey, log: OpenLog) {
+        let older = lock(&self.0).insert(key.clone(), log);
+        let Some(mut older) = older else {
+            return;
+        };
+        older.taken_over.store(true, Ordering::Relaxed);
+        older.wake.notify_one();
+        let stopped = async { while older.stopped.changed().await.is_ok() {} };
+        if tokio::time::timeout(TAKE_OVER_WAIT, stopped).await.is_err() {
+            tracing::warn!(run = %key.id, "a run log's older writer did not stop; taken over anyway");
+        }
+    }
+
+    /// `key`'s writer `writer` stopped: its place goes, unless a newer writer has it.
+    fn leave(&self, key: &DocumentKey, writer: u64) {
+        let mut logs = lock(&self.0);
+        if logs.get(key).is_some_and(|log| log.writer == writer) {
+            logs.remove(key);
+        }
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// Appends a run's events to its log; the log ends when this is dropped (or [`LogWriter::end`]ed).
@@ -140,16 +189,28 @@ impl Documents {
     }
 
     /// Starts the run log `kind`/`id` of `tenant` afresh and returns its writer, with the run's lease taken
-    /// (in a store replicas share) before this returns. `None` where no log is kept (the memory backend).
+    /// (in a store replicas share) before this returns; a writer of it in this process stops first. `None`
+    /// where no log is kept (the memory backend).
     pub async fn open_log(&self, kind: &'static str, tenant: &str, id: &str) -> Option<LogWriter> {
+        static WRITERS: AtomicU64 = AtomicU64::new(0);
         if !self.kept() {
             return None;
         }
+        let key = self.key(kind, tenant, id);
+        let number = WRITERS.fetch_add(1, Ordering::Relaxed);
+        let (taken_over, wake) = (Arc::new(AtomicBool::new(false)), Arc::new(Notify::new()));
+        let (stopped_sender, stopped) = watch::channel(());
+        let log = OpenLog {
+            writer: number,
+            taken_over: Arc::clone(&taken_over),
+            wake: Arc::clone(&wake),
+            stopped,
+        };
+        self.open_logs.enter(&key, log).await;
         let lease = self.shared().then(|| self.lease_key(kind, tenant, id));
         if let Some(lease) = &lease {
             self.renew(lease).await;
         }
-        let key = self.key(kind, tenant, id);
         // Afresh now, not at the first append: another process may add to the log first (a control log),
         // and a follower must not read the last run's events as this one's.
         let started = self
@@ -160,15 +221,17 @@ impl Documents {
             tracing::warn!(run = %id, "a run log could not be started: {error}");
         }
         let (sender, receiver) = mpsc::channel(PENDING);
-        let wake = Arc::new(Notify::new());
         let overflowed = Arc::new(AtomicBool::new(false));
         let writer = Writer {
             documents: self.clone(),
             key,
+            number,
             lease,
             bytes: 0,
             broken: started.is_err(),
             overflowed: Arc::clone(&overflowed),
+            taken_over,
+            _stopped: stopped_sender,
         };
         let task = tokio::spawn(writer.run(receiver, Arc::clone(&wake)));
         Some(LogWriter {
@@ -316,25 +379,53 @@ fn gather_window(shared: bool, followed: bool) -> Option<Duration> {
 struct Writer {
     documents: Documents,
     key: DocumentKey,
+    /// Its number in [`OpenLogs`].
+    number: u64,
     lease: Option<DocumentKey>,
     bytes: usize,
     /// An append failed: later events would be numbered wrong, so none is kept; the log ends cut.
     broken: bool,
     /// The run pushed faster than this kept up ([`LogWriter::try_push`]).
     overflowed: Arc<AtomicBool>,
+    /// A newer writer took the log over ([`OpenLogs`]): this one stops, leaving the log and the lease alone.
+    taken_over: Arc<AtomicBool>,
+    /// Dropped as the task stops: what a newer writer waits on.
+    _stopped: watch::Sender<()>,
+}
+
+/// Renews a run's lease until dropped.
+struct Holder(tokio::task::JoinHandle<()>);
+
+impl Drop for Holder {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 impl Writer {
     async fn run(mut self, mut receiver: mpsc::Receiver<Entry>, wake: Arc<Notify>) {
         let shared = self.lease.is_some();
         let mut window = gather_window(shared, true);
-        let holder = self.lease.clone().map(|lease| {
+        let _holder = self.lease.clone().map(|lease| {
             let documents = self.documents.clone();
-            tokio::spawn(async move { documents.keep_held(&lease).await })
+            Holder(tokio::spawn(
+                async move { documents.keep_held(&lease).await },
+            ))
         });
         loop {
-            let (batch, durable, end) = match receiver.recv().await {
-                Some(first) => self.gather(first, &mut receiver, &wake, window).await,
+            if self.taken_over() {
+                return;
+            }
+            let first = tokio::select! {
+                first = receiver.recv() => first,
+                // Taken over, perhaps: looked at above.
+                () = wake.notified() => continue,
+            };
+            let (batch, durable, end) = match first {
+                Some(first) => match self.gather(first, &mut receiver, &wake, window).await {
+                    Some(gathered) => gathered,
+                    None => return,
+                },
                 None => (Vec::new(), false, true),
             };
             let end = end.then(|| {
@@ -347,27 +438,30 @@ impl Writer {
             let followed = self.append(batch, end, durable || end.is_some()).await;
             window = gather_window(shared, followed);
             if end.is_some() {
-                if let Some(holder) = holder {
-                    holder.abort();
-                }
+                // A newer writer waiting to take the log over takes the lease after this.
                 if let Some(lease) = &self.lease {
                     let _ = self.documents.store.delete_document(lease).await;
                 }
+                self.documents.open_logs.leave(&self.key, self.number);
                 return;
             }
         }
     }
 
+    fn taken_over(&self) -> bool {
+        self.taken_over.load(Ordering::Relaxed)
+    }
+
     /// `first` and what follows it for one append, over `window` if any (a store write per event would cost
     /// more than the event), unless a batch fills, or a durable point or the end comes first: the batch,
-    /// whether it is to be durable, whether the log ended.
+    /// whether it is to be durable, whether the log ended. `None` once taken over.
     async fn gather(
         &mut self,
         first: Entry,
         receiver: &mut mpsc::Receiver<Entry>,
         wake: &Notify,
         window: Option<Duration>,
-    ) -> (Vec<Bytes>, bool, bool) {
+    ) -> Option<(Vec<Bytes>, bool, bool)> {
         let (mut batch, mut durable) = (Vec::new(), false);
         self.take(first, &mut batch, &mut durable);
         let deadline = window.map(|window| tokio::time::Instant::now() + window);
@@ -375,7 +469,7 @@ impl Writer {
             let end = self.drain(receiver, &mut batch, &mut durable);
             let due = deadline.is_some_and(|deadline| tokio::time::Instant::now() >= deadline);
             if end || durable || batch.len() >= BATCH || due {
-                return (batch, durable, end);
+                return Some((batch, durable, end));
             }
             // Woken at the deadline, or before it by what cannot wait ([`Wake`]), not by each event.
             match deadline {
@@ -383,6 +477,9 @@ impl Writer {
                     let _ = tokio::time::timeout_at(deadline, wake.notified()).await;
                 }
                 None => wake.notified().await,
+            }
+            if self.taken_over() {
+                return None;
             }
         }
     }

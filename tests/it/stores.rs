@@ -57,6 +57,61 @@ async fn a_request_pushed_to_a_log_its_writer_ended_is_refused_not_lost() {
     assert_eq!(page.ended, Some(agent_bridge::store::LogEnd::Whole));
 }
 
+#[tokio::test]
+async fn a_log_opened_again_is_the_newer_runs_and_its_older_writer_ending_leaves_it_and_its_lease_alone(
+) {
+    let redis = RedisServer::start();
+    let (here, there) = (
+        replica_documents(&redis.url()).await,
+        replica_documents(&redis.url()).await,
+    );
+    let older = here
+        .open_log("events", "acme", "task")
+        .await
+        .expect("a log");
+    older.push(Bytes::from_static(b"older run")).await;
+    // A client answered the task here while its older run was still trying to keep it.
+    let newer = within(
+        "the newer run's log",
+        here.open_log("events", "acme", "task"),
+    )
+    .await
+    .expect("a log");
+    newer.push(Bytes::from_static(b"newer run")).await;
+    newer.durable();
+    within("the older run ending", older.end()).await;
+
+    let page = within("the log appended", async {
+        loop {
+            let page = there.read_log("events", "acme", "task", 0).await;
+            // No log reads as none until its first append.
+            let page = page.expect("Redis answers").unwrap_or_default();
+            if !page.events.is_empty() {
+                return page;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    assert_eq!(page.events, vec![Bytes::from_static(b"newer run")]);
+    assert_eq!(
+        page.ended, None,
+        "the older writer ended the newer run's log"
+    );
+    assert_eq!(
+        there.run_live("events", "acme", "task").await,
+        Ok(true),
+        "the older writer let go of the newer run's lease"
+    );
+
+    within("the newer run ending", newer.end()).await;
+    let page = there.read_log("events", "acme", "task", 0).await;
+    let page = page.expect("Redis answers").expect("the log");
+    assert_eq!(page.events, vec![Bytes::from_static(b"newer run")]);
+    assert_eq!(page.ended, Some(agent_bridge::store::LogEnd::Whole));
+    assert_eq!(there.run_live("events", "acme", "task").await, Ok(false));
+}
+
 /// How many reads of a run log (`LRANGE`) `redis` has served.
 fn log_reads(redis: &RedisServer) -> u64 {
     let output = std::process::Command::new("redis-cli")

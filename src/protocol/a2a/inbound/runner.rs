@@ -66,7 +66,8 @@ impl Runner {
             // store failed as it was kept.
             self.keep_as_ended().await;
         }
-        // The log ends, and the lease goes, once the task is kept as it ended.
+        // The log ends, and the lease goes, once the task is kept as it ended (unless a newer run of the
+        // task took them over meanwhile).
         if let Some(log) = self.log.take() {
             log.end().await;
         }
