@@ -160,10 +160,8 @@ impl Runner {
                         .snapshot_after(task_id, generation, &result, interrupt_id, revision)
                 {
                     // Its context was named when the run started (and may name a newer task by now).
-                    self.final_kept = save(&self.documents, &self.tenant, &snapshot, false).await;
-                    if self.final_kept {
-                        self.tasks.kept(task_id, snapshot.revision);
-                    }
+                    self.final_kept =
+                        save(&self.tasks, &self.documents, &self.tenant, &snapshot, false).await;
                 }
             }
             if let Some(log) = &self.log {
@@ -247,32 +245,44 @@ pub(super) async fn keep(
     let Some(snapshot) = tasks.snapshot(task_id, now_micros()) else {
         return true;
     };
-    let kept = save(documents, tenant, &snapshot, name_context).await;
-    if kept {
-        tasks.kept(task_id, snapshot.revision);
-    }
-    kept
+    save(tasks, documents, tenant, &snapshot, name_context).await
 }
 
 /// Writes `snapshot` and, with `name_context`, names its task its context's latest: whether it did. A store
-/// that fails is logged: the task goes on, served by this replica.
+/// that fails is logged: the task goes on, served by this replica. The task's saves take turns, and one
+/// that finds a newer revision kept leaves it (a run's final status and a cancel's, made one after the
+/// other, land in that order).
 async fn save(
+    tasks: &Registry,
     documents: &Documents,
     tenant: &str,
     snapshot: &Snapshot,
     name_context: bool,
 ) -> bool {
     let task = &snapshot.task;
-    let mut kept = documents
-        .save(TASK_DOCUMENT, tenant, &task.id, snapshot)
-        .await;
+    let saving = tasks.saving(&task.id);
+    let _turn = match &saving {
+        Some(saving) => Some(saving.lock().await),
+        None => None,
+    };
+    let mut kept = match tasks.keeps(&task.id, snapshot.revision) {
+        true => Ok(()),
+        false => {
+            documents
+                .save(TASK_DOCUMENT, tenant, &task.id, snapshot)
+                .await
+        }
+    };
     if kept.is_ok() && name_context {
         kept = documents
             .save(CONTEXT_DOCUMENT, tenant, &task.context_id, &task.id)
             .await;
     }
-    if let Err(error) = &kept {
-        tracing::warn!(task_id = %task.id, "a2a: the task could not be kept in the store: {error}");
+    match &kept {
+        Ok(()) => tasks.kept(&task.id, snapshot.revision),
+        Err(error) => {
+            tracing::warn!(task_id = %task.id, "a2a: the task could not be kept in the store: {error}")
+        }
     }
     kept.is_ok()
 }
@@ -345,5 +355,70 @@ pub(super) async fn forward(
                 return;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::config::{StoreBackend, StoreConfig};
+    use crate::protocol::a2a::inbound::encode;
+    use crate::protocol::a2a::wire::{self, TaskState};
+    use crate::store::RedbStore;
+
+    #[tokio::test]
+    async fn a_tasks_older_snapshot_saved_after_a_newer_one_leaves_the_newer_kept() {
+        let folder = std::env::temp_dir().join(format!(
+            "agent-bridge-a2a-saves-{}-{}",
+            std::process::id(),
+            now_micros()
+        ));
+        let config = StoreConfig {
+            backend: StoreBackend::Redb,
+            path: Some(folder.join("store.redb")),
+            idle_ttl: Duration::from_secs(60),
+            ..StoreConfig::default()
+        };
+        let documents = Documents::new(Arc::new(RedbStore::open(&config).unwrap()), "route");
+        let tasks = Registry::new();
+        let message = json!({"kind": "message", "role": "user", "messageId": "m",
+                             "parts": [{"kind": "text", "text": "hi"}]});
+        let started = tasks
+            .begin("acme", serde_json::from_value(message).unwrap())
+            .unwrap();
+        let id = &started.task_id;
+        let working = tasks.snapshot(id, now_micros()).unwrap();
+        let done = StreamResult::StatusUpdate(wire::TaskStatusUpdateEvent {
+            kind: wire::StatusUpdateKind::StatusUpdate,
+            task_id: id.clone(),
+            context_id: started.context_id.clone(),
+            status: encode::status(TaskState::Completed, None),
+            is_final: true,
+            metadata: None,
+        });
+        let completed = tasks
+            .snapshot_after(id, started.generation, &done, None, now_micros())
+            .unwrap();
+
+        // The run's final status lands first; the snapshot taken as it started, saved late, after it.
+        assert!(save(&tasks, &documents, "acme", &completed, false).await);
+        assert!(save(&tasks, &documents, "acme", &working, true).await);
+
+        let kept: Snapshot = documents
+            .load(TASK_DOCUMENT, "acme", id)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(kept.task.status.state, TaskState::Completed);
+        assert_eq!(kept.revision, completed.revision);
+        let latest: Option<String> = documents
+            .load(CONTEXT_DOCUMENT, "acme", &started.context_id)
+            .await
+            .unwrap();
+        assert_eq!(latest.as_ref(), Some(id), "its context is still named");
+        drop(documents);
+        let _ = std::fs::remove_dir_all(folder);
     }
 }

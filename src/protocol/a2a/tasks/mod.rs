@@ -96,6 +96,8 @@ struct Entry {
     /// come), this entry is all there is of the task as it is: the store's older document, or none (a Redis
     /// restarted empty), does not replace it ([`Registry::held_here`]).
     kept_revision: u64,
+    /// Held by a save of the task while it writes: one at a time, so that they land in turn.
+    saving: Arc<tokio::sync::Mutex<()>>,
     task: wire::Task,
     /// The canonical interrupt a paused task waits on.
     interrupt_id: Option<String>,
@@ -456,6 +458,20 @@ impl Registry {
         }
     }
 
+    /// What a save of the task holds while it writes, one save at a time; `None` once the task is gone.
+    pub fn saving(&self, task_id: &str) -> Option<Arc<tokio::sync::Mutex<()>>> {
+        Some(Arc::clone(&self.lock().tasks.get(task_id)?.saving))
+    }
+
+    /// Whether the store is known to keep the task at `revision` or a newer one.
+    pub fn keeps(&self, task_id: &str, revision: u64) -> bool {
+        let tasks = self.lock();
+        tasks
+            .tasks
+            .get(task_id)
+            .is_some_and(|entry| entry.kept_revision >= revision)
+    }
+
     /// Records that the store keeps the task at `revision` (a [`Snapshot`]'s) or a newer one.
     pub fn kept(&self, task_id: &str, revision: u64) {
         if let Some(entry) = self.lock().tasks.get_mut(task_id) {
@@ -737,6 +753,7 @@ impl Entry {
             interrupt_id: None,
             run: None,
             kept_revision: 0,
+            saving: Arc::default(),
             seq: 0,
             touched: now,
         }
