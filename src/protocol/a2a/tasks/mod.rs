@@ -670,7 +670,8 @@ impl Tasks {
     }
 
     /// Makes room for one more task of `tenant`, within its quota and the registry's: a task that is not
-    /// running goes, `tenant`'s own before others', finished before paused, least recently used first.
+    /// running goes, one the store keeps as it is before one it does not (this entry is all there is of
+    /// it), `tenant`'s own before others', finished before paused, least recently used first.
     fn make_room(&mut self, tenant: &str) -> Result<(), RpcError> {
         let Bounds { total, per_tenant } = self.bounds;
         let own = self.tasks.values().filter(|e| e.tenant == tenant).count();
@@ -695,7 +696,12 @@ impl Tasks {
             .filter(|(_, entry)| entry.run.is_none() && eligible(entry))
             .min_by_key(|(_, entry)| {
                 let paused = entry.task.status.state.is_paused();
-                (entry.tenant != tenant, paused, entry.touched)
+                (
+                    entry.unkept(),
+                    entry.tenant != tenant,
+                    paused,
+                    entry.touched,
+                )
             })
             .map(|(id, _)| id.clone())
     }
@@ -1001,6 +1007,28 @@ mod tests {
         assert!(registry.apply(&first.task_id, first.generation, &done, None));
         registry.begin("acme", user("3")).unwrap();
         assert!(registry.get("acme", &first.task_id, None).is_err());
+    }
+
+    #[test]
+    fn a_full_registry_drops_a_task_the_store_keeps_before_one_whose_latest_state_it_failed_to_keep(
+    ) {
+        let registry = Registry::bounded(Bounds {
+            total: 2,
+            per_tenant: usize::MAX,
+        });
+        ended(&registry, "acme", "unkept", TaskState::Completed);
+        ended(&registry, "acme", "kept", TaskState::Completed);
+        // Both snapshot to keep; one save failed.
+        registry.snapshot("unkept", 10).unwrap();
+        let kept = registry.snapshot("kept", 10).unwrap();
+        registry.kept("kept", kept.revision);
+
+        registry.begin("acme", user("new")).unwrap();
+        assert!(registry.get("acme", "kept", None).is_err());
+        assert!(
+            registry.get("acme", "unkept", None).is_ok(),
+            "the least recently used, but the only copy of its task"
+        );
     }
 
     #[test]
