@@ -478,15 +478,19 @@ impl RedisStore {
         let (mut live, mut gone) = (Vec::new(), Vec::new());
         for ((id, let_in), kept) in others.iter().zip(kept) {
             if kept || *let_in >= making {
-                live.push(id.as_str());
+                live.push((id.as_str(), *let_in));
             } else {
                 gone.push(id.as_str());
             }
         }
         let excess = (live.len() + 1).saturating_sub(per_tenant);
         let (evicted, held) = match evictable.as_deref() {
-            Some(rank) if excess > 0 => self.least_wanted(&live, excess, rank, &other).await?,
-            _ => (Vec::new(), live.clone()),
+            Some(rank) if excess > 0 => {
+                let making = |let_in: f64| let_in >= making;
+                self.least_wanted(&live, excess, rank, &other, making)
+                    .await?
+            }
+            _ => (Vec::new(), live.iter().map(|(id, _)| *id).collect()),
         };
         let admitted = evicted.len() >= excess;
         let mut uncounted = [gone, evicted.clone()].concat();
@@ -510,29 +514,40 @@ impl RedisStore {
         })
     }
 
-    /// The `excess` documents among `live` (oldest first) that `rank` lets go first, read a few at a time
-    /// until that many of the lowest rank are found; or none, when fewer than `excess` may go at all. Then
-    /// those that may not.
+    /// The `excess` documents among `live` (oldest let in first) that `rank` lets go first, read a few at
+    /// a time until that many of the lowest rank are found; or none, when fewer than `excess` may go at
+    /// all. Then those that may not.
     async fn least_wanted<'a>(
         &self,
-        live: &[&'a str],
+        live: &[(&'a str, f64)],
         excess: usize,
         rank: &Evictable,
         document_key: &impl Fn(&str) -> String,
+        making: impl Fn(f64) -> bool,
     ) -> Result<(Vec<&'a str>, Vec<&'a str>)> {
         const READ_AT_ONCE: usize = 16;
         let (mut candidates, mut held) = (Vec::new(), Vec::new());
         for (chunk, ids) in live.chunks(READ_AT_ONCE).enumerate() {
             let mut read = ::redis::pipe();
-            for id in ids {
+            for (id, _) in ids {
                 read.cmd("GET").arg(document_key(id));
             }
             let documents: Vec<Option<Vec<u8>>> = self.run(&read).await?;
-            for (n, (id, document)) in ids.iter().zip(documents).enumerate() {
-                // No document yet: being made (let in a moment ago); it is held as much as one in use.
-                match document.as_deref().and_then(rank) {
-                    Some(rank) => candidates.push((rank, chunk * READ_AT_ONCE + n, *id)),
-                    None => held.push(*id),
+            for (n, (&(id, let_in), document)) in ids.iter().zip(documents).enumerate() {
+                // Let in again and not saved since (a paused task continued, its run about to save it):
+                // being made, as one let in a moment ago with no document yet. Both are held as much as
+                // one in use.
+                let remade = |bytes: &&[u8]| {
+                    making(let_in)
+                        && codec::header(bytes).is_some_and(|h| (h.touched as f64) < let_in)
+                };
+                match document
+                    .as_deref()
+                    .filter(|bytes| !remade(bytes))
+                    .and_then(rank)
+                {
+                    Some(rank) => candidates.push((rank, chunk * READ_AT_ONCE + n, id)),
+                    None => held.push(id),
                 }
             }
             if candidates.iter().filter(|(rank, ..)| *rank == 0).count() >= excess {

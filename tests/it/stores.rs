@@ -6,7 +6,7 @@
 use std::time::{Duration, Instant};
 
 use agent_bridge::config::{StoreBackend, StoreConfig};
-use agent_bridge::store::{Documents, Followed};
+use agent_bridge::store::{Admission, Documents, Followed};
 use bytes::Bytes;
 use futures_util::StreamExt;
 use serde_json::{json, Value};
@@ -110,6 +110,33 @@ async fn a_log_opened_again_is_the_newer_runs_and_its_older_writer_ending_leaves
     assert_eq!(page.events, vec![Bytes::from_static(b"newer run")]);
     assert_eq!(page.ended, Some(agent_bridge::store::LogEnd::Whole));
     assert_eq!(there.run_live("events", "acme", "task").await, Ok(false));
+}
+
+#[tokio::test]
+async fn a_document_let_in_again_and_not_saved_since_is_held_not_evicted_to_make_room() {
+    let redis = RedisServer::start();
+    let documents = replica_documents(&redis.url()).await;
+    let admit = |id: &'static str| {
+        // Paused tasks may make room; running ones may not.
+        let rank = |task: &Value| (task["state"] == "paused").then_some(1);
+        documents.admit_making_room("task", "acme", id, 2, rank)
+    };
+    for (id, state) in [("paused", "paused"), ("running", "running")] {
+        assert!(matches!(admit(id).await, Ok(Admission::Admitted(_))));
+        let task = json!({ "state": state });
+        documents.save("task", "acme", id, &task).await.unwrap();
+    }
+    // The paused task is answered: let in again, and its run is about to save it running.
+    assert_eq!(admit("paused").await, Ok(Admission::Admitted(Vec::new())));
+
+    let refused = admit("new").await.expect("Redis answers");
+    let Admission::Refused(mut held) = refused else {
+        panic!("the continued task made room: {refused:?}");
+    };
+    held.sort();
+    assert_eq!(held, ["paused", "running"]);
+    let task = documents.load::<Value>("task", "acme", "paused").await;
+    assert_eq!(task, Ok(Some(json!({ "state": "paused" }))));
 }
 
 /// How many reads of a run log (`LRANGE`) `redis` has served.
