@@ -536,7 +536,8 @@ impl RedisStore {
             for (n, (&(id, let_in), document)) in ids.iter().zip(documents).enumerate() {
                 // Let in again and not saved since (a paused task continued, its run about to save it):
                 // being made, as one let in a moment ago with no document yet. Both are held as much as
-                // one in use.
+                // one in use. (The times are two replicas' clocks: one ahead of the other by more than
+                // the moment between the admission and the save misjudges it.)
                 let remade = |bytes: &&[u8]| {
                     making(let_in)
                         && codec::header(bytes).is_some_and(|h| (h.touched as f64) < let_in)

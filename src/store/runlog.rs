@@ -90,12 +90,26 @@ impl OpenLogs {
         }
     }
 
-    /// `key`'s writer `writer` stopped: its place goes, unless a newer writer has it.
+    /// `key`'s writer `writer` stopped (or was never started: its opening was dropped): its place goes,
+    /// unless a newer writer has it.
     fn leave(&self, key: &DocumentKey, writer: u64) {
         let mut logs = lock(&self.0);
         if logs.get(key).is_some_and(|log| log.writer == writer) {
             logs.remove(key);
         }
+    }
+}
+
+/// A writer's place in [`OpenLogs`] while its log is being opened.
+struct Place<'a> {
+    open_logs: &'a OpenLogs,
+    key: &'a DocumentKey,
+    writer: u64,
+}
+
+impl Drop for Place<'_> {
+    fn drop(&mut self) {
+        self.open_logs.leave(self.key, self.writer);
     }
 }
 
@@ -152,7 +166,8 @@ impl LogWriter {
         if self.overflowed.load(Ordering::Relaxed) {
             return;
         }
-        if self.sender.try_send(Entry::Event(event)).is_err() {
+        // Closed, the log was taken over by a newer run's writer: it keeps nothing of this run.
+        if let Err(mpsc::error::TrySendError::Full(_)) = self.sender.try_send(Entry::Event(event)) {
             self.overflowed.store(true, Ordering::Relaxed);
             tracing::warn!("a run log fell too far behind its run; its later events are not kept");
         }
@@ -206,6 +221,12 @@ impl Documents {
             wake: Arc::clone(&wake),
             stopped,
         };
+        // Its place is let go if this is dropped before its writer starts.
+        let place = Place {
+            open_logs: &self.open_logs,
+            key: &key,
+            writer: number,
+        };
         self.open_logs.enter(&key, log).await;
         let lease = self.shared().then(|| self.lease_key(kind, tenant, id));
         if let Some(lease) = &lease {
@@ -220,6 +241,8 @@ impl Documents {
         if let Err(error) = &started {
             tracing::warn!(run = %id, "a run log could not be started: {error}");
         }
+        // The writer has the place now.
+        std::mem::forget(place);
         let (sender, receiver) = mpsc::channel(PENDING);
         let overflowed = Arc::new(AtomicBool::new(false));
         let writer = Writer {
@@ -406,7 +429,7 @@ impl Writer {
     async fn run(mut self, mut receiver: mpsc::Receiver<Entry>, wake: Arc<Notify>) {
         let shared = self.lease.is_some();
         let mut window = gather_window(shared, true);
-        let _holder = self.lease.clone().map(|lease| {
+        let holder = self.lease.clone().map(|lease| {
             let documents = self.documents.clone();
             Holder(tokio::spawn(
                 async move { documents.keep_held(&lease).await },
@@ -435,11 +458,17 @@ impl Writer {
                     LogEnd::Whole
                 }
             });
+            // Looked at again before each store call: a newer writer that waited for this one in vain
+            // (`TAKE_OVER_WAIT`) has the log and the lease.
+            if self.taken_over() {
+                return;
+            }
             let followed = self.append(batch, end, durable || end.is_some()).await;
             window = gather_window(shared, followed);
             if end.is_some() {
-                // A newer writer waiting to take the log over takes the lease after this.
-                if let Some(lease) = &self.lease {
+                // Not renewed again once deleted.
+                drop(holder);
+                if let Some(lease) = self.lease.as_ref().filter(|_| !self.taken_over()) {
                     let _ = self.documents.store.delete_document(lease).await;
                 }
                 self.documents.open_logs.leave(&self.key, self.number);

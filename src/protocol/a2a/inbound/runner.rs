@@ -240,6 +240,8 @@ pub(super) async fn keep(
     name_context: bool,
 ) -> bool {
     if !documents.kept() {
+        // Nothing but the registry keeps it: it is never behind a store.
+        tasks.kept(task_id, u64::MAX);
         return true;
     }
     let Some(snapshot) = tasks.snapshot(task_id, now_micros()) else {
