@@ -139,14 +139,24 @@ async fn a_document_let_in_again_and_not_saved_since_is_held_not_evicted_to_make
     assert_eq!(task, Ok(Some(json!({ "state": "paused" }))));
 }
 
-/// How many reads of a run log (`LRANGE`) `redis` has served.
-fn log_reads(redis: &RedisServer) -> u64 {
+/// What `redis-cli` against `redis` with `args` printed.
+fn redis_cli(redis: &RedisServer, args: &[&str]) -> String {
     let output = std::process::Command::new("redis-cli")
-        .args(["-u", &redis.url(), "info", "commandstats"])
+        .args(["-u", &redis.url()])
+        .args(args)
         .output()
         .expect("redis-cli (Debian's redis-tools, beside redis-server)");
-    let stats = String::from_utf8_lossy(&output.stdout);
-    stats
+    assert!(
+        output.status.success(),
+        "redis-cli {args:?}: {}",
+        output.status
+    );
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// How many reads of a run log (`LRANGE`) `redis` has served.
+fn log_reads(redis: &RedisServer) -> u64 {
+    redis_cli(redis, &["info", "commandstats"])
         .lines()
         .find_map(|line| line.strip_prefix("cmdstat_lrange:calls="))
         .and_then(|rest| rest.split(',').next()?.parse().ok())
@@ -977,6 +987,39 @@ async fn create_session(deployment: &Deployment, key: &str, id: &str) -> crate::
             Some(json!({"model": "m", "sessionId": id})),
         )
         .await
+}
+
+#[tokio::test]
+async fn a_cmdc_session_redis_refuses_to_keep_is_not_made_and_its_client_gets_503() {
+    let redis = RedisServer::start();
+    let folder = TempDir::new("redis-full");
+    let route = Route::new("cmdc", "/gw", "cmdc", "echo").api_keys(&[("sk-a", "acme")]);
+    let config = write_config(&folder, redis_store(&redis.url()), route);
+    let proxy = AgentBridge::start(serve_command(&config));
+    let client = CmdcClient::new(format!("http://{}/gw", proxy.address)).with_key("sk-a");
+    let create = |id: &str| {
+        let body = json!({"model": "m", "sessionId": id});
+        client.call(http::Method::POST, "/v1/sessions", Some(body))
+    };
+    assert_eq!(create("s1").await.status, 201);
+
+    // Full: Redis still answers reads, and refuses every write.
+    assert_eq!(
+        redis_cli(&redis, &["config", "set", "maxmemory", "1"]).trim(),
+        "OK"
+    );
+    let refused = create("s2").await;
+    assert_eq!(refused.status, 503);
+    assert_eq!(refused.json().await["error"], "unavailable");
+    assert_eq!(
+        redis_cli(&redis, &["config", "set", "maxmemory", "0"]).trim(),
+        "OK"
+    );
+    let session = client
+        .call(http::Method::GET, "/v1/sessions/s2", None)
+        .await;
+    assert_eq!(session.status, 404, "a session made on this replica alone");
+    assert_eq!(create("s2").await.status, 201);
 }
 
 /// A tenant's sessions quota, each request on `topology`'s next proxy (the other replica, or this one

@@ -77,8 +77,7 @@ impl Runner {
         model: String,
         system_prompt: Option<String>,
     ) -> Result<Arc<Session>, Opened> {
-        let kept = self.documents.kept();
-        let counted = if kept {
+        let counted = if self.documents.kept() {
             Counted::InStore
         } else {
             Counted::Here(self.per_tenant)
@@ -87,24 +86,33 @@ impl Runner {
             .sessions
             .create(tenant, id, model, system_prompt, counted)
             .map_err(Opened::Refused)?;
-        if let Some(quota) = self.per_tenant.filter(|_| kept) {
-            let admitted = match self
+        if let Err(why) = self.count_and_keep(&session).await {
+            self.sessions.remove(tenant, id);
+            session.close();
+            return Err(why);
+        }
+        Ok(session)
+    }
+
+    /// Counts the new session against its tenant's quota where the store keeps sessions, and keeps it.
+    async fn count_and_keep(&self, session: &Session) -> Result<(), Opened> {
+        let (tenant, id) = (&session.tenant, &session.id);
+        if let Some(quota) = self.per_tenant.filter(|_| self.documents.kept()) {
+            let admitted = self
                 .documents
                 .admit(SESSION_DOCUMENT, tenant, id, quota.get())
-                .await
-            {
-                Ok(Admission::Admitted(_)) => Ok(()),
-                Ok(Admission::Refused(_)) => Err(Opened::Refused(CreateError::Full)),
-                Err(error) => Err(Opened::Store(error)),
-            };
-            if let Err(why) = admitted {
-                self.sessions.remove(tenant, id);
-                session.close();
-                return Err(why);
+                .await;
+            match admitted {
+                Ok(Admission::Admitted(_)) => {}
+                Ok(Admission::Refused(_)) => return Err(Opened::Refused(CreateError::Full)),
+                Err(error) => return Err(Opened::Store(error)),
             }
         }
-        self.keep(&session).await;
-        Ok(session)
+        // One the store did not keep would be this replica's alone, and would stop counting against its
+        // tenant's quota once its admission lapsed.
+        self.keep_as(session, &session.kept())
+            .await
+            .map_err(Opened::Store)
     }
 
     /// Accepts a prompt: runs it now, or queues it behind the running one. Returns whether it was queued.
@@ -184,7 +192,7 @@ impl Runner {
             busy: false,
             ..session.kept()
         };
-        self.keep_as(session, &idle).await;
+        let _ = self.keep_as(session, &idle).await;
         let Some(ending) = control.take() else {
             return Self::next_prompt(session, true);
         };
@@ -237,23 +245,25 @@ impl Runner {
         Some((session.new_run(&mut state), queued))
     }
 
-    /// Keeps the session in the store, where the store keeps documents (a deleted one no more).
+    /// Keeps the session in the store, where the store keeps documents (a deleted one no more); a failure
+    /// is logged.
     pub async fn keep(&self, session: &Session) {
-        self.keep_as(session, &session.kept()).await;
+        let _ = self.keep_as(session, &session.kept()).await;
     }
 
-    /// Keeps `kept` as the session in the store.
-    async fn keep_as(&self, session: &Session, kept: &Kept) {
+    /// Keeps `kept` as the session in the store; a failure is logged, and returned.
+    async fn keep_as(&self, session: &Session, kept: &Kept) -> crate::error::Result<()> {
         if !self.documents.kept() || session.is_closed() {
-            return;
+            return Ok(());
         }
-        let kept = self
+        let saved = self
             .documents
             .save(SESSION_DOCUMENT, &session.tenant, &session.id, kept)
             .await;
-        if let Err(error) = kept {
+        if let Err(error) = &saved {
             tracing::warn!(session = %session.id, "cmdc: the session could not be kept: {error}");
         }
+        saved
     }
 
     /// The session as the store keeps it; a run it shows going on whose replica is gone (its lease lapsed)
