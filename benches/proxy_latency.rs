@@ -59,7 +59,8 @@
 //!   more than one, each level runs through a proxy on each, and a table puts them side by side),
 //!   `BENCH_STORE_ROUNDS=N` (with more than one store: each level runs every store's step in turn N times,
 //!   default 3, and the table shows each store's median; one step of a light level is a few milliseconds of
-//!   the proxy's CPU, so a single one moves by more than the stores differ).
+//!   the proxy's CPU, so a single one moves by more than the stores differ; the other tables show the first
+//!   round's first store).
 //!
 //! The tool raises its soft `RLIMIT_NOFILE` up to the hard limit (a CMDC stream through the proxy holds 8
 //! descriptors, twice as many as the others). If that is still too low for a level, the level is skipped

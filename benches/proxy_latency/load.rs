@@ -133,7 +133,7 @@ pub async fn run(target: Target, n: usize, events: usize) -> Result<(), String> 
 }
 
 /// One level of concurrency: the same load straight to the agent, through the bare relay, through the HTTP
-/// relay, through nginx, through the proxy (once per store, in `BENCH_STORE`'s order).
+/// relay, through nginx, through the proxy (once per store, in `BENCH_STORE`'s order, round after round).
 pub struct Level {
     pub direct: StepResult,
     pub relay: StepResult,
@@ -162,9 +162,12 @@ impl Level {
     }
 
     pub fn labelled(&self) -> Vec<(String, &StepResult)> {
-        let through = |store: &str| match self.proxied.len() {
-            1 => "through the proxy".to_owned(),
-            _ => format!("through the proxy, {store}"),
+        let stores = self.store_rounds().next().map_or(1, <[_]>::len);
+        let rounds = self.proxied.len() / stores;
+        let through = |at: usize, store: &str| match (stores, rounds) {
+            (1, 1) => "through the proxy".to_owned(),
+            (_, 1) => format!("through the proxy, {store}"),
+            _ => format!("through the proxy, {store} ({})", at / stores + 1),
         };
         [
             ("direct".to_owned(), &self.direct),
@@ -173,7 +176,12 @@ impl Level {
         ]
         .into_iter()
         .chain(self.nginx.iter().map(|r| ("nginx".to_owned(), r)))
-        .chain(self.proxied.iter().map(|(store, r)| (through(store), r)))
+        .chain(
+            self.proxied
+                .iter()
+                .enumerate()
+                .map(|(at, (store, r))| (through(at, store), r)),
+        )
         .collect()
     }
 }

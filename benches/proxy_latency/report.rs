@@ -205,9 +205,8 @@ pub fn cpu_table(results: &[Level]) -> String {
 const STORE_TARGET_CPU_RATIO: f64 = 1.3;
 const STORE_TARGET_P50_US: f64 = 20.0;
 
-/// Each store's figures at each level, with several stores: the median over the rounds, each round's
-/// figures taken against that round's first store (the rounds are minutes apart; the stores of one round
-/// seconds).
+/// Each store's figures at each level, with several stores: the median over the rounds of each figure,
+/// each store's step against the first store's step of the same round.
 fn store_figures(results: &[Level]) -> Vec<Value> {
     let mut figures = Vec::new();
     for level in results {
@@ -273,8 +272,8 @@ fn store_verdict(figure: &Value) -> &'static str {
     }
 }
 
-/// The stores side by side (with more than one in `BENCH_STORE`), each level's against its first store;
-/// `pair` leads each row when given (the summary across pairs).
+/// The stores side by side (with more than one in `BENCH_STORE`), each level's medians against its first
+/// store; `pair` leads each row when given (the summary across pairs).
 fn store_rows(out: &mut String, pair: Option<&str>, figures: &[Value]) {
     for f in figures {
         let show = |key: &str, unit: &str, digits: usize| {
