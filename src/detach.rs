@@ -17,7 +17,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::fmt::Write;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
@@ -25,6 +25,7 @@ use futures_util::{Stream, StreamExt};
 use tokio::sync::{watch, Notify};
 
 use crate::store::{Documents, Followed, LogEnd};
+use crate::sync::lock;
 
 /// The kind of a detached run's log in the store.
 const LOG: &str = "detached-run";
@@ -295,11 +296,6 @@ fn with_id(id: u64, event: &[u8]) -> Bytes {
 fn write_with_id(frame: &mut BytesMut, id: u64, event: &[u8]) {
     let _ = writeln!(frame, "id: {id}");
     frame.extend_from_slice(event);
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    // Every critical section leaves the state whole.
-    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// The most a follower is handed at once (a client that comes back to a long log reads it in parts).

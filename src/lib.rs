@@ -31,6 +31,7 @@ pub mod server;
 pub mod size;
 pub mod sse;
 pub mod store;
+pub mod sync;
 pub mod telemetry;
 pub mod translate;
 pub mod upstream;

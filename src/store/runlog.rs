@@ -22,7 +22,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -32,6 +32,7 @@ use tokio::sync::{mpsc, watch, Notify};
 
 use super::notices::LogWatch;
 use super::{micros, now_micros, DocumentKey, Documents, LogEnd, LogPage};
+use crate::sync::lock;
 
 /// How long a run's lease holds without renewal, and how often the replica driving the run renews it.
 pub const LEASE: Duration = Duration::from_secs(10);
@@ -111,10 +112,6 @@ impl Drop for Place<'_> {
     fn drop(&mut self) {
         self.open_logs.leave(self.key, self.writer);
     }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// Appends a run's events to its log; the log ends when this is dropped (or [`LogWriter::end`]ed).

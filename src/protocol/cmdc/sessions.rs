@@ -32,6 +32,7 @@ use crate::egress::Requester;
 use crate::model::Resume;
 use crate::size::json_len;
 use crate::store::{now_micros, LogWriter};
+use crate::sync::lock;
 
 /// How long a finished run's buffer waits for a subscriber to read it.
 pub const FINISHED_RUN_TTL: Duration = Duration::from_secs(300);
@@ -907,13 +908,6 @@ impl Follower {
             }
         }
     }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    // A panic while holding the lock leaves plain data behind; go on with it.
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 #[cfg(test)]

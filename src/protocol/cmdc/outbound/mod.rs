@@ -51,6 +51,7 @@ use crate::relay::{Next, UpstreamEvents};
 use crate::route_state::RouteState;
 use crate::sse;
 use crate::store::{Documents, Record, UpstreamId, UpstreamState};
+use crate::sync::lock;
 use crate::translate::RunContext;
 use crate::upstream::{self, Upstream, UpstreamBody};
 
@@ -141,10 +142,6 @@ impl Callbacks {
     fn release(&self, call_id: &str) -> Option<oneshot::Sender<wire::CallbackAnswer>> {
         lock(&self.held).remove(call_id)
     }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// One thing that makes the agent run.
