@@ -18,8 +18,11 @@ use tokio::sync::watch;
 
 /// How often a follower reads a log it gets no notices of.
 const POLL: Duration = Duration::from_millis(100);
-/// How often a follower that gets notices reads the log anyway.
-const FALLBACK: Duration = Duration::from_secs(1);
+/// How often a follower that gets notices reads the log anyway: as often as a run's lease is renewed, so
+/// that a lapsed one is seen within a renewal of lapsing, and a notice lost is late by that at most. (Not
+/// more often: a run's control log is followed for as long as the run lasts, and read for nothing but
+/// this.)
+const FALLBACK: Duration = Duration::from_secs(3);
 
 /// What a follower waits on between two reads of its log.
 pub struct LogWatch {

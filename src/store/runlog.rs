@@ -49,7 +49,7 @@ const PENDING: usize = 1024;
 /// filled, or a durable point or the end came first): while another replica follows the log live; while
 /// nobody does. A writer starts as if followed and learns from each append whether it is.
 const GATHER_FOLLOWED: Duration = Duration::from_millis(50);
-const GATHER_UNFOLLOWED: Duration = Duration::from_millis(500);
+const GATHER_UNFOLLOWED: Duration = Duration::from_secs(1);
 /// How long a writer taking a log over waits for the older one to stop: it stops between two store calls.
 const TAKE_OVER_WAIT: Duration = Duration::from_secs(10);
 
@@ -89,6 +89,11 @@ impl OpenLogs {
         if tokio::time::timeout(TAKE_OVER_WAIT, stopped).await.is_err() {
             tracing::warn!(run = %key.id, "a run log's older writer did not stop; taken over anyway");
         }
+    }
+
+    /// Whether this process writes `key`.
+    fn writes(&self, key: &DocumentKey) -> bool {
+        lock(&self.0).contains_key(key)
     }
 
     /// `key`'s writer `writer` stopped (or was never started: its opening was dropped): its place goes,
@@ -607,10 +612,7 @@ impl Follower {
             }
             let live = match self.read().await {
                 Some(true) => continue,
-                Some(false) => {
-                    let (kind, tenant, id) = (self.kind, &self.tenant, &self.id);
-                    self.documents.run_live(kind, tenant, id).await
-                }
+                Some(false) => self.live().await,
                 None => Err(crate::error::Error::store_unavailable("the run log")),
             };
             match live {
@@ -630,6 +632,20 @@ impl Follower {
                 watch.changed().await;
             }
         }
+    }
+
+    /// Whether a replica still drives the run: this one, without asking the store, while it writes the
+    /// log (a run's control log, followed by the replica running the run).
+    async fn live(&self) -> crate::error::Result<bool> {
+        let (kind, tenant, id) = (self.kind, &self.tenant, &self.id);
+        if self
+            .documents
+            .open_logs
+            .writes(&self.documents.key(kind, tenant, id))
+        {
+            return Ok(true);
+        }
+        self.documents.run_live(kind, tenant, id).await
     }
 
     fn lost(&mut self) -> Option<Followed> {
@@ -738,12 +754,24 @@ mod tests {
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
-        // Not ended, and in a store one process owns, this one not driving it: lost after what was kept.
+        // Not ended, and in a store one process owns, read where its writer is not (as by the process
+        // after a restart): lost after what was kept.
+        let elsewhere = Documents::new(Arc::clone(&documents.store), "route");
         assert_eq!(
-            followed(&documents, "run", 0).await,
+            followed(&elsewhere, "run", 0).await,
             [event(1), Followed::Lost]
         );
-        drop((writer, documents));
+        // Where its writer is, it is live: followed to its end.
+        let following = tokio::spawn({
+            let documents = documents.clone();
+            async move { followed(&documents, "run", 0).await }
+        });
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        writer.push(Bytes::from_static(b"event 2")).await;
+        writer.end().await;
+        let read = tokio::time::timeout(Duration::from_secs(10), following).await;
+        assert_eq!(read.unwrap().unwrap(), [event(1), event(2)]);
+        drop(documents);
         let _ = std::fs::remove_dir_all(folder);
     }
 
