@@ -231,15 +231,16 @@ impl Documents {
         };
         self.open_logs.enter(&key, log).await;
         let lease = self.shared().then(|| self.lease_key(kind, tenant, id));
-        if let Some(lease) = &lease {
-            self.renew(lease).await;
-        }
+        let take_lease = async {
+            if let Some(lease) = &lease {
+                self.renew(lease).await;
+            }
+        };
         // Afresh now, not at the first append: another process may add to the log first (a control log),
-        // and a follower must not read the last run's events as this one's.
-        let started = self
-            .store
-            .append_events(&key, 0, Vec::new(), None, false)
-            .await;
+        // and a follower must not read the last run's events as this one's. Sent with the lease, which goes
+        // first (a store's connection keeps their order), in one round trip.
+        let start = self.store.append_events(&key, 0, Vec::new(), None, false);
+        let ((), started) = tokio::join!(take_lease, start);
         if let Err(error) = &started {
             tracing::warn!(run = %id, "a run log could not be started: {error}");
         }
