@@ -257,6 +257,16 @@ pub trait Store: Send + Sync {
         key: &'a DocumentKey,
         bytes: Vec<u8>,
     ) -> BoxFuture<'a, Result<()>>;
+    /// Saves several documents together: in one write where the store can (one sync on redb, one round trip
+    /// on Redis), else one after the other.
+    fn save_documents(&self, documents: Vec<(DocumentKey, Vec<u8>)>) -> BoxFuture<'_, Result<()>> {
+        Box::pin(async move {
+            for (key, bytes) in documents {
+                self.save_document(&key, bytes).await?;
+            }
+            Ok(())
+        })
+    }
     /// Deletes the document; it no longer counts against its tenant's quota ([`Store::admit_document`]).
     fn delete_document<'a>(&'a self, key: &'a DocumentKey) -> BoxFuture<'a, Result<()>>;
     /// Counts `key`, a document about to be made, among its tenant's documents of its kind on its route,
@@ -382,6 +392,9 @@ pub struct LogPage {
     pub ended: Option<LogEnd>,
 }
 
+/// A document ready to be saved ([`Documents::encode`]).
+pub struct Encoded(DocumentKey, Vec<u8>);
+
 /// One route's documents, for its inbound: the store it keeps them in, and the route's name.
 #[derive(Clone)]
 pub struct Documents {
@@ -460,10 +473,28 @@ impl Documents {
         id: &str,
         document: &T,
     ) -> Result<()> {
+        let Encoded(key, bytes) = self.encode(kind, tenant, id, document);
+        self.store.save_document(&key, bytes).await
+    }
+
+    /// `document` as [`Documents::save_all`] saves it.
+    pub fn encode<T: Serialize>(
+        &self,
+        kind: &'static str,
+        tenant: &str,
+        id: &str,
+        document: &T,
+    ) -> Encoded {
         let bytes = codec::encode(document, local::now_micros(), false);
-        self.store
-            .save_document(&self.key(kind, tenant, id), bytes)
-            .await
+        Encoded(self.key(kind, tenant, id), bytes)
+    }
+
+    /// Saves `documents` together ([`Store::save_documents`]).
+    pub async fn save_all(&self, documents: Vec<Encoded>) -> Result<()> {
+        let documents = documents
+            .into_iter()
+            .map(|Encoded(key, bytes)| (key, bytes));
+        self.store.save_documents(documents.collect()).await
     }
 
     pub async fn delete(&self, kind: &'static str, tenant: &str, id: &str) -> Result<()> {

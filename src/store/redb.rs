@@ -234,12 +234,11 @@ impl File {
             .filter(|bytes| is_live(bytes, now, idle_ttl)))
     }
 
-    /// Keeps `put` (or forgets `key` when `None`); with `sweep`, also drops every document idle for longer
-    /// than `idle_ttl`.
-    fn write_document(
+    /// Keeps each document of `writes` (or forgets it, when `None`) in one transaction; with `sweep`, also
+    /// drops every document idle for longer than `idle_ttl`.
+    fn write_documents(
         &self,
-        key: &DocumentKey,
-        put: Option<&[u8]>,
+        writes: &[(DocumentKey, Option<Vec<u8>>)],
         sweep: Option<u64>,
     ) -> Result<()> {
         let write = self.database.begin_write().map_err(|e| self.failed(e))?;
@@ -248,16 +247,22 @@ impl File {
         }
         {
             let mut table = write.open_table(DOCUMENTS).map_err(|e| self.failed(e))?;
-            match put {
-                Some(bytes) => table.insert(document_parts(key), bytes).map(drop),
-                None => table.remove(document_parts(key)).map(drop),
+            for (key, put) in writes {
+                match put {
+                    Some(bytes) => table
+                        .insert(document_parts(key), bytes.as_slice())
+                        .map(drop),
+                    None => table.remove(document_parts(key)).map(drop),
+                }
+                .map_err(|e| self.failed(e))?;
             }
-            .map_err(|e| self.failed(e))?;
         }
         // Taken before the commit: no admission finds the document gone from the file yet still being made.
         let mut making = self.making();
         write.commit().map_err(|e| self.failed(e))?;
-        making.remove(key);
+        for (key, _) in writes {
+            making.remove(key);
+        }
         Ok(())
     }
 
@@ -591,13 +596,21 @@ impl Store for RedbStore {
         key: &'a DocumentKey,
         bytes: Vec<u8>,
     ) -> BoxFuture<'a, Result<()>> {
-        let (key, sweep) = (key.clone(), self.sweep_due());
-        self.blocking(move |local| local.bodies.write_document(&key, Some(&bytes), sweep))
+        self.save_documents(vec![(key.clone(), bytes)])
+    }
+
+    fn save_documents(&self, documents: Vec<(DocumentKey, Vec<u8>)>) -> BoxFuture<'_, Result<()>> {
+        let writes: Vec<_> = documents
+            .into_iter()
+            .map(|(key, bytes)| (key, Some(bytes)))
+            .collect();
+        let sweep = self.sweep_due();
+        self.blocking(move |local| local.bodies.write_documents(&writes, sweep))
     }
 
     fn delete_document<'a>(&'a self, key: &'a DocumentKey) -> BoxFuture<'a, Result<()>> {
-        let key = key.clone();
-        self.blocking(move |local| local.bodies.write_document(&key, None, None))
+        let writes = [(key.clone(), None)];
+        self.blocking(move |local| local.bodies.write_documents(&writes, None))
     }
 
     fn admit_document<'a>(

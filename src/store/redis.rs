@@ -428,6 +428,23 @@ impl RedisStore {
 }
 
 impl RedisStore {
+    /// Adds to `pipeline` the save of document `key` as `bytes`.
+    fn save_in(&self, pipeline: &mut Pipeline, key: &DocumentKey, bytes: Vec<u8>) {
+        pipeline
+            .cmd("SET")
+            .arg(document_key(key))
+            .arg(bytes)
+            .arg("PX")
+            .arg(self.ttl_ms())
+            .ignore();
+        // What counts the tenant's documents of this kind lives as long as the newest of them.
+        pipeline
+            .cmd("PEXPIRE")
+            .arg(counted_key(key))
+            .arg(self.ttl_ms())
+            .ignore();
+    }
+
     /// Counts the new document `key` first and then the tenant's others: replicas letting documents in at
     /// the same moment may each refuse one, but never let the tenant past its quota. Only when the count
     /// is over are the others looked at: those whose document is gone (deleted elsewhere, or expired) and
@@ -666,23 +683,17 @@ impl Store for RedisStore {
         key: &'a DocumentKey,
         bytes: Vec<u8>,
     ) -> BoxFuture<'a, Result<()>> {
-        Box::pin(async move {
-            let mut pipeline = ::redis::pipe();
-            pipeline
-                .cmd("SET")
-                .arg(document_key(key))
-                .arg(bytes)
-                .arg("PX")
-                .arg(self.ttl_ms())
-                .ignore();
-            // What counts the tenant's documents of this kind lives as long as the newest of them.
-            pipeline
-                .cmd("PEXPIRE")
-                .arg(counted_key(key))
-                .arg(self.ttl_ms())
-                .ignore();
-            self.run(&pipeline).await
-        })
+        let mut pipeline = ::redis::pipe();
+        self.save_in(&mut pipeline, key, bytes);
+        Box::pin(async move { self.run(&pipeline).await })
+    }
+
+    fn save_documents(&self, documents: Vec<(DocumentKey, Vec<u8>)>) -> BoxFuture<'_, Result<()>> {
+        let mut pipeline = ::redis::pipe();
+        for (key, bytes) in documents {
+            self.save_in(&mut pipeline, &key, bytes);
+        }
+        Box::pin(async move { self.run(&pipeline).await })
     }
 
     fn delete_document<'a>(&'a self, key: &'a DocumentKey) -> BoxFuture<'a, Result<()>> {

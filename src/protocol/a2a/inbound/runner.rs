@@ -267,19 +267,18 @@ async fn save(
         Some(saving) => Some(saving.lock().await),
         None => None,
     };
-    let mut kept = match tasks.keeps(&task.id, snapshot.revision) {
-        true => Ok(()),
-        false => {
-            documents
-                .save(TASK_DOCUMENT, tenant, &task.id, snapshot)
-                .await
-        }
-    };
-    if kept.is_ok() && name_context {
-        kept = documents
-            .save(CONTEXT_DOCUMENT, tenant, &task.context_id, &task.id)
-            .await;
+    let mut writes = Vec::new();
+    if !tasks.keeps(&task.id, snapshot.revision) {
+        writes.push(documents.encode(TASK_DOCUMENT, tenant, &task.id, snapshot));
     }
+    if name_context {
+        writes.push(documents.encode(CONTEXT_DOCUMENT, tenant, &task.context_id, &task.id));
+    }
+    // Together: one transaction on redb, one round trip on Redis.
+    let kept = match writes.is_empty() {
+        true => Ok(()),
+        false => documents.save_all(writes).await,
+    };
     match &kept {
         Ok(()) => tasks.kept(&task.id, snapshot.revision),
         Err(error) => {
