@@ -399,11 +399,11 @@ async fn create(
                 ":missing_model",
             )
         })?;
-    let id = create
-        .session_id
-        .filter(|id| !id.is_empty())
-        // 128 random bits (the gateway mints 16 hex digits): on an open route the id is the only secret.
-        .unwrap_or_else(crate::model::random_hex);
+    let named = create.session_id.filter(|id| !id.is_empty());
+    // A name minted here is no other session's: not looked for.
+    let look_for = named.is_some();
+    // 128 random bits (the gateway mints 16 hex digits): on an open route the id is the only secret.
+    let id = named.unwrap_or_else(crate::model::random_hex);
     if id.contains(['/', '?', '#', '%']) || id.chars().any(char::is_whitespace) {
         return Err(ApiError::new(
             StatusCode::UNPROCESSABLE_ENTITY,
@@ -417,8 +417,9 @@ async fn create(
     }
     let create_failed =
         |reason| ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "create_failed", reason);
-    let known = runner.sessions.get(&caller.tenant, &id).is_some()
-        || (runner.documents.kept() && runner.recall(&caller.tenant, &id).await?.is_some());
+    let known = look_for
+        && (runner.sessions.get(&caller.tenant, &id).is_some()
+            || (runner.documents.kept() && runner.recall(&caller.tenant, &id).await?.is_some()));
     if known {
         return Err(create_failed(":already_started"));
     }
