@@ -257,8 +257,9 @@ pub trait Store: Send + Sync {
         key: &'a DocumentKey,
         bytes: Vec<u8>,
     ) -> BoxFuture<'a, Result<()>>;
-    /// Saves several documents together: in one write where the store can (one sync on redb, one round trip
-    /// on Redis), else one after the other.
+    /// Saves several documents together: in one write where the store can (one transaction and its sync on
+    /// redb; one round trip on Redis, not atomic: some may be kept when an error is returned), else one
+    /// after the other.
     fn save_documents(&self, documents: Vec<(DocumentKey, Vec<u8>)>) -> BoxFuture<'_, Result<()>> {
         Box::pin(async move {
             for (key, bytes) in documents {

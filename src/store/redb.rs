@@ -109,7 +109,8 @@ impl RedbStore {
 impl RedbStore {
     /// Runs `call`, a read, on this thread: redb serves it from its cache or the system's, in far less time
     /// than the hop to a blocking thread and back costs (two thread wake-ups). A read never waits for a
-    /// sync: a commit syncs after it let go of the pages it wrote.
+    /// sync: it opens a snapshot, and a commit holds what a read needs only while it writes, not while it
+    /// syncs. A page in neither cache is read from the disk on this thread (a cold file after a restart).
     fn reading<'a, T: Send + 'a>(
         &'a self,
         call: impl FnOnce(&Local<File>) -> Result<T> + Send + 'a,

@@ -237,10 +237,10 @@ impl Documents {
             }
         };
         // Afresh now, not at the first append: another process may add to the log first (a control log),
-        // and a follower must not read the last run's events as this one's. Sent with the lease, which goes
-        // first (a store's connection keeps their order), in one round trip.
+        // and a follower must not read the last run's events as this one's. Sent with the lease, in one
+        // round trip; in either order, as nothing tells of the run before both are done.
         let start = self.store.append_events(&key, 0, Vec::new(), None, false);
-        let ((), started) = tokio::join!(take_lease, start);
+        let ((), started) = tokio::join!(biased; take_lease, start);
         if let Err(error) = &started {
             tracing::warn!(run = %id, "a run log could not be started: {error}");
         }
@@ -419,6 +419,14 @@ struct Writer {
     _stopped: watch::Sender<()>,
 }
 
+/// A writer that stopped (however it did) leaves its place, unless a newer writer has it: a follower in this
+/// process takes a log with a writer for live.
+impl Drop for Writer {
+    fn drop(&mut self) {
+        self.documents.open_logs.leave(&self.key, self.number);
+    }
+}
+
 /// Renews a run's lease until dropped.
 struct Holder(tokio::task::JoinHandle<()>);
 
@@ -474,7 +482,6 @@ impl Writer {
                 if let Some(lease) = self.lease.as_ref().filter(|_| !self.taken_over()) {
                     let _ = self.documents.store.delete_document(lease).await;
                 }
-                self.documents.open_logs.leave(&self.key, self.number);
                 return;
             }
         }

@@ -274,7 +274,8 @@ async fn save(
     if name_context {
         writes.push(documents.encode(CONTEXT_DOCUMENT, tenant, &task.context_id, &task.id));
     }
-    // Together: one transaction on redb, one round trip on Redis.
+    // Together: one transaction on redb, one round trip on Redis (where a context may then name a task
+    // whose save failed: a request for it finds the task absent, and forgets it).
     let kept = match writes.is_empty() {
         true => Ok(()),
         false => documents.save_all(writes).await,
