@@ -58,7 +58,7 @@
 //!   `BENCH_STORE=memory,redb,redis` (the proxy's `[store]`, one or more, default memory: [`store`]; with
 //!   more than one, each level runs through a proxy on each, and a table puts them side by side),
 //!   `BENCH_STORE_ROUNDS=N` (with more than one store: each level runs every store's step in turn N times,
-//!   default 3, and the table shows each store's median; one step of a light level is a few milliseconds of
+//!   default 5, and the table shows each store's median; one step of a light level is a few milliseconds of
 //!   the proxy's CPU, so a single one moves by more than the stores differ; the other tables show the first
 //!   round's first store).
 //!
@@ -226,7 +226,7 @@ impl Settings {
                     (None, false) => 1000,
                 },
             )?,
-            store_rounds: env_number("BENCH_STORE_ROUNDS", 3)?.max(1),
+            store_rounds: env_number("BENCH_STORE_ROUNDS", 5)?.max(1),
             proxy_threads: env_number("BENCH_PROXY_THREADS", workload.map_or(cores, |_| 1))?.max(1),
             timeout: Duration::from_secs(env_number("BENCH_TIMEOUT_S", 600)? as u64),
             quick,
