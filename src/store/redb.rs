@@ -92,7 +92,7 @@ impl RedbStore {
         })
     }
 
-    /// Runs `call` on a blocking thread: a transaction waits on the disk.
+    /// Runs `call` on a blocking thread: a write transaction waits on the disk (its sync).
     fn blocking<'a, T: Send + 'static>(
         &'a self,
         call: impl FnOnce(&Local<File>) -> Result<T> + Send + 'static,
@@ -104,9 +104,7 @@ impl RedbStore {
                 .map_err(|error| Error::internal(format!("a store call failed: {error}")))?
         })
     }
-}
 
-impl RedbStore {
     /// Runs `call`, a read, on this thread: redb serves it from its cache or the system's, in far less time
     /// than the hop to a blocking thread and back costs (two thread wake-ups). A read never waits for a
     /// sync: it opens a snapshot, and a commit holds what a read needs only while it writes, not while it
