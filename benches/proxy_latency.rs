@@ -57,10 +57,14 @@
 //!   cores and everything else to the rest), `BENCH_TIMEOUT_S=N` (limit per pair, default 600),
 //!   `BENCH_STORE=memory,redb,redis` (the proxy's `[store]`, one or more, default memory: [`store`]; with
 //!   more than one, each level runs through a proxy on each, and a table puts them side by side),
-//!   `BENCH_STORE_ROUNDS=N` (with more than one store: each level runs every store's step in turn N times,
-//!   default 5, and the table shows each store's median; one step of a light level is a few milliseconds of
-//!   the proxy's CPU, so a single one moves by more than the stores differ; the other tables show the first
-//!   round's first store).
+//!   `BENCH_STORE_ROUNDS=N` (with more than one store: each level runs N rounds, default 5, and the table
+//!   shows the median over the rounds of each store against the first one. In a round the stores' steps run
+//!   at once, each proxy on threads of its own (`proxy`, `proxy-2`, `proxy-3`) whose CPU, sleeps and
+//!   allocations are counted apart, each store's streams started a fraction of `BENCH_INTERVAL_MS` after
+//!   the one before so their deltas do not share wake-ups: one step of a light level is a few milliseconds
+//!   of the proxy's CPU, and a VM's wake-ups cost more in some seconds than in others, so steps measured
+//!   one after the other differ by more than the stores do. The other tables show the first round's first
+//!   store).
 //!
 //! The tool raises its soft `RLIMIT_NOFILE` up to the hard limit (a CMDC stream through the proxy holds 8
 //! descriptors, twice as many as the others). If that is still too low for a level, the level is skipped
@@ -92,7 +96,11 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
 
-use load::{Level, Target};
+use agent_bridge::config::Config;
+use agent_bridge::server::Serving;
+use agent_bridge::workers::Workers;
+
+use load::{Level, ProxiedBy, Target};
 use protocols::Protocol;
 use rig::{env_number, now_ns, runtime, Pair, Route, RunningAgent};
 
@@ -113,6 +121,9 @@ const PAIR_VAR: &str = "PROXY_LATENCY_PAIR";
 
 /// The route's path on the proxy.
 const ROUTE_PATH: &str = "/bench";
+
+/// Where the direct path, the relays and the first store's proxy are measured.
+const ON_PROXY_THREADS: ProxiedBy = ProxiedBy::Threads(system::PROXY);
 
 // ---------------------------------------------------------------------------------------------------------
 // Settings
@@ -371,9 +382,8 @@ fn run_pair(settings: &Settings, pair: Pair) -> i32 {
     // Before any runtime starts, so that every thread lands where it belongs.
     let placement = system::place(settings.proxy_threads);
 
-    let upstream_rt = runtime(0, 1);
-    let proxy_workers = rig::proxy_workers(settings.proxy_threads);
-    let client_rt = runtime(2, 1);
+    let upstream_rt = runtime(system::UPSTREAM, 1);
+    let client_rt = runtime(system::CLIENTS, 1);
 
     let agent = upstream::Agent::new(pair.outbound, settings.events, settings.interval);
     let upstream = RunningAgent::start(&upstream_rt, agent.clone());
@@ -394,19 +404,20 @@ fn run_pair(settings: &Settings, pair: Pair) -> i32 {
     };
     let proxies: Vec<_> = stores
         .iter()
-        .map(|store| {
+        .enumerate()
+        .map(|(at, store)| {
             let config = rig::proxy_config(std::slice::from_ref(&route), &store.toml);
-            let (proxy, addr) = rig::serve_proxy(&client_rt, &config, &proxy_workers);
-            let target = Target {
-                protocol: pair.inbound,
-                server: protocols::Server {
-                    addr,
-                    base: ROUTE_PATH,
-                },
-            };
-            (store.name, proxy, target)
+            let group = system::proxy_group(at);
+            StoreProxy::start(
+                store.name,
+                &config,
+                group,
+                settings.proxy_threads,
+                pair.inbound,
+            )
         })
         .collect();
+    let proxy_workers = &proxies[0].workers;
     let relay_listener = client_rt
         .block_on(async { upstream::listen_local()?.into_std() })
         .expect("binding the relay");
@@ -476,7 +487,7 @@ fn run_pair(settings: &Settings, pair: Pair) -> i32 {
             base: "",
         },
     });
-    let proxied = proxies[0].2;
+    let proxied = proxies[0].target;
     let store_rounds = match proxies.len() {
         1 => 1,
         _ => settings.store_rounds,
@@ -518,12 +529,12 @@ fn run_pair(settings: &Settings, pair: Pair) -> i32 {
 
     // Warm-up, not reported: code paths, allocator, the proxy's connection pool.
     client_rt.block_on(async {
-        let through = proxies.iter().map(|(_, _, target)| *target);
+        let through = proxies.iter().map(|proxy| proxy.target);
         let paths = [direct, relayed, http_relayed]
             .into_iter()
             .chain(through_nginx);
         for target in paths.chain(through) {
-            let _ = load::step(target, 10, settings.events, timeout, None).await;
+            let _ = load::step(target, 10, settings.events, timeout, ON_PROXY_THREADS).await;
         }
     });
 
@@ -564,30 +575,52 @@ fn run_pair(settings: &Settings, pair: Pair) -> i32 {
         }
         eprintln!("{streams} concurrent streams:");
         let level = client_rt.block_on(async {
-            let step = |label: String, target, process| async move {
-                let result = load::step(target, streams, settings.events, timeout, process).await;
+            let step = |label: String, target, proxy| async move {
+                let result = load::step(target, streams, settings.events, timeout, proxy).await;
                 report::describe(&label, &result);
                 tokio::time::sleep(Duration::from_millis(300)).await;
                 result
             };
-            let direct = step("direct".into(), direct, None).await;
-            let relay = step("relay".into(), relayed, None).await;
-            let http_relay = step("HTTP relay".into(), http_relayed, None).await;
+            let direct = step("direct".into(), direct, ON_PROXY_THREADS).await;
+            let relay = step("relay".into(), relayed, ON_PROXY_THREADS).await;
+            let http_relay = step("HTTP relay".into(), http_relayed, ON_PROXY_THREADS).await;
             let nginx = match (through_nginx, &nginx) {
                 (Some(target), Some(nginx)) => {
-                    Some(step("nginx".into(), target, Some(nginx.pid())).await)
+                    Some(step("nginx".into(), target, ProxiedBy::Process(nginx.pid())).await)
                 }
                 _ => None,
             };
             let mut proxied = Vec::new();
+            let proxies = &proxies;
             for round in 1..=store_rounds {
-                for (store, _, target) in &proxies {
+                // The stores' streams run at once, so that the machine's moods fall on each alike (the agent
+                // gives each run its own phase: their deltas do not share wake-ups). Each round starts them
+                // in another order, as the order can cost one more than another.
+                let order = (0..proxies.len()).map(|at| (at + round) % proxies.len());
+                let steps = order.map(|at| async move {
+                    let proxy = &proxies[at];
+                    let result = load::step(
+                        proxy.target,
+                        streams,
+                        settings.events,
+                        timeout,
+                        ProxiedBy::Threads(proxy.group),
+                    )
+                    .await;
+                    (at, result)
+                });
+                let mut round_results = futures_util::future::join_all(steps).await;
+                round_results.sort_by_key(|(at, _)| *at);
+                for (at, result) in round_results {
+                    let store = proxies[at].store;
                     let label = match store_rounds {
                         1 => store.to_string(),
                         _ => format!("{store} ({round})"),
                     };
-                    proxied.push((*store, step(label, *target, None).await));
+                    report::describe(&label, &result);
+                    proxied.push((store, result));
                 }
+                tokio::time::sleep(Duration::from_millis(300)).await;
             }
             Level {
                 direct,
@@ -644,11 +677,11 @@ fn run_pair(settings: &Settings, pair: Pair) -> i32 {
     for stop in stop_relays {
         let _ = stop.send(());
     }
-    for (_, proxy, _) in proxies {
-        let _ = client_rt
-            .block_on(async { tokio::time::timeout(Duration::from_secs(5), proxy.stop()).await });
+    for proxy in proxies {
+        let _ = client_rt.block_on(async {
+            tokio::time::timeout(Duration::from_secs(5), proxy.serving.stop()).await
+        });
     }
-    drop(proxy_workers);
     drop(nginx);
     upstream_rt.block_on(upstream.stop());
     client_rt.shutdown_timeout(Duration::from_secs(1));
@@ -658,4 +691,45 @@ fn run_pair(settings: &Settings, pair: Pair) -> i32 {
         eprintln!("proxy_latency: {}: FAILED: {message}", pair.title());
     }
     i32::from(!failed.is_empty())
+}
+
+/// agent-bridge on one store, on threads of its own (runtime group `group`: the first store's the relays
+/// share), bound as `agent-bridge` binds: on a thread of its own whose runtime keeps what the store started
+/// there (a Redis connection's driver), counted as the proxy's too.
+struct StoreProxy {
+    store: &'static str,
+    group: usize,
+    target: Target,
+    serving: Serving,
+    workers: Workers,
+    _binding: tokio::runtime::Runtime,
+}
+
+impl StoreProxy {
+    fn start(
+        store: &'static str,
+        config: &Config,
+        group: usize,
+        threads: usize,
+        inbound: Protocol,
+    ) -> Self {
+        let workers = rig::proxy_workers(group, threads);
+        let binding = runtime(group, 1);
+        let (serving, addr) = rig::serve_proxy(&binding, config, &workers);
+        let target = Target {
+            protocol: inbound,
+            server: protocols::Server {
+                addr,
+                base: ROUTE_PATH,
+            },
+        };
+        Self {
+            store,
+            group,
+            target,
+            serving,
+            workers,
+            _binding: binding,
+        }
+    }
 }

@@ -199,7 +199,8 @@ pub struct StepResult {
     /// Deltas received.
     pub events: usize,
     pub wall: Duration,
-    /// CPU time each runtime's threads used during the step ([`system::RUNTIMES`] order), where the OS tells.
+    /// CPU time each runtime's threads used during the step, where the OS tells: the upstream's, the
+    /// proxy's under test, the clients' ([`system::reported`]).
     pub cpu: Option<[Duration; 3]>,
     /// How often each runtime's threads went to sleep during the step.
     pub sleeps: Option<[u64; 3]>,
@@ -211,29 +212,41 @@ pub struct StepResult {
     /// CPU time other processes on the machine used during the step: the contention measured.
     pub others_cpu: Option<Duration>,
     /// The most the proxy's memory grew during the step, in bytes: the live heap of the proxy's threads, or
-    /// the RSS of process `proxy_process` (nginx), sampled every 10 ms.
+    /// the RSS of the process that proxies ([`ProxiedBy::Process`]: nginx), sampled every 10 ms.
     pub memory_peak: Option<i64>,
 }
 
-/// One step: `streams` concurrent runs of `events` deltas against `target`. The CPU counted as the proxy's
-/// is that of the proxy's threads, or of process `proxy_process` when another program proxies (nginx).
+/// Where a step reads the proxy's CPU and memory: the threads of runtime group `n` of
+/// [`system::RUNTIMES`] (agent-bridge, the relays), or another program's process (nginx).
+#[derive(Clone, Copy)]
+pub enum ProxiedBy {
+    Threads(usize),
+    Process(u32),
+}
+
+/// One step: `streams` concurrent runs of `events` deltas against `target`, the proxy's figures read where
+/// `proxy` says.
 pub async fn step(
     target: Target,
     streams: usize,
     events: usize,
     timeout: Duration,
-    proxy_process: Option<u32>,
+    proxy: ProxiedBy,
 ) -> StepResult {
-    let proxy_process_cpu = || proxy_process.and_then(system::process_cpu);
+    let (group, process) = match proxy {
+        ProxiedBy::Threads(group) => (group, None),
+        ProxiedBy::Process(pid) => (system::PROXY, Some(pid)),
+    };
+    let proxy_process_cpu = || process.and_then(system::process_cpu);
     let process_before = proxy_process_cpu();
     let cpu_before = system::runtime_cpu();
     let sleeps_before = system::runtime_sleeps();
     let others_before = system::others_cpu();
     let overflows_before = system::listen_overflows();
     let allocations_before = system::allocations();
-    let memory = move || match proxy_process {
+    let memory = move || match process {
         Some(pid) => system::process_rss(pid).map(|bytes| bytes as i64),
-        None => Some(system::live_bytes()[system::PROXY]),
+        None => Some(system::live_bytes()[group]),
     };
     let memory_before = memory();
     let memory_peak = Arc::new(AtomicI64::new(i64::MIN));
@@ -297,7 +310,10 @@ pub async fn step(
     result.others_cpu = since(others_before, system::others_cpu());
     result.cpu = cpu_before
         .zip(system::runtime_cpu())
-        .map(|(before, after)| std::array::from_fn(|i| after[i].saturating_sub(before[i])));
+        .map(|(before, after)| {
+            let used = std::array::from_fn(|i| after[i].saturating_sub(before[i]));
+            system::reported(used, group)
+        });
     if let (Some(cpu), Some(used)) = (&mut result.cpu, since(process_before, proxy_process_cpu())) {
         // Counted as the proxy's, not as other processes' too.
         cpu[system::PROXY] = used;
@@ -305,9 +321,17 @@ pub async fn step(
     }
     result.sleeps = sleeps_before
         .zip(system::runtime_sleeps())
-        .map(|(before, after)| std::array::from_fn(|i| after[i].saturating_sub(before[i])));
+        .map(|(before, after)| {
+            system::reported(
+                std::array::from_fn(|i| after[i].saturating_sub(before[i])),
+                group,
+            )
+        });
     let allocations = system::allocations();
-    result.allocations = std::array::from_fn(|i| allocations[i] - allocations_before[i]);
+    result.allocations = system::reported(
+        std::array::from_fn(|i| allocations[i] - allocations_before[i]),
+        group,
+    );
     result.listen_overflows = overflows_before
         .zip(system::listen_overflows())
         .map(|(before, after)| after.saturating_sub(before));
@@ -352,7 +376,7 @@ async fn join_next(
 #[derive(Clone, Copy)]
 struct Snapshot {
     rss: Option<u64>,
-    heap: [i64; 3],
+    heap: [i64; system::RUNTIMES.len()],
 }
 
 impl Snapshot {

@@ -146,12 +146,12 @@ pub fn proxy_toml(routes: &[Route], extra: &str) -> String {
     config
 }
 
-/// The threads the proxy serves on, as `agent-bridge` serves: each with a single-threaded runtime, their
-/// allocations counted as [`system::PROXY`]'s.
-pub fn proxy_workers(threads: usize) -> Workers {
+/// The threads a proxy serves on, as `agent-bridge` serves: each with a single-threaded runtime, named and
+/// counted as runtime `group` of [`system::RUNTIMES`].
+pub fn proxy_workers(group: usize, threads: usize) -> Workers {
     let threads = NonZeroUsize::new(threads).expect("at least one thread");
-    Workers::start_with(threads, system::RUNTIMES[system::PROXY], || {
-        system::tag_thread(system::PROXY)
+    Workers::start_with(threads, system::RUNTIMES[group], move || {
+        system::tag_thread(group)
     })
     .expect("the proxy's threads")
 }

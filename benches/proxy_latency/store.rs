@@ -1,7 +1,7 @@
 //! The stores the proxy under test keeps its conversations in (`BENCH_STORE`, a list): `memory` (the
 //! default), `redb` (a file in the temp directory, removed after), or `redis` (Debian's redis-server, started
 //! for the pair on a free port and stopped after). With more than one, the pair runs one proxy per store and
-//! measures each at every level, right after the others, so they can be compared as ratios of one run.
+//! measures them at every level side by side, at once, so they can be compared as ratios of one run.
 //!
 //! Every stream is a turn of a conversation of its own: one load before the run and one save after it. The
 //! runs that can be read again (A2A tasks, CMDC runs) also append their events to a log, in gathered

@@ -8,10 +8,28 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::Duration;
 
 /// The runtimes' thread names, as the OS shows them; also the allocator's groups (plus one for every other
-/// thread, such as `main`).
-pub const RUNTIMES: [&str; 3] = ["upstream", "proxy", "clients"];
+/// thread, such as `main`). A step reports three: the upstream's, the proxy's under test and the clients'.
+/// With several stores measured at once, each store's proxy runs on threads of its own: the first store's
+/// are `proxy`, the others' `proxy-2` and `proxy-3` ([`proxy_group`]).
+pub const RUNTIMES: [&str; 5] = ["upstream", "proxy", "clients", "proxy-2", "proxy-3"];
+pub const UPSTREAM: usize = 0;
 pub const PROXY: usize = 1;
+pub const CLIENTS: usize = 2;
 const GROUPS: usize = RUNTIMES.len() + 1;
+
+/// The group of the proxy of the `store`th store (0: the first, [`PROXY`]).
+pub fn proxy_group(store: usize) -> usize {
+    match store {
+        0 => PROXY,
+        n => CLIENTS + n,
+    }
+}
+
+/// The three groups a step reports, out of every group's figure: the upstream's, the proxy's (`proxy`
+/// group) and the clients'.
+pub fn reported<T: Copy>(all: [T; RUNTIMES.len()], proxy: usize) -> [T; 3] {
+    [all[UPSTREAM], all[proxy], all[CLIENTS]]
+}
 
 // ---------------------------------------------------------------------------------------------------------
 // The counting allocator: live heap bytes and allocations, per runtime
@@ -32,7 +50,7 @@ static ALLOCATIONS: [AtomicU64; GROUPS] = [const { AtomicU64::new(0) }; GROUPS];
 pub fn tag_thread(runtime: usize) {
     GROUP.with(|group| group.set(runtime));
     if let Some(placement) = PLACEMENT.get() {
-        let cores = match runtime == PROXY {
+        let cores = match RUNTIMES[runtime].starts_with("proxy") {
             true => &placement.proxy,
             false => &placement.others,
         };
@@ -151,12 +169,12 @@ unsafe impl GlobalAlloc for Counting {
 }
 
 /// Live heap bytes per runtime ([`RUNTIMES`] order).
-pub fn live_bytes() -> [i64; 3] {
+pub fn live_bytes() -> [i64; RUNTIMES.len()] {
     std::array::from_fn(|i| LIVE_BYTES[i].load(Ordering::Relaxed))
 }
 
 /// Allocations made so far per runtime ([`RUNTIMES`] order).
-pub fn allocations() -> [u64; 3] {
+pub fn allocations() -> [u64; RUNTIMES.len()] {
     std::array::from_fn(|i| ALLOCATIONS[i].load(Ordering::Relaxed))
 }
 
@@ -188,8 +206,8 @@ fn vm_rss(_status: &str) -> Option<u64> {
 
 /// Per runtime, the sum over its threads of what `read` finds in each thread's `/proc` directory.
 #[cfg(target_os = "linux")]
-fn per_runtime(read: impl Fn(&std::path::Path) -> Option<u64>) -> Option<[u64; 3]> {
-    let mut totals = [0; 3];
+fn per_runtime(read: impl Fn(&std::path::Path) -> Option<u64>) -> Option<[u64; RUNTIMES.len()]> {
+    let mut totals = [0; RUNTIMES.len()];
     for task in std::fs::read_dir("/proc/self/task").ok()? {
         let path = task.ok()?.path();
         let Ok(name) = std::fs::read_to_string(path.join("comm")) else {
@@ -205,7 +223,7 @@ fn per_runtime(read: impl Fn(&std::path::Path) -> Option<u64>) -> Option<[u64; 3
 
 /// CPU time used so far by each runtime's threads, from `/proc/self/task/*/schedstat` (ns on CPU).
 #[cfg(target_os = "linux")]
-pub fn runtime_cpu() -> Option<[Duration; 3]> {
+pub fn runtime_cpu() -> Option<[Duration; RUNTIMES.len()]> {
     let on_cpu = per_runtime(|thread| {
         let stat = std::fs::read_to_string(thread.join("schedstat")).ok()?;
         stat.split_whitespace().next()?.parse().ok()
@@ -214,14 +232,14 @@ pub fn runtime_cpu() -> Option<[Duration; 3]> {
 }
 
 #[cfg(not(target_os = "linux"))]
-pub fn runtime_cpu() -> Option<[Duration; 3]> {
+pub fn runtime_cpu() -> Option<[Duration; RUNTIMES.len()]> {
     None
 }
 
 /// How often each runtime's threads went to sleep so far (voluntary context switches): each sleep is a
 /// wake-up later, which costs the event that wakes the thread tens of µs on a VM.
 #[cfg(target_os = "linux")]
-pub fn runtime_sleeps() -> Option<[u64; 3]> {
+pub fn runtime_sleeps() -> Option<[u64; RUNTIMES.len()]> {
     per_runtime(|thread| {
         let status = std::fs::read_to_string(thread.join("status")).ok()?;
         let sleeps = status
@@ -232,7 +250,7 @@ pub fn runtime_sleeps() -> Option<[u64; 3]> {
 }
 
 #[cfg(not(target_os = "linux"))]
-pub fn runtime_sleeps() -> Option<[u64; 3]> {
+pub fn runtime_sleeps() -> Option<[u64; RUNTIMES.len()]> {
     None
 }
 
