@@ -60,10 +60,10 @@
 //!   `BENCH_STORE_ROUNDS=N` (with more than one store: each level runs N rounds, default 5, and the table
 //!   shows the median over the rounds of each store against the first one. In a round the stores' steps run
 //!   at once, each proxy on threads of its own (`proxy`, `proxy-2`, `proxy-3`) whose CPU, sleeps and
-//!   allocations are counted apart, each store's streams started a fraction of `BENCH_INTERVAL_MS` after
-//!   the one before so their deltas do not share wake-ups: one step of a light level is a few milliseconds
-//!   of the proxy's CPU, and a VM's wake-ups cost more in some seconds than in others, so steps measured
-//!   one after the other differ by more than the stores do. The other tables show the first round's first
+//!   allocations are counted apart, started in another order each round; the agent gives each run a phase
+//!   of its own, so their deltas do not share wake-ups. One step of a light level is a few milliseconds of
+//!   the proxy's CPU, and a VM's wake-ups cost more in some seconds than in others, so steps measured one
+//!   after the other differ by more than the stores do. The other tables show the first round's first
 //!   store).
 //!
 //! The tool raises its soft `RLIMIT_NOFILE` up to the hard limit (a CMDC stream through the proxy holds 8
@@ -319,7 +319,7 @@ fn run_all(settings: &Settings) {
     if !stores.is_empty() {
         println!();
         println!(
-            "The stores side by side at every level: each round runs every store's step in turn, each step \
+            "The stores side by side at every level: each round runs every store's step at once, each step \
              against that round's first store; the medians of the rounds:"
         );
         println!();

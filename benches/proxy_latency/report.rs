@@ -229,6 +229,7 @@ fn store_figures(results: &[Level]) -> Vec<Value> {
                 "first_event": middle("first_event"),
                 "cpu": middle("cpu"),
                 "cpu_ratio": middle("cpu_ratio"),
+                "sleeps": middle("sleeps"),
                 "allocations": middle("allocations"),
             }));
         }
@@ -243,6 +244,7 @@ fn store_figures_of_one_round(direct: &StepResult, first: &StepResult, r: &StepR
         "first_event": added_latency(direct, r, first_events, 50),
         "cpu": proxy_cpu_per_delta(r),
         "cpu_ratio": proxy_cpu_per_delta(r).zip(proxy_cpu_per_delta(first)).map(|(x, f)| x / f),
+        "sleeps": proxy_sleeps_per_delta(r),
         "allocations": proxy_allocations_per_delta(r),
     })
 }
@@ -288,7 +290,7 @@ fn store_rows(out: &mut String, pair: Option<&str>, figures: &[Value]) {
         };
         let _ = writeln!(
             out,
-            "| {}{} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {}{} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             pair.map_or(String::new(), |pair| format!("{pair} | ")),
             f["streams"],
             f["store"].as_str().unwrap_or("?"),
@@ -298,6 +300,7 @@ fn store_rows(out: &mut String, pair: Option<&str>, figures: &[Value]) {
             signed("first_event"),
             show("cpu", " µs", 1),
             show("cpu_ratio", "×", 2),
+            show("sleeps", "", 2),
             show("allocations", "", 1),
             store_verdict(f),
         );
@@ -305,7 +308,8 @@ fn store_rows(out: &mut String, pair: Option<&str>, figures: &[Value]) {
 }
 
 const STORE_HEADER: &str = "Streams | Store | Rounds (medians shown) | Added latency p50 | − first store's | Time to first event added, p50 | \
-     Proxy CPU per delta | ÷ first store's | Proxy allocations per delta | Within 1.3× CPU and +20 µs p50 |";
+     Proxy CPU per delta | ÷ first store's | Proxy thread sleeps per delta | Proxy allocations per delta | \
+     Within 1.3× CPU and +20 µs p50 |";
 
 /// One pair's stores side by side, or nothing with one store.
 pub fn store_table(results: &[Level]) -> String {
@@ -313,7 +317,10 @@ pub fn store_table(results: &[Level]) -> String {
     let mut out = String::new();
     if !figures.is_empty() {
         let _ = writeln!(out, "| {STORE_HEADER}");
-        let _ = writeln!(out, "|---:|---|---:|---:|---:|---:|---:|---:|---:|---|");
+        let _ = writeln!(
+            out,
+            "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"
+        );
         store_rows(&mut out, None, &figures);
     }
     out
@@ -540,7 +547,10 @@ pub fn summary_store_table(summaries: &[Value]) -> String {
         };
         if out.is_empty() {
             let _ = writeln!(out, "| Pair | {STORE_HEADER}");
-            let _ = writeln!(out, "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---|");
+            let _ = writeln!(
+                out,
+                "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"
+            );
         }
         store_rows(&mut out, s["pair"].as_str(), figures);
     }
