@@ -64,7 +64,11 @@
 //!   of its own, so their deltas do not share wake-ups. One step of a light level is a few milliseconds of
 //!   the proxy's CPU, and a VM's wake-ups cost more in some seconds than in others, so steps measured one
 //!   after the other differ by more than the stores do. The other tables show the first round's first
-//!   store).
+//!   store, a step that ran beside the other stores' (at 100 or 1,000 streams, with three times the load
+//!   on the agent's and the clients' threads: measure one store for those tables), and in the rows of the
+//!   stores' steps, the cores the upstream, the clients and other processes kept busy, and the
+//!   accept-queue drops, are the round's, all stores together; with `BENCH_PROXY_THREADS`, every store's
+//!   proxy gets that many threads, plus the one it was bound on, all on the proxy's cores).
 //!
 //! The tool raises its soft `RLIMIT_NOFILE` up to the hard limit (a CMDC stream through the proxy holds 8
 //! descriptors, twice as many as the others). If that is still too low for a level, the level is skipped
@@ -122,7 +126,8 @@ const PAIR_VAR: &str = "PROXY_LATENCY_PAIR";
 /// The route's path on the proxy.
 const ROUTE_PATH: &str = "/bench";
 
-/// Where the direct path, the relays and the first store's proxy are measured.
+/// Where the steps of the direct path and the relays read the proxy's figures (the relays run on the first
+/// store's proxy threads; direct, they stay idle).
 const ON_PROXY_THREADS: ProxiedBy = ProxiedBy::Threads(system::PROXY);
 
 // ---------------------------------------------------------------------------------------------------------
@@ -253,9 +258,11 @@ impl Settings {
         self.interval * self.events as u32 + Duration::from_secs(60)
     }
 
-    fn most_files(&self) -> u64 {
+    /// Descriptors the largest step holds, with `stores` proxies' steps at once.
+    fn most_files(&self, stores: usize) -> u64 {
         let levels = self.levels.iter().copied().max().unwrap_or(1) as u64;
-        (FDS_PER_STREAM * levels).max(FDS_PER_MEMORY_STREAM * self.memory_streams as u64)
+        (FDS_PER_STREAM * levels * stores as u64)
+            .max(FDS_PER_MEMORY_STREAM * self.memory_streams as u64)
             + FD_MARGIN
     }
 }
@@ -378,7 +385,14 @@ fn run_pair(settings: &Settings, pair: Pair) -> i32 {
         std::process::exit(3);
     });
     now_ns();
-    let open_files = system::raise_open_files(settings.most_files());
+    let stores = match store::BenchStore::all_from_env() {
+        Ok(stores) => stores,
+        Err(error) => {
+            eprintln!("proxy_latency: {error}");
+            return 2;
+        }
+    };
+    let open_files = system::raise_open_files(settings.most_files(stores.len()));
     // Before any runtime starts, so that every thread lands where it belongs.
     let placement = system::place(settings.proxy_threads);
 
@@ -395,19 +409,12 @@ fn run_pair(settings: &Settings, pair: Pair) -> i32 {
         upstream: upstream_addr,
         tables: "",
     };
-    let stores = match store::BenchStore::all_from_env() {
-        Ok(stores) => stores,
-        Err(error) => {
-            eprintln!("proxy_latency: {error}");
-            return 2;
-        }
-    };
     let proxies: Vec<_> = stores
         .iter()
         .enumerate()
         .map(|(at, store)| {
             let config = rig::proxy_config(std::slice::from_ref(&route), &store.toml);
-            let group = system::proxy_group(at);
+            let group = system::PROXY_GROUPS[at];
             StoreProxy::start(
                 store.name,
                 &config,
@@ -512,8 +519,9 @@ fn run_pair(settings: &Settings, pair: Pair) -> i32 {
     );
 
     let mut failed = Vec::new();
+    // The stores' steps run at once: as many streams through each.
     let enough_files = |streams: usize, failed: &mut Vec<String>| {
-        let need = FDS_PER_STREAM * streams as u64 + FD_MARGIN;
+        let need = FDS_PER_STREAM * (streams * proxies.len()) as u64 + FD_MARGIN;
         let limit = open_files.filter(|&limit| limit < need);
         if let Some(limit) = limit {
             let message = format!(
@@ -595,8 +603,9 @@ fn run_pair(settings: &Settings, pair: Pair) -> i32 {
             for round in 1..=store_rounds {
                 // The stores' streams run at once, so that the machine's moods fall on each alike (the agent
                 // gives each run its own phase: their deltas do not share wake-ups). Each round starts them
-                // in another order, as the order can cost one more than another.
-                let order = (0..proxies.len()).map(|at| (at + round) % proxies.len());
+                // in another order (the first in `BENCH_STORE`'s), as the order can cost one more than
+                // another.
+                let order = (0..proxies.len()).map(|at| (at + round - 1) % proxies.len());
                 let steps = order.map(|at| async move {
                     let proxy = &proxies[at];
                     let result = load::step(
@@ -693,9 +702,10 @@ fn run_pair(settings: &Settings, pair: Pair) -> i32 {
     i32::from(!failed.is_empty())
 }
 
-/// agent-bridge on one store, on threads of its own (runtime group `group`: the first store's the relays
-/// share), bound as `agent-bridge` binds: on a thread of its own whose runtime keeps what the store started
-/// there (a Redis connection's driver), counted as the proxy's too.
+/// agent-bridge on one store, serving on threads of its own (runtime group `group`; the relays share the
+/// first store's). It is bound as `agent-bridge` binds: what binding spawns (a Redis connection's driver)
+/// runs on a runtime of its own, as on `agent-bridge`'s main thread, whose thread is counted as the
+/// proxy's too.
 struct StoreProxy {
     store: &'static str,
     group: usize,

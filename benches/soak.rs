@@ -179,8 +179,8 @@ fn main() {
     let want_files = FDS_PER_STREAM * settings.streams as u64 + FD_MARGIN;
     let open_files = system::raise_open_files(want_files);
 
-    let upstream_rt = runtime(0, 1);
-    let client_rt = runtime(2, 1);
+    let upstream_rt = runtime(system::UPSTREAM, 1);
+    let client_rt = runtime(system::CLIENTS, 1);
 
     let mut agents = Vec::new();
     let mut routes = Vec::new();

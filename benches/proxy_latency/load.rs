@@ -202,9 +202,9 @@ pub struct StepResult {
     /// CPU time each runtime's threads used during the step, where the OS tells: the upstream's, the
     /// proxy's under test, the clients' ([`system::reported`]).
     pub cpu: Option<[Duration; 3]>,
-    /// How often each runtime's threads went to sleep during the step.
+    /// How often each runtime's threads went to sleep during the step (the same three).
     pub sleeps: Option<[u64; 3]>,
-    /// Allocations each runtime made during the step.
+    /// Allocations each runtime made during the step (the same three).
     pub allocations: [u64; 3],
     /// Connections the kernel dropped because a listener's accept queue was full (Linux `ListenOverflows`);
     /// each costs its client a SYN retransmission, about 1 s.

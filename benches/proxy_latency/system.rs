@@ -8,25 +8,23 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::Duration;
 
 /// The runtimes' thread names, as the OS shows them; also the allocator's groups (plus one for every other
-/// thread, such as `main`). A step reports three: the upstream's, the proxy's under test and the clients'.
-/// With several stores measured at once, each store's proxy runs on threads of its own: the first store's
-/// are `proxy`, the others' `proxy-2` and `proxy-3` ([`proxy_group`]).
+/// thread, such as `main`). With several stores measured at once, each store's proxy runs on threads of its
+/// own: the first store's are `proxy`, the others' `proxy-2` and `proxy-3` ([`PROXY_GROUPS`]).
 pub const RUNTIMES: [&str; 5] = ["upstream", "proxy", "clients", "proxy-2", "proxy-3"];
 pub const UPSTREAM: usize = 0;
 pub const PROXY: usize = 1;
 pub const CLIENTS: usize = 2;
+/// The proxies' groups, the `n`th store's `n`th (at most three stores: memory, redb, redis).
+pub const PROXY_GROUPS: [usize; 3] = [PROXY, 3, 4];
 const GROUPS: usize = RUNTIMES.len() + 1;
 
-/// The group of the proxy of the `store`th store (0: the first, [`PROXY`]).
-pub fn proxy_group(store: usize) -> usize {
-    match store {
-        0 => PROXY,
-        n => CLIENTS + n,
-    }
+fn is_proxy(group: usize) -> bool {
+    PROXY_GROUPS.contains(&group)
 }
 
-/// The three groups a step reports, out of every group's figure: the upstream's, the proxy's (`proxy`
-/// group) and the clients'.
+/// What a step reports, out of every group's figure: the upstream's, the proxy's under test (`proxy`, one of
+/// [`PROXY_GROUPS`]) and the clients', in that order, so that a step's figures are indexed by [`UPSTREAM`],
+/// [`PROXY`] and [`CLIENTS`] whichever proxy it measured.
 pub fn reported<T: Copy>(all: [T; RUNTIMES.len()], proxy: usize) -> [T; 3] {
     [all[UPSTREAM], all[proxy], all[CLIENTS]]
 }
@@ -50,7 +48,7 @@ static ALLOCATIONS: [AtomicU64; GROUPS] = [const { AtomicU64::new(0) }; GROUPS];
 pub fn tag_thread(runtime: usize) {
     GROUP.with(|group| group.set(runtime));
     if let Some(placement) = PLACEMENT.get() {
-        let cores = match RUNTIMES[runtime].starts_with("proxy") {
+        let cores = match is_proxy(runtime) {
             true => &placement.proxy,
             false => &placement.others,
         };
