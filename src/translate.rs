@@ -2,12 +2,12 @@
 //! bounded stream of canonical [`Event`]s.
 //!
 //! The run is polled by whoever reads its events, in the client connection's task: an event crosses no task
-//! boundary between the upstream's bytes and the client's. Events pass through a small bounded channel, so a
-//! slow client slows the upstream read instead of filling memory. When the client goes away mid-run, the
-//! stream hands the run to a task of its own, which sees the channel closed, drops the outbound future (that
-//! closes the upstream request and sends the upstream's cancel) and saves what the run learned.
+//! boundary between the upstream's bytes and the client's. Events wait in a small bounded queue, so a slow
+//! client slows the upstream read instead of filling memory. When the client goes away mid-run, the stream
+//! hands the run to a task of its own, which sees the queue closed, drops the outbound future (that closes
+//! the upstream request and sends the upstream's cancel) and saves what the run learned.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::future::Future;
 use std::num::NonZeroUsize;
 use std::pin::Pin;
@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use futures_util::future::BoxFuture;
 use futures_util::Stream;
 use serde_json::Value;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
 
 use crate::answers::{AnswerWords, Decision};
 use crate::config::Quota;
@@ -34,6 +34,7 @@ use crate::model::{
 use crate::normalize::Normalizer;
 use crate::route_state::RouteState;
 use crate::store::{now_micros, DocumentKey, Key, Record, Store, UpstreamId, LEASE, LEASE_RENEWAL};
+use crate::sync::lock;
 use crate::telemetry::{store_span, RunSpan};
 
 /// How many events may wait for a slow client before the upstream read pauses.
@@ -139,7 +140,8 @@ impl Translator {
     /// The turn's event stream: `RunStarted` first, exactly one terminal event last. The turn runs as the
     /// stream is read.
     pub fn start(self: &Arc<Self>, turn: Turn) -> EventStream {
-        let (sender, receiver) = mpsc::channel(EVENT_BUFFER);
+        let sender = EventSender::default();
+        let receiver = sender.clone();
         let translator = Arc::clone(self);
         let in_flight = self.runs.gauges.start_run();
         let open = self.runs.metrics.run_opened(&self.route, &self.pair);
@@ -183,7 +185,7 @@ impl Translator {
 
     /// Runs the turn in its span under `parent`, then counts it in the metrics and logs one line that says
     /// what it did.
-    async fn run(&self, turn: Turn, sender: mpsc::Sender<Event>, parent: &opentelemetry::Context) {
+    async fn run(&self, turn: Turn, sender: EventSender, parent: &opentelemetry::Context) {
         let started = Instant::now();
         let span = RunSpan::start(parent, &self.route, &self.pair, &turn.conversation);
         // Escaped and cut (a client chose it): one line, of bounded length.
@@ -315,7 +317,9 @@ impl Translator {
     async fn run_outbound(&self, turn: &Turn, context: &mut RunContext) -> Option<Result<()>> {
         let closed = context.sender.clone();
         let run = tokio::time::timeout(self.timeout, self.agent.run(turn, context));
+        // In this order, not a random one: the select is polled at every event, and the others seldom fire.
         tokio::select! {
+            biased;
             result = run => Some(result.unwrap_or_else(|_| Err(Error::upstream_timeout(format!(
                 "upstream run took longer than the route's timeout of {:?}", self.timeout
             ))))),
@@ -708,7 +712,7 @@ pub struct RunContext {
     client_tools: Vec<String>,
     reply: ReplyLog,
     normalizer: Normalizer,
-    sender: mpsc::Sender<Event>,
+    sender: EventSender,
     ready: Vec<Event>,
     /// The run's terminal event, held back until the run's record is kept ([`RunContext::finish`]).
     terminal: Option<Event>,
@@ -729,7 +733,7 @@ pub struct RunContext {
 }
 
 impl RunContext {
-    fn new(turn: &Turn, sender: mpsc::Sender<Event>) -> Self {
+    fn new(turn: &Turn, sender: EventSender) -> Self {
         Self {
             record: Record::default(),
             client_tools: turn.tools.iter().map(|tool| tool.name.clone()).collect(),
@@ -868,7 +872,8 @@ impl RunContext {
 
 /// The events of one run, in order, ending after the terminal event. Reading them drives the run.
 pub struct EventStream {
-    receiver: mpsc::Receiver<Event>,
+    /// The events the run emitted that were not read yet.
+    receiver: EventSender,
     /// The run, until it ended.
     run: Option<Pin<Box<dyn Future<Output = ()> + Send>>>,
 }
@@ -877,22 +882,28 @@ impl Stream for EventStream {
     type Item = Event;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Event>> {
-        if let Poll::Ready(event) = self.receiver.poll_recv(cx) {
-            return Poll::Ready(event);
+        if let Some(event) = self.receiver.take() {
+            return Poll::Ready(Some(event));
         }
-        if let Some(run) = &mut self.run {
-            if run.as_mut().poll(cx).is_ready() {
-                self.run = None;
-            }
+        let Some(run) = &mut self.run else {
+            return Poll::Ready(None);
+        };
+        // The queue is empty, so the run can go on: what it waits for now is the upstream (or a store), and
+        // those wake this task.
+        if run.as_mut().poll(cx).is_ready() {
+            self.run = None;
         }
-        // The run's sender is gone once it ended: then this ends the stream after its last event.
-        self.receiver.poll_recv(cx)
+        match self.receiver.take() {
+            Some(event) => Poll::Ready(Some(event)),
+            None if self.run.is_none() => Poll::Ready(None),
+            None => Poll::Pending,
+        }
     }
 }
 
 impl Drop for EventStream {
-    /// A reader that leaves mid-run hands the run to a task of its own: closing the channel tells it the
-    /// client is gone, and it still cancels the upstream and saves the conversation.
+    /// A reader that leaves mid-run hands the run to a task of its own: closing the queue tells it the client
+    /// is gone, and it still cancels the upstream and saves the conversation.
     fn drop(&mut self) {
         let Some(run) = self.run.take() else { return };
         self.receiver.close();
@@ -903,10 +914,102 @@ impl Drop for EventStream {
     }
 }
 
+/// The queue between a run and its [`EventStream`]: at most [`EVENT_BUFFER`] events wait in it.
+///
+/// It wakes no task, unlike a channel. The run is only ever polled by the stream that reads the queue (in
+/// that reader's task, so a wake-up would only poll the same task once more for nothing), or, once the
+/// stream is gone, by a task of its own after the queue was closed. So a send that finds the queue full
+/// waits without a waker: the stream polls the run again when it has emptied the queue. And the queue's
+/// closing happens before the run's own task first polls it.
+#[derive(Clone, Default)]
+struct EventSender(Arc<Mutex<EventQueue>>);
+
+#[derive(Default)]
+struct EventQueue {
+    events: VecDeque<Event>,
+    closed: bool,
+}
+
+impl EventSender {
+    /// Queues `event` once there is room; fails, handing it back, once the reader is gone.
+    async fn send(&self, event: Event) -> std::result::Result<(), Event> {
+        self.until(|queue| queue.closed || queue.events.len() < EVENT_BUFFER)
+            .await;
+        let mut queue = lock(&self.0);
+        if queue.closed {
+            return Err(event);
+        }
+        queue.events.push_back(event);
+        Ok(())
+    }
+
+    /// Resolves once the reader is gone.
+    async fn closed(&self) {
+        self.until(|queue| queue.closed).await
+    }
+
+    /// Resolves once `ready` holds of the queue, without a waker (see the type's doc).
+    fn until(&self, ready: fn(&EventQueue) -> bool) -> impl Future<Output = ()> + '_ {
+        std::future::poll_fn(move |_| match ready(&lock(&self.0)) {
+            true => Poll::Ready(()),
+            false => Poll::Pending,
+        })
+    }
+
+    /// The oldest event waiting.
+    fn take(&self) -> Option<Event> {
+        lock(&self.0).events.pop_front()
+    }
+
+    /// Ends the queue: what waits in it is dropped, and every later send fails.
+    fn close(&self) {
+        let mut queue = lock(&self.0);
+        queue.closed = true;
+        queue.events.clear();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::model::{InterruptKind, Message};
+    use std::pin::pin;
+
+    fn delta() -> Event {
+        Event::TextDelta {
+            message_id: "m".into(),
+            delta: "hi".into(),
+        }
+    }
+
+    #[test]
+    fn the_event_queue_holds_a_bounded_number_and_fails_every_send_once_closed() {
+        let queue = EventSender::default();
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        for _ in 0..EVENT_BUFFER {
+            assert!(matches!(
+                pin!(queue.send(delta())).poll(&mut cx),
+                Poll::Ready(Ok(()))
+            ));
+        }
+        let mut full = pin!(queue.send(delta()));
+        assert!(
+            full.as_mut().poll(&mut cx).is_pending(),
+            "the queue is full"
+        );
+        assert!(queue.take().is_some());
+        assert!(matches!(full.poll(&mut cx), Poll::Ready(Ok(()))));
+
+        let mut closed = pin!(queue.closed());
+        assert!(closed.as_mut().poll(&mut cx).is_pending());
+        queue.close();
+        assert!(queue.take().is_none(), "what waited is dropped");
+        assert!(closed.poll(&mut cx).is_ready());
+        assert!(matches!(
+            pin!(queue.send(delta())).poll(&mut cx),
+            Poll::Ready(Err(_))
+        ));
+    }
 
     fn question(id: &str) -> Interrupt {
         Interrupt {

@@ -408,7 +408,10 @@ impl Ending<'_> {
         C: Future<Output = std::result::Result<(), E>>,
     {
         let mut connection = pin!(connection);
+        // In this order, not a random one: the select is polled whenever the connection moves, and the
+        // others seldom fire.
         tokio::select! {
+            biased;
             result = connection.as_mut() => return result,
             _ = self.stopping.changed() => {}
             () = self.activity.quiet_for(self.idle) => {}
