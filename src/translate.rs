@@ -140,18 +140,17 @@ impl Translator {
     /// The turn's event stream: `RunStarted` first, exactly one terminal event last. The turn runs as the
     /// stream is read.
     pub fn start(self: &Arc<Self>, turn: Turn) -> EventStream {
-        let sender = EventSender::default();
-        let receiver = sender.clone();
+        let events = EventQueue::default();
         let translator = Arc::clone(self);
         let in_flight = self.runs.gauges.start_run();
         let open = self.runs.metrics.run_opened(&self.route, &self.pair);
         // The trace of the request that asked for the run (its `traceparent`), while it is current.
         let parent = opentelemetry::Context::current();
         EventStream {
-            receiver,
+            events: events.clone(),
             run: Some(Box::pin(async move {
                 let _in_flight = (in_flight, open);
-                translator.run(turn, sender, &parent).await;
+                translator.run(turn, events, &parent).await;
             })),
         }
     }
@@ -185,12 +184,12 @@ impl Translator {
 
     /// Runs the turn in its span under `parent`, then counts it in the metrics and logs one line that says
     /// what it did.
-    async fn run(&self, turn: Turn, sender: EventSender, parent: &opentelemetry::Context) {
+    async fn run(&self, turn: Turn, events: EventQueue, parent: &opentelemetry::Context) {
         let started = Instant::now();
         let span = RunSpan::start(parent, &self.route, &self.pair, &turn.conversation);
         // Escaped and cut (a client chose it): one line, of bounded length.
         let conversation = crate::logging::clipped(&turn.conversation).to_string();
-        let mut context = RunContext::new(&turn, sender);
+        let mut context = RunContext::new(&turn, events);
         let upstream = span.within(self.run_turn(turn, &mut context)).await;
         let (outcome, error) = context.outcome();
         let duration = started.elapsed();
@@ -315,16 +314,17 @@ impl Translator {
     /// Runs the outbound within the route's timeout, unless the proxy ends its runs first (its shutdown's
     /// grace is over). `None` when the client went away first.
     async fn run_outbound(&self, turn: &Turn, context: &mut RunContext) -> Option<Result<()>> {
-        let closed = context.sender.clone();
+        let events = context.events.clone();
         let run = tokio::time::timeout(self.timeout, self.agent.run(turn, context));
-        // In this order, not a random one: the select is polled at every event, and the others seldom fire.
+        // In a fixed order (an unbiased select draws a random number at every poll, i.e. every event), the
+        // run last: a client gone while the run also could go on is a client gone.
         tokio::select! {
             biased;
+            () = events.closed() => None,
+            () = self.runs.ended() => Some(Err(Error::shutting_down())),
             result = run => Some(result.unwrap_or_else(|_| Err(Error::upstream_timeout(format!(
                 "upstream run took longer than the route's timeout of {:?}", self.timeout
             ))))),
-            () = closed.closed() => None,
-            () = self.runs.ended() => Some(Err(Error::shutting_down())),
         }
     }
 }
@@ -712,7 +712,7 @@ pub struct RunContext {
     client_tools: Vec<String>,
     reply: ReplyLog,
     normalizer: Normalizer,
-    sender: EventSender,
+    events: EventQueue,
     ready: Vec<Event>,
     /// The run's terminal event, held back until the run's record is kept ([`RunContext::finish`]).
     terminal: Option<Event>,
@@ -733,13 +733,13 @@ pub struct RunContext {
 }
 
 impl RunContext {
-    fn new(turn: &Turn, sender: EventSender) -> Self {
+    fn new(turn: &Turn, events: EventQueue) -> Self {
         Self {
             record: Record::default(),
             client_tools: turn.tools.iter().map(|tool| tool.name.clone()).collect(),
             reply: ReplyLog::Nothing,
             normalizer: Normalizer::new(),
-            sender,
+            events,
             ready: Vec::new(),
             terminal: None,
             events_in: EventCounts::default(),
@@ -774,7 +774,7 @@ impl RunContext {
         };
         let kind = terminal.kind();
         // The client may already be gone; there is nobody left to tell.
-        if self.sender.send(terminal).await.is_ok() {
+        if self.events.send(terminal).await {
             self.events_out.count_kind(kind);
             self.ended = Some(ended);
         }
@@ -859,7 +859,7 @@ impl RunContext {
                 continue;
             }
             let kind = event.kind();
-            if self.sender.send(event).await.is_err() {
+            if !self.events.send(event).await {
                 return Err(Error::cancelled("the client went away"));
             }
             self.events_out.count_kind(kind);
@@ -873,7 +873,7 @@ impl RunContext {
 /// The events of one run, in order, ending after the terminal event. Reading them drives the run.
 pub struct EventStream {
     /// The events the run emitted that were not read yet.
-    receiver: EventSender,
+    events: EventQueue,
     /// The run, until it ended.
     run: Option<Pin<Box<dyn Future<Output = ()> + Send>>>,
 }
@@ -882,18 +882,17 @@ impl Stream for EventStream {
     type Item = Event;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Event>> {
-        if let Some(event) = self.receiver.take() {
+        if let Some(event) = self.events.take() {
             return Poll::Ready(Some(event));
         }
         let Some(run) = &mut self.run else {
             return Poll::Ready(None);
         };
-        // The queue is empty, so the run can go on: what it waits for now is the upstream (or a store), and
-        // those wake this task.
+        // The queue is empty, so the run can go on; everything else it awaits registers this task's waker.
         if run.as_mut().poll(cx).is_ready() {
             self.run = None;
         }
-        match self.receiver.take() {
+        match self.events.take() {
             Some(event) => Poll::Ready(Some(event)),
             None if self.run.is_none() => Poll::Ready(None),
             None => Poll::Pending,
@@ -906,7 +905,7 @@ impl Drop for EventStream {
     /// is gone, and it still cancels the upstream and saves the conversation.
     fn drop(&mut self) {
         let Some(run) = self.run.take() else { return };
-        self.receiver.close();
+        self.events.close();
         match tokio::runtime::Handle::try_current() {
             Ok(runtime) => drop(runtime.spawn(run)),
             Err(_) => tracing::debug!("a run left outside a runtime is dropped unfinished"),
@@ -922,38 +921,39 @@ impl Drop for EventStream {
 /// waits without a waker: the stream polls the run again when it has emptied the queue. And the queue's
 /// closing happens before the run's own task first polls it.
 #[derive(Clone, Default)]
-struct EventSender(Arc<Mutex<EventQueue>>);
+struct EventQueue(Arc<Mutex<QueueState>>);
 
 #[derive(Default)]
-struct EventQueue {
+struct QueueState {
     events: VecDeque<Event>,
     closed: bool,
 }
 
-impl EventSender {
-    /// Queues `event` once there is room; fails, handing it back, once the reader is gone.
-    async fn send(&self, event: Event) -> std::result::Result<(), Event> {
-        self.until(|queue| queue.closed || queue.events.len() < EVENT_BUFFER)
-            .await;
-        let mut queue = lock(&self.0);
-        if queue.closed {
-            return Err(event);
-        }
-        queue.events.push_back(event);
-        Ok(())
+impl EventQueue {
+    /// Queues `event` once there is room: whether it was queued (not, once the reader is gone).
+    async fn send(&self, event: Event) -> bool {
+        let mut event = Some(event);
+        std::future::poll_fn(|_| {
+            let mut queue = lock(&self.0);
+            if queue.closed {
+                return Poll::Ready(false);
+            }
+            if queue.events.len() >= EVENT_BUFFER {
+                return Poll::Pending;
+            }
+            queue.events.extend(event.take());
+            Poll::Ready(true)
+        })
+        .await
     }
 
-    /// Resolves once the reader is gone.
+    /// Resolves once the reader is gone, without a waker (see the type's doc).
     async fn closed(&self) {
-        self.until(|queue| queue.closed).await
-    }
-
-    /// Resolves once `ready` holds of the queue, without a waker (see the type's doc).
-    fn until(&self, ready: fn(&EventQueue) -> bool) -> impl Future<Output = ()> + '_ {
-        std::future::poll_fn(move |_| match ready(&lock(&self.0)) {
+        std::future::poll_fn(|_| match lock(&self.0).closed {
             true => Poll::Ready(()),
             false => Poll::Pending,
         })
+        .await
     }
 
     /// The oldest event waiting.
@@ -982,33 +982,97 @@ mod tests {
         }
     }
 
+    fn numbered(n: usize) -> Event {
+        Event::TextDelta {
+            message_id: "m".into(),
+            delta: n.to_string(),
+        }
+    }
+
     #[test]
     fn the_event_queue_holds_a_bounded_number_and_fails_every_send_once_closed() {
-        let queue = EventSender::default();
+        let queue = EventQueue::default();
         let mut cx = Context::from_waker(std::task::Waker::noop());
-        for _ in 0..EVENT_BUFFER {
-            assert!(matches!(
-                pin!(queue.send(delta())).poll(&mut cx),
-                Poll::Ready(Ok(()))
-            ));
+        for n in 0..EVENT_BUFFER {
+            assert_eq!(
+                pin!(queue.send(numbered(n))).poll(&mut cx),
+                Poll::Ready(true)
+            );
         }
-        let mut full = pin!(queue.send(delta()));
+        let mut full = pin!(queue.send(numbered(EVENT_BUFFER)));
         assert!(
             full.as_mut().poll(&mut cx).is_pending(),
             "the queue is full"
         );
         assert!(queue.take().is_some());
-        assert!(matches!(full.poll(&mut cx), Poll::Ready(Ok(()))));
+        assert_eq!(full.poll(&mut cx), Poll::Ready(true));
 
         let mut closed = pin!(queue.closed());
         assert!(closed.as_mut().poll(&mut cx).is_pending());
         queue.close();
         assert!(queue.take().is_none(), "what waited is dropped");
         assert!(closed.poll(&mut cx).is_ready());
-        assert!(matches!(
-            pin!(queue.send(delta())).poll(&mut cx),
-            Poll::Ready(Err(_))
-        ));
+        assert_eq!(pin!(queue.send(delta())).poll(&mut cx), Poll::Ready(false));
+    }
+
+    /// A stream over `run`, which emits into `events`.
+    fn stream_of(
+        events: &EventQueue,
+        run: impl Future<Output = ()> + Send + 'static,
+    ) -> EventStream {
+        EventStream {
+            events: events.clone(),
+            run: Some(Box::pin(run)),
+        }
+    }
+
+    #[test]
+    fn a_run_emitting_more_than_the_queue_holds_at_once_is_read_whole_without_a_wake_up() {
+        let events = EventQueue::default();
+        let emitter = events.clone();
+        let mut stream = stream_of(&events, async move {
+            for n in 0..3 * EVENT_BUFFER + 1 {
+                assert!(emitter.send(numbered(n)).await);
+            }
+        });
+        // A waker that does nothing: the stream must not need one to go on.
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        for n in 0..3 * EVENT_BUFFER + 1 {
+            assert_eq!(
+                Pin::new(&mut stream).poll_next(&mut cx),
+                Poll::Ready(Some(numbered(n)))
+            );
+        }
+        assert_eq!(Pin::new(&mut stream).poll_next(&mut cx), Poll::Ready(None));
+    }
+
+    #[tokio::test]
+    async fn a_stream_dropped_mid_run_hands_the_run_a_task_where_its_sends_fail() {
+        let events = EventQueue::default();
+        let emitter = events.clone();
+        let (ended, sent_after_drop) = tokio::sync::oneshot::channel();
+        let mut stream = stream_of(&events, async move {
+            let mut n = 0;
+            while emitter.send(numbered(n)).await {
+                n += 1;
+                tokio::task::yield_now().await;
+            }
+            let _ = ended.send(n);
+        });
+        assert_eq!(
+            futures_util::StreamExt::next(&mut stream).await,
+            Some(numbered(0))
+        );
+        drop(stream);
+
+        let sent = tokio::time::timeout(Duration::from_secs(5), sent_after_drop)
+            .await
+            .expect("the run ended in its own task")
+            .unwrap();
+        assert!(
+            sent < 2 * EVENT_BUFFER,
+            "the run stopped once its reader was gone ({sent} sent)"
+        );
     }
 
     fn question(id: &str) -> Interrupt {

@@ -408,13 +408,13 @@ impl Ending<'_> {
         C: Future<Output = std::result::Result<(), E>>,
     {
         let mut connection = pin!(connection);
-        // In this order, not a random one: the select is polled whenever the connection moves, and the
-        // others seldom fire.
+        // In a fixed order (an unbiased select draws a random number at every poll, i.e. whenever the
+        // connection moves), the connection last: a connection that stays busy never hides the others.
         tokio::select! {
             biased;
-            result = connection.as_mut() => return result,
             _ = self.stopping.changed() => {}
             () = self.activity.quiet_for(self.idle) => {}
+            result = connection.as_mut() => return result,
         }
         graceful_shutdown(connection.as_mut());
         connection.await
