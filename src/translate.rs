@@ -941,7 +941,9 @@ impl EventQueue {
             if queue.events.len() >= EVENT_BUFFER {
                 return Poll::Pending;
             }
-            queue.events.extend(event.take());
+            if let Some(event) = event.take() {
+                queue.events.push_back(event);
+            }
             Poll::Ready(true)
         })
         .await
@@ -975,13 +977,6 @@ mod tests {
     use crate::model::{InterruptKind, Message};
     use std::pin::pin;
 
-    fn delta() -> Event {
-        Event::TextDelta {
-            message_id: "m".into(),
-            delta: "hi".into(),
-        }
-    }
-
     fn numbered(n: usize) -> Event {
         Event::TextDelta {
             message_id: "m".into(),
@@ -1012,7 +1007,10 @@ mod tests {
         queue.close();
         assert!(queue.take().is_none(), "what waited is dropped");
         assert!(closed.poll(&mut cx).is_ready());
-        assert_eq!(pin!(queue.send(delta())).poll(&mut cx), Poll::Ready(false));
+        assert_eq!(
+            pin!(queue.send(numbered(0))).poll(&mut cx),
+            Poll::Ready(false)
+        );
     }
 
     /// A stream over `run`, which emits into `events`.
@@ -1050,22 +1048,26 @@ mod tests {
     async fn a_stream_dropped_mid_run_hands_the_run_a_task_where_its_sends_fail() {
         let events = EventQueue::default();
         let emitter = events.clone();
-        let (ended, sent_after_drop) = tokio::sync::oneshot::channel();
+        let (report, sent) = tokio::sync::oneshot::channel();
         let mut stream = stream_of(&events, async move {
             let mut n = 0;
             while emitter.send(numbered(n)).await {
                 n += 1;
                 tokio::task::yield_now().await;
             }
-            let _ = ended.send(n);
+            let _ = report.send(n);
         });
+        let first = tokio::time::timeout(
+            Duration::from_secs(5),
+            futures_util::StreamExt::next(&mut stream),
+        );
         assert_eq!(
-            futures_util::StreamExt::next(&mut stream).await,
+            first.await.expect("the first event came"),
             Some(numbered(0))
         );
         drop(stream);
 
-        let sent = tokio::time::timeout(Duration::from_secs(5), sent_after_drop)
+        let sent = tokio::time::timeout(Duration::from_secs(5), sent)
             .await
             .expect("the run ended in its own task")
             .unwrap();
