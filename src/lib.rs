@@ -35,4 +35,5 @@ pub mod sync;
 pub mod telemetry;
 pub mod translate;
 pub mod upstream;
+pub mod wake;
 pub mod workers;

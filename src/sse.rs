@@ -1045,26 +1045,15 @@ mod tests {
     // `tokio::time::pause` needs tokio's `test-util` feature, which the crate does not enable, so
     // these use short real timers and assert only bounds that a slow machine cannot break.
 
-    /// A waker that notes whether it was woken.
-    #[derive(Default)]
-    struct Woken(std::sync::atomic::AtomicBool);
-
-    impl std::task::Wake for Woken {
-        fn wake(self: std::sync::Arc<Self>) {
-            self.0.store(true, std::sync::atomic::Ordering::SeqCst);
-        }
-    }
-
     /// Polls `body` once; whether it woke itself while polled.
     fn poll_once<B: Body<Data = Bytes, Error = Infallible> + Unpin>(
         body: &mut B,
     ) -> (Poll<Option<Bytes>>, bool) {
-        let woken = std::sync::Arc::new(Woken::default());
-        let waker = std::task::Waker::from(std::sync::Arc::clone(&woken));
+        let (waker, wakes) = crate::wake::WakeCount::waker();
         let polled = Pin::new(body)
             .poll_frame(&mut Context::from_waker(&waker))
             .map(|frame| frame.map(|frame| frame.unwrap().into_data().unwrap()));
-        (polled, woken.0.load(std::sync::atomic::Ordering::SeqCst))
+        (polled, wakes.get() > 0)
     }
 
     #[tokio::test]

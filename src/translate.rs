@@ -36,6 +36,7 @@ use crate::route_state::RouteState;
 use crate::store::{now_micros, DocumentKey, Key, Record, Store, UpstreamId, LEASE, LEASE_RENEWAL};
 use crate::sync::lock;
 use crate::telemetry::{store_span, RunSpan};
+use crate::wake::Noted;
 
 /// How many events may wait for a slow client before the upstream read pauses.
 const EVENT_BUFFER: usize = 16;
@@ -146,13 +147,10 @@ impl Translator {
         let open = self.runs.metrics.run_opened(&self.route, &self.pair);
         // The trace of the request that asked for the run (its `traceparent`), while it is current.
         let parent = opentelemetry::Context::current();
-        EventStream {
-            events: events.clone(),
-            run: Some(Box::pin(async move {
-                let _in_flight = (in_flight, open);
-                translator.run(turn, events, &parent).await;
-            })),
-        }
+        EventStream::new(events.clone(), async move {
+            let _in_flight = (in_flight, open);
+            translator.run(turn, events, &parent).await;
+        })
     }
 
     /// The interrupt `interrupt_id` if the tenant's conversation waits on it: for an inbound whose answers
@@ -876,6 +874,21 @@ pub struct EventStream {
     events: EventQueue,
     /// The run, until it ended.
     run: Option<Pin<Box<dyn Future<Output = ()> + Send>>>,
+    /// The run is polled through it, to tell whether it was woken since it last waited.
+    wakes: Noted,
+    /// The run waits for something that wakes it (not for room in the queue, which wakes nothing).
+    run_waits: bool,
+}
+
+impl EventStream {
+    fn new(events: EventQueue, run: impl Future<Output = ()> + Send + 'static) -> Self {
+        Self {
+            events,
+            run: Some(Box::pin(run)),
+            wakes: Noted::default(),
+            run_waits: false,
+        }
+    }
 }
 
 impl Stream for EventStream {
@@ -885,12 +898,19 @@ impl Stream for EventStream {
         if let Some(event) = self.events.take() {
             return Poll::Ready(Some(event));
         }
-        let Some(run) = &mut self.run else {
+        let this = &mut *self;
+        let Some(run) = &mut this.run else {
             return Poll::Ready(None);
         };
+        // Not woken since it waited, it would only wait again: hyper asks once more after every frame.
+        if this.run_waits && !this.wakes.woken(cx) {
+            return Poll::Pending;
+        }
         // The queue is empty, so the run can go on; everything else it awaits registers this task's waker.
-        if run.as_mut().poll(cx).is_ready() {
-            self.run = None;
+        match this.wakes.poll_noting(cx, |cx| run.as_mut().poll(cx)) {
+            Poll::Ready(()) => this.run = None,
+            // With the queue full it may wait for room, which no waker tells.
+            Poll::Pending => this.run_waits = !this.events.is_full(),
         }
         match self.events.take() {
             Some(event) => Poll::Ready(Some(event)),
@@ -958,6 +978,10 @@ impl EventQueue {
         .await
     }
 
+    fn is_full(&self) -> bool {
+        lock(&self.0).events.len() >= EVENT_BUFFER
+    }
+
     /// The oldest event waiting.
     fn take(&self) -> Option<Event> {
         lock(&self.0).events.pop_front()
@@ -1018,10 +1042,7 @@ mod tests {
         events: &EventQueue,
         run: impl Future<Output = ()> + Send + 'static,
     ) -> EventStream {
-        EventStream {
-            events: events.clone(),
-            run: Some(Box::pin(run)),
-        }
+        EventStream::new(events.clone(), run)
     }
 
     #[test]
@@ -1041,6 +1062,46 @@ mod tests {
                 Poll::Ready(Some(numbered(n)))
             );
         }
+        assert_eq!(Pin::new(&mut stream).poll_next(&mut cx), Poll::Ready(None));
+    }
+
+    #[test]
+    fn a_waiting_run_is_polled_again_only_once_woken() {
+        let events = EventQueue::default();
+        let emitter = events.clone();
+        let polls = Arc::new(AtomicUsize::new(0));
+        let (waiting, woken) = (Arc::clone(&polls), Arc::new(Mutex::new(None)));
+        let kept = Arc::clone(&woken);
+        let mut stream = stream_of(&events, async move {
+            // Waits on its first poll, and is done on the next: then emits one event and ends.
+            std::future::poll_fn(|cx| match waiting.fetch_add(1, Ordering::SeqCst) {
+                0 => {
+                    *lock(&kept) = Some(cx.waker().clone());
+                    Poll::Pending
+                }
+                _ => Poll::Ready(()),
+            })
+            .await;
+            assert!(emitter.send(numbered(0)).await);
+        });
+        let (task, wakes) = crate::wake::WakeCount::waker();
+        let mut cx = Context::from_waker(&task);
+        for _ in 0..3 {
+            assert_eq!(Pin::new(&mut stream).poll_next(&mut cx), Poll::Pending);
+        }
+        assert_eq!(
+            polls.load(Ordering::SeqCst),
+            1,
+            "not woken: not polled again"
+        );
+
+        lock(&woken).take().expect("the run kept its waker").wake();
+        assert_eq!(wakes.get(), 1, "the wake reached the task");
+        assert_eq!(
+            Pin::new(&mut stream).poll_next(&mut cx),
+            Poll::Ready(Some(numbered(0)))
+        );
+        assert_eq!(polls.load(Ordering::SeqCst), 2);
         assert_eq!(Pin::new(&mut stream).poll_next(&mut cx), Poll::Ready(None));
     }
 

@@ -4,7 +4,8 @@
 //! one chunk at a time, through a channel its task refills only when it next runs: every event of a stream
 //! then costs two task turns, the connection's and the reader's. Here whoever reads the body drives the
 //! connection too ([`UpstreamBody`]), so a read from the socket and the events it carries are handled in one
-//! turn. An idle connection waits in its thread's pool, undriven, until a request takes it; it is checked
+//! turn; the wakes the two ends of hyper's channel give each other are held back ([`crate::wake`]), as they
+//! would only bring the turn round again. An idle connection waits in its thread's pool, undriven, until a request takes it; it is checked
 //! then and every few seconds by its thread's sweeper, and one the agent closed meanwhile is dropped.
 //!
 //! Connections speak HTTP/1.1 only: an agent's stream needs its own connection anyway, and sharing an
@@ -32,6 +33,8 @@ use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 use tokio::runtime::{Handle, RuntimeFlavor};
 use tower_service::Service;
+
+use crate::wake::Noted;
 
 /// How many bytes one read from an upstream connection takes at most.
 const READ_BUFFER: usize = 4096;
@@ -252,23 +255,30 @@ async fn exchange(
 ) -> Result<Response<UpstreamBody>, TrySendError<Request<Full<Bytes>>>> {
     let mut answer = std::pin::pin!(pooled.sender.try_send_request(request));
     let mut connection = Some(pooled.connection);
+    // Both ends in turn, so neither wakes the task for the other (see `UpstreamBody::wakes`).
+    let mut wakes = Noted::default();
     // The connection first: it writes the request and reads the head, which the answer then holds.
     let head = poll_fn(|cx| {
-        if let Some(open) = connection.as_mut() {
-            if let Poll::Ready(ended) = Pin::new(open).poll(cx) {
-                ended_early(ended);
-                // Dropped, it fails the answer if nothing did yet.
-                connection = None;
+        wakes.poll_holding(cx, |cx| {
+            if let Some(open) = connection.as_mut() {
+                if let Poll::Ready(ended) = Pin::new(open).poll(cx) {
+                    ended_early(ended);
+                    // Dropped, it fails the answer if nothing did yet.
+                    connection = None;
+                }
             }
-        }
-        answer.as_mut().poll(cx)
+            answer.as_mut().poll(cx)
+        })
     })
     .await?;
     let pooled = connection.map(|connection| PooledConnection {
         connection,
         ..pooled
     });
-    Ok(head.map(|incoming| UpstreamBody { incoming, pooled }))
+    Ok(head.map(|incoming| UpstreamBody {
+        ends: Ends { incoming, pooled },
+        wakes,
+    }))
 }
 
 /// Notes why a connection ended while its answer was still due: the answer's own error says less.
@@ -281,21 +291,28 @@ fn ended_early(ended: hyper::Result<()>) {
 /// The body of an upstream's answer. Reading it drives its connection, which goes back to the pool once the
 /// body ended; dropping it earlier closes the connection, which tells the agent the reader went away.
 pub struct UpstreamBody {
+    ends: Ends,
+    /// The body and its connection are polled in turn, each time both: a wake one gives the other (hyper's
+    /// channel between them) would only have the task polled once more for nothing.
+    wakes: Noted,
+}
+
+/// The two ends of hyper's channel: the body, and the connection that fills it while the body needs it.
+struct Ends {
     incoming: Incoming,
-    /// While the body still needs it.
     pooled: Option<PooledConnection>,
 }
 
 impl std::fmt::Debug for UpstreamBody {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("UpstreamBody")
-            .field("incoming", &self.incoming)
-            .field("connected", &self.pooled.is_some())
+            .field("incoming", &self.ends.incoming)
+            .field("connected", &self.ends.pooled.is_some())
             .finish()
     }
 }
 
-impl UpstreamBody {
+impl Ends {
     fn poll_incoming(
         &mut self,
         cx: &mut Context<'_>,
@@ -307,6 +324,27 @@ impl UpstreamBody {
             _ => {}
         }
         polled
+    }
+
+    fn poll_both(
+        &mut self,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        // Polling the body first tells the connection it may read on.
+        if let Poll::Ready(frame) = self.poll_incoming(cx) {
+            return Poll::Ready(frame);
+        }
+        let Some(pooled) = &mut self.pooled else {
+            return Poll::Pending;
+        };
+        // The connection reads what the socket has and hands the body the next frame of it, or waits for
+        // the socket (woken through `cx`).
+        if let Poll::Ready(ended) = Pin::new(&mut pooled.connection).poll(cx) {
+            ended_early(ended);
+            // Dropped, it ends the body if nothing did yet.
+            self.pooled = None;
+        }
+        self.poll_incoming(cx)
     }
 
     fn release(&mut self) {
@@ -326,30 +364,16 @@ impl Body for UpstreamBody {
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
-        let this = self.get_mut();
-        // Polling the body first tells the connection it may read on.
-        if let Poll::Ready(frame) = this.poll_incoming(cx) {
-            return Poll::Ready(frame);
-        }
-        let Some(pooled) = &mut this.pooled else {
-            return Poll::Pending;
-        };
-        // The connection reads what the socket has and hands the body the next frame of it, or waits for
-        // the socket (woken through `cx`).
-        if let Poll::Ready(ended) = Pin::new(&mut pooled.connection).poll(cx) {
-            ended_early(ended);
-            // Dropped, it ends the body if nothing did yet.
-            this.pooled = None;
-        }
-        this.poll_incoming(cx)
+        let UpstreamBody { ends, wakes } = self.get_mut();
+        wakes.poll_holding(cx, |cx| ends.poll_both(cx))
     }
 
     fn is_end_stream(&self) -> bool {
-        self.incoming.is_end_stream()
+        self.ends.incoming.is_end_stream()
     }
 
     fn size_hint(&self) -> SizeHint {
-        self.incoming.size_hint()
+        self.ends.incoming.size_hint()
     }
 }
 
@@ -357,8 +381,8 @@ impl Drop for UpstreamBody {
     /// A body read to its end (whose reader stopped at its length, or had none to read) leaves its
     /// connection reusable; otherwise the connection closes with it.
     fn drop(&mut self) {
-        if self.incoming.is_end_stream() {
-            self.release();
+        if self.ends.incoming.is_end_stream() {
+            self.ends.release();
         }
     }
 }
