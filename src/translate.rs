@@ -36,7 +36,7 @@ use crate::route_state::RouteState;
 use crate::store::{now_micros, DocumentKey, Key, Record, Store, UpstreamId, LEASE, LEASE_RENEWAL};
 use crate::sync::lock;
 use crate::telemetry::{store_span, RunSpan};
-use crate::wake::Noted;
+use crate::wake::NotingWaker;
 
 /// How many events may wait for a slow client before the upstream read pauses.
 const EVENT_BUFFER: usize = 16;
@@ -875,7 +875,7 @@ pub struct EventStream {
     /// The run, until it ended.
     run: Option<Pin<Box<dyn Future<Output = ()> + Send>>>,
     /// The run is polled through it, to tell whether it was woken since it last waited.
-    wakes: Noted,
+    wakes: NotingWaker,
     /// The run waits for something that wakes it (not for room in the queue, which wakes nothing).
     run_waits: bool,
 }
@@ -885,7 +885,7 @@ impl EventStream {
         Self {
             events,
             run: Some(Box::pin(run)),
-            wakes: Noted::default(),
+            wakes: NotingWaker::default(),
             run_waits: false,
         }
     }
@@ -906,7 +906,8 @@ impl Stream for EventStream {
         if this.run_waits && !this.wakes.woken(cx) {
             return Poll::Pending;
         }
-        // The queue is empty, so the run can go on; everything else it awaits registers this task's waker.
+        // The queue is empty, so the run can go on. Everything else it awaits registers the waker it is polled
+        // with, but the queue's closing, which only comes once this stream is dropped.
         match this.wakes.poll_noting(cx, |cx| run.as_mut().poll(cx)) {
             Poll::Ready(()) => this.run = None,
             // With the queue full it may wait for room, which no waker tells.
@@ -938,8 +939,9 @@ impl Drop for EventStream {
 /// It wakes no task, unlike a channel. The run is only ever polled by the stream that reads the queue (in
 /// that reader's task, so a wake-up would only poll the same task once more for nothing), or, once the
 /// stream is gone, by a task of its own after the queue was closed. So a send that finds the queue full
-/// waits without a waker: the stream polls the run again when it has emptied the queue. And the queue's
-/// closing happens before the run's own task first polls it.
+/// waits without a waker: the stream polls the run again when it has emptied the queue, even though the run
+/// was not woken ([`EventQueue::is_full`]). And the queue's closing happens before the run's own task first
+/// polls it.
 #[derive(Clone, Default)]
 struct EventQueue(Arc<Mutex<QueueState>>);
 
@@ -947,6 +949,12 @@ struct EventQueue(Arc<Mutex<QueueState>>);
 struct QueueState {
     events: VecDeque<Event>,
     closed: bool,
+}
+
+impl QueueState {
+    fn is_full(&self) -> bool {
+        self.events.len() >= EVENT_BUFFER
+    }
 }
 
 impl EventQueue {
@@ -958,7 +966,7 @@ impl EventQueue {
             if queue.closed {
                 return Poll::Ready(false);
             }
-            if queue.events.len() >= EVENT_BUFFER {
+            if queue.is_full() {
                 return Poll::Pending;
             }
             if let Some(event) = event.take() {
@@ -978,8 +986,9 @@ impl EventQueue {
         .await
     }
 
+    /// A send would wait (see the type's doc): the stream polls the run again however it was woken.
     fn is_full(&self) -> bool {
-        lock(&self.0).events.len() >= EVENT_BUFFER
+        lock(&self.0).is_full()
     }
 
     /// The oldest event waiting.

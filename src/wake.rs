@@ -1,10 +1,10 @@
 //! A task's waker that notes its wakes, so that a task polls only what may have moved.
 //!
 //! Two uses, both to spare a task polls that can only find nothing new:
-//! - [`Noted::poll_holding`]: the two ends of hyper's channel between a connection and its answer, polled in
-//!   turn in one task. Each end wakes the other's waker when it moves (a chunk handed over, a slot freed,
-//!   more wanted), and in one task each such wake polls the whole task once more, for nothing.
-//! - [`Noted::woken`]: a future that returned `Pending` and was not woken since would return `Pending`
+//! - [`NotingWaker::poll_holding`]: the two ends of hyper's channel between a connection and its answer,
+//!   polled in turn in one task. Each end wakes the other's waker when it moves (a chunk handed over, a slot
+//!   freed, more wanted), and in one task each such wake polls the whole task once more, for nothing.
+//! - [`NotingWaker::woken`]: a future that returned `Pending` and was not woken since would return `Pending`
 //!   again, so a reader polled again for other reasons (hyper asks a body once more after each frame) need
 //!   not poll it.
 
@@ -14,7 +14,7 @@ use std::task::{Context, Poll, Wake, Waker};
 
 /// Polls through a waker of its own that wraps the task's; made again when the task changes.
 #[derive(Default)]
-pub struct Noted {
+pub struct NotingWaker {
     waker: Option<(Waker, Arc<Note>)>,
 }
 
@@ -41,10 +41,11 @@ impl Wake for Note {
     }
 }
 
-impl Noted {
+impl NotingWaker {
     /// Polls with `poll`, holding wakes back until it returns: a poll that ends waiting passes them on, once
-    /// (one may have come from elsewhere); one that ends ready drops them, as its caller polls again anyway.
-    /// Only for what is polled whole inside `poll`, where every wake it causes is seen before it returns.
+    /// (one may have come from elsewhere); one that ends ready owes no wake, as what the wakes told of stays
+    /// in what was polled (a socket's readiness, a channel's state) for the caller's next poll to find. Only
+    /// for what is polled whole inside `poll`, where every wake it causes is seen before it returns.
     pub fn poll_holding<T>(
         &mut self,
         cx: &mut Context<'_>,
@@ -60,7 +61,7 @@ impl Noted {
         polled
     }
 
-    /// Polls with `poll`, passing every wake on and noting it for [`Noted::woken`].
+    /// Polls with `poll`, passing every wake on and noting it for [`NotingWaker::woken`].
     pub fn poll_noting<T>(
         &mut self,
         cx: &mut Context<'_>,
@@ -137,7 +138,7 @@ mod tests {
     fn wakes_held_while_polling_pass_once_if_the_poll_waits_and_never_if_it_ends_ready() {
         let (task, wakes) = WakeCount::waker();
         let mut cx = Context::from_waker(&task);
-        let mut noted = Noted::default();
+        let mut noted = NotingWaker::default();
 
         assert_eq!(
             noted.poll_holding(&mut cx, wake_and(Poll::Ready(1))),
@@ -167,7 +168,7 @@ mod tests {
     fn woken_tells_a_wake_since_the_last_poll_or_another_task() {
         let (task, wakes) = WakeCount::waker();
         let mut cx = Context::from_waker(&task);
-        let mut noted = Noted::default();
+        let mut noted = NotingWaker::default();
         assert!(noted.woken(&cx), "never polled");
 
         let mut kept = None;

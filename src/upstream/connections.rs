@@ -5,8 +5,9 @@
 //! then costs two task turns, the connection's and the reader's. Here whoever reads the body drives the
 //! connection too ([`UpstreamBody`]), so a read from the socket and the events it carries are handled in one
 //! turn; the wakes the two ends of hyper's channel give each other are held back ([`crate::wake`]), as they
-//! would only bring the turn round again. An idle connection waits in its thread's pool, undriven, until a request takes it; it is checked
-//! then and every few seconds by its thread's sweeper, and one the agent closed meanwhile is dropped.
+//! would only bring the turn round again. An idle connection waits in its thread's pool, undriven, until a
+//! request takes it; it is checked then and every few seconds by its thread's sweeper, and one the agent
+//! closed meanwhile is dropped.
 //!
 //! Connections speak HTTP/1.1 only: an agent's stream needs its own connection anyway, and sharing an
 //! HTTP/2 connection between streams would need the task of its own this module removes.
@@ -34,7 +35,7 @@ use tokio::net::TcpStream;
 use tokio::runtime::{Handle, RuntimeFlavor};
 use tower_service::Service;
 
-use crate::wake::Noted;
+use crate::wake::NotingWaker;
 
 /// How many bytes one read from an upstream connection takes at most.
 const READ_BUFFER: usize = 4096;
@@ -256,7 +257,7 @@ async fn exchange(
     let mut answer = std::pin::pin!(pooled.sender.try_send_request(request));
     let mut connection = Some(pooled.connection);
     // Both ends in turn, so neither wakes the task for the other (see `UpstreamBody::wakes`).
-    let mut wakes = Noted::default();
+    let mut wakes = NotingWaker::default();
     // The connection first: it writes the request and reads the head, which the answer then holds.
     let head = poll_fn(|cx| {
         wakes.poll_holding(cx, |cx| {
@@ -292,9 +293,9 @@ fn ended_early(ended: hyper::Result<()>) {
 /// body ended; dropping it earlier closes the connection, which tells the agent the reader went away.
 pub struct UpstreamBody {
     ends: Ends,
-    /// The body and its connection are polled in turn, each time both: a wake one gives the other (hyper's
+    /// The body and its connection are polled together, in one call: a wake one gives the other (hyper's
     /// channel between them) would only have the task polled once more for nothing.
-    wakes: Noted,
+    wakes: NotingWaker,
 }
 
 /// The two ends of hyper's channel: the body, and the connection that fills it while the body needs it.
