@@ -126,7 +126,7 @@ impl Wake for WakeCount {
 mod tests {
     use super::*;
 
-    /// What a poll under test does with the waker it is given: wake it, or keep it for later.
+    /// A poll under test that wakes the waker it is given, then returns `polled`.
     fn wake_and<T>(polled: Poll<T>) -> impl FnOnce(&mut Context<'_>) -> Poll<T> {
         move |cx| {
             cx.waker().wake_by_ref();
@@ -138,24 +138,24 @@ mod tests {
     fn wakes_held_while_polling_pass_once_if_the_poll_waits_and_never_if_it_ends_ready() {
         let (task, wakes) = WakeCount::waker();
         let mut cx = Context::from_waker(&task);
-        let mut noted = NotingWaker::default();
+        let mut noting = NotingWaker::default();
 
         assert_eq!(
-            noted.poll_holding(&mut cx, wake_and(Poll::Ready(1))),
+            noting.poll_holding(&mut cx, wake_and(Poll::Ready(1))),
             Poll::Ready(1)
         );
-        assert_eq!(wakes.get(), 0, "a ready poll is followed by another anyway");
+        assert_eq!(wakes.get(), 0, "a ready poll owes no wake");
 
         let twice = |cx: &mut Context<'_>| {
             cx.waker().wake_by_ref();
             cx.waker().wake_by_ref();
             Poll::<()>::Pending
         };
-        assert_eq!(noted.poll_holding(&mut cx, twice), Poll::Pending);
+        assert_eq!(noting.poll_holding(&mut cx, twice), Poll::Pending);
         assert_eq!(wakes.get(), 1, "a waiting poll passes its wakes on, once");
 
         let mut kept = None;
-        let _ = noted.poll_holding(&mut cx, |cx| {
+        let _ = noting.poll_holding(&mut cx, |cx| {
             kept = Some(cx.waker().clone());
             Poll::<()>::Pending
         });
@@ -168,25 +168,25 @@ mod tests {
     fn woken_tells_a_wake_since_the_last_poll_or_another_task() {
         let (task, wakes) = WakeCount::waker();
         let mut cx = Context::from_waker(&task);
-        let mut noted = NotingWaker::default();
-        assert!(noted.woken(&cx), "never polled");
+        let mut noting = NotingWaker::default();
+        assert!(noting.woken(&cx), "never polled");
 
         let mut kept = None;
-        let _ = noted.poll_noting(&mut cx, |cx| {
+        let _ = noting.poll_noting(&mut cx, |cx| {
             kept = Some(cx.waker().clone());
             Poll::<()>::Pending
         });
-        assert!(!noted.woken(&cx));
+        assert!(!noting.woken(&cx));
         kept.unwrap().wake();
-        assert!(noted.woken(&cx));
+        assert!(noting.woken(&cx));
         assert_eq!(wakes.get(), 1, "the wake passed on");
 
-        let _ = noted.poll_noting(&mut cx, wake_and(Poll::<()>::Pending));
-        assert!(noted.woken(&cx), "woken while polled");
-        let _ = noted.poll_noting(&mut cx, |_| Poll::<()>::Pending);
-        assert!(!noted.woken(&cx), "cleared by the next poll");
+        let _ = noting.poll_noting(&mut cx, wake_and(Poll::<()>::Pending));
+        assert!(noting.woken(&cx), "woken while polled");
+        let _ = noting.poll_noting(&mut cx, |_| Poll::<()>::Pending);
+        assert!(!noting.woken(&cx), "cleared by the next poll");
 
         let (other, _) = WakeCount::waker();
-        assert!(noted.woken(&Context::from_waker(&other)), "another task");
+        assert!(noting.woken(&Context::from_waker(&other)), "another task");
     }
 }
