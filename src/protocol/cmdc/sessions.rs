@@ -726,6 +726,8 @@ struct Buffer {
     limit: usize,
     done: bool,
     read: bool,
+    /// The run's end, kept from subscribers until its log in the store ended ([`Run::end_log`]).
+    held_end: Option<Event>,
 }
 
 /// A subscriber asked for an event the buffer no longer keeps.
@@ -755,6 +757,7 @@ impl Run {
             limit,
             done: false,
             read: false,
+            held_end: None,
         };
         Self {
             seq,
@@ -770,9 +773,17 @@ impl Run {
         *lock(&self.log) = Some(log);
     }
 
-    /// The run's log in the store, for its driver to end once the run did.
-    pub fn take_log(&self) -> Option<LogWriter> {
-        lock(&self.log).take()
+    /// Ends the run's log in the store, if kept, then shows subscribers the run's end: a client that read
+    /// it finds the run ended on any replica, and after a restart.
+    pub async fn end_log(&self) {
+        let log = lock(&self.log).take();
+        if let Some(log) = log {
+            log.end().await;
+        }
+        let held = lock(&self.buffer).held_end.take();
+        if let Some(end) = held {
+            self.append(end);
+        }
     }
 
     /// Hands `event` to the run's log, if kept; a pause is kept durably (a person may answer it much later).
@@ -801,16 +812,29 @@ impl Run {
         let _ = aborted.wait_for(|aborted| *aborted).await;
     }
 
-    /// Appends an event and wakes the subscribers; beyond the buffer's limit the oldest events go (the
-    /// newest always stays, so that the subscribers that keep up read it).
+    /// Appends an event and wakes the subscribers. The run's end, where the run is kept in a log, waits
+    /// for [`Run::end_log`].
     pub fn push(&self, event: Event) {
-        let len = {
+        {
             let mut buffer = lock(&self.buffer);
             if buffer.done {
                 return;
             }
             buffer.done = event.is_terminal();
             self.log(&event);
+            if buffer.done && lock(&self.log).is_some() {
+                buffer.held_end = Some(event);
+                return;
+            }
+        }
+        self.append(event);
+    }
+
+    /// Adds `event` to the buffer and wakes the subscribers; beyond the buffer's limit the oldest events go
+    /// (the newest always stays, so that the subscribers that keep up read it).
+    fn append(&self, event: Event) {
+        let len = {
+            let mut buffer = lock(&self.buffer);
             let cost = kept_bytes(&event);
             buffer.bytes += cost;
             buffer.events.push_back((event, cost));
@@ -867,6 +891,11 @@ pub struct Follower {
 }
 
 impl Follower {
+    /// The number of the last run this follower read to its end.
+    pub fn last_run(&self) -> u64 {
+        self.last_seq
+    }
+
     /// The next event; `None` once the run ended (one-run subscribers) or the session is gone.
     pub async fn next(&mut self) -> Option<Event> {
         loop {

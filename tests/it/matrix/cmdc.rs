@@ -47,8 +47,11 @@ pub struct Client {
     rest: CmdcClient,
     /// The session and the client's callback endpoint, made by the first exchange.
     session: Option<Session>,
-    /// The events of the run going on (kept across a pause).
-    events: Option<Events>,
+    /// The events of the run going on (kept across a pause); boxed, as the other clients are small.
+    events: Option<Box<Events>>,
+    /// Whether the paused run's stream was left behind on another proxy ([`Client::retarget`]): the answer
+    /// subscribes again, and the run's events already read come again first.
+    resubscribe: bool,
     /// What the paused run waits for.
     pending: Option<Pending>,
     /// Every event of the current prompt's run so far, across its pauses.
@@ -78,11 +81,20 @@ impl Client {
             rest: CmdcClient::new(url).with_key(CLIENT_KEY),
             session: None,
             events: None,
+            resubscribe: false,
             pending: None,
             run: Vec::new(),
             decisions: Vec::new(),
             aborted: false,
         }
+    }
+
+    /// The same session, now through the route served at `url` (another replica, a restarted proxy), as a
+    /// client would go on after its stream broke: a run paused in the old stream is followed again from the
+    /// new proxy, which replays the run from its start.
+    pub fn retarget(&mut self, url: String) {
+        self.rest = CmdcClient::new(url).with_key(CLIENT_KEY);
+        self.resubscribe = self.events.take().is_some();
     }
 
     pub async fn start(&mut self, input: Input) -> Run<'_> {
@@ -101,15 +113,18 @@ impl Client {
     /// Sends `input` natively; `Err` with the message of an HTTP error answer.
     async fn send(&mut self, input: Input) -> Result<(), String> {
         let session = self.session().await?;
+        if std::mem::take(&mut self.resubscribe) && self.pending.is_some() {
+            let response = self.call(Method::GET, &session, "events", None).await?;
+            self.events = Some(Box::new(Events::new(response).replaying(&self.run)));
+        }
         match (input, self.pending.take()) {
             (Input::Say(text), _) => {
                 self.run.clear();
                 self.decisions.clear();
                 self.aborted = false;
                 // Subscribed first, so that no event of the run can be published before we listen.
-                self.events = Some(Events::new(
-                    self.call(Method::GET, &session, "events", None).await?,
-                ));
+                let response = self.call(Method::GET, &session, "events", None).await?;
+                self.events = Some(Box::new(Events::new(response)));
                 self.call(
                     Method::POST,
                     &session,
@@ -428,6 +443,8 @@ struct Events {
     stream: SseStream,
     /// How many bytes of `stream.raw` were parsed into events.
     parsed: usize,
+    /// The names of the events read before on another stream, which this one replays first.
+    replayed: std::collections::VecDeque<String>,
 }
 
 impl Events {
@@ -435,17 +452,28 @@ impl Events {
         Events {
             stream: response.sse(),
             parsed: 0,
+            replayed: Default::default(),
         }
+    }
+
+    /// This stream, whose first events are `run` again: they are checked and skipped.
+    fn replaying(mut self, run: &[(String, Value)]) -> Events {
+        self.replayed = run.iter().map(|(name, _)| name.clone()).collect();
+        self
     }
 
     /// The next event; `None` once the stream ended.
     async fn next(&mut self) -> Option<(String, Value)> {
         loop {
-            if let Some(event) = self.parse() {
-                return Some(event);
-            }
-            // `SseStream` frames the bytes; the event names are read back from what it received.
-            self.stream.next_data().await?;
+            let Some((name, data)) = self.parse() else {
+                // `SseStream` frames the bytes; the event names are read back from what it received.
+                self.stream.next_data().await?;
+                continue;
+            };
+            let Some(read_before) = self.replayed.pop_front() else {
+                return Some((name, data));
+            };
+            assert_eq!(name, read_before, "CMDC client: the run replayed otherwise");
         }
     }
 

@@ -301,14 +301,13 @@ impl Client {
     }
 
     /// The same conversation, now through the route served at `url` (another replica, a restarted proxy).
-    /// A CMDC client's session lives on the proxy that made it: it is not moved yet.
     pub fn retarget(&mut self, url: String) {
         match self {
             Client::AgUi(client) => client.retarget(url),
             Client::A2a(client) => client.retarget(url),
             Client::AgentScope(client) => client.retarget(url),
             Client::AgKit(client) => client.retarget(url),
-            Client::Cmdc(_) => panic!("a CMDC client's session cannot move to another proxy yet"),
+            Client::Cmdc(client) => client.retarget(url),
         }
     }
 

@@ -22,14 +22,14 @@ pub(super) async fn one_run(runner: &Arc<Runner>, session: &Arc<Session>) -> Eve
     match kept_run(runner, session).await {
         Some(events) => events,
         None if runner.documents.shared() => next_run_anywhere(runner, session),
-        None => local_run(session.subscribe_run(), None),
+        None => local_run(runner, session, session.subscribe_run(), None),
     }
 }
 
 /// Every run from now on (the current one first, if nobody read its end yet), until the session closes.
 pub(super) fn every_run(runner: &Arc<Runner>, session: &Arc<Session>) -> Events {
     if !runner.documents.shared() {
-        return local_run(session.subscribe_all(), None);
+        return local_run(runner, session, session.subscribe_all(), None);
     }
     let state = (Arc::clone(runner), Arc::clone(session), true);
     let runs = stream::unfold(state, |(runner, session, first)| async move {
@@ -46,12 +46,32 @@ pub(super) fn every_run(runner: &Arc<Runner>, session: &Arc<Session>) -> Events 
     Box::pin(runs.flatten())
 }
 
-/// A run of this replica's, as `follower` reads it (after `first`, already read).
-fn local_run(follower: Follower, first: Option<Event>) -> Events {
-    let rest = stream::unfold(follower, |mut follower| async move {
-        Some((follower.next().await?, follower))
+/// A run of this replica's, as `follower` reads it (`first` already read from it). Where the store keeps
+/// runs, each run's end is kept as read before the subscriber gets it: the session's next subscriber, on
+/// any replica or after a restart, waits for the next run.
+fn local_run(
+    runner: &Arc<Runner>,
+    session: &Arc<Session>,
+    follower: Follower,
+    first: Option<Event>,
+) -> Events {
+    let documents = runner.documents.clone();
+    let (tenant, id) = (session.tenant.clone(), session.id.clone());
+    let events = stream::unfold((follower, first), move |(mut follower, first)| {
+        let (documents, tenant, id) = (documents.clone(), tenant.clone(), id.clone());
+        async move {
+            let event = match first {
+                Some(event) => event,
+                None => follower.next().await?,
+            };
+            if event.is_terminal() && documents.kept() {
+                let read = follower.last_run();
+                let _ = documents.save(READ_DOCUMENT, &tenant, &id, &read).await;
+            }
+            Some((event, (follower, None)))
+        }
     });
-    Box::pin(stream::iter(first).chain(rest))
+    Box::pin(events)
 }
 
 /// The session's next run, in a store replicas share: this replica's, or one the store shows another
@@ -78,11 +98,11 @@ fn next_run_anywhere(runner: &Arc<Runner>, session: &Arc<Session>) -> Events {
             }
         };
         let kept = tokio::select! {
-            first = follower.next() => return local_run(follower, first),
+            first = follower.next() => return local_run(&runner, &session, follower, first),
             kept = elsewhere => kept,
         };
         // None: the run the store shows is this replica's after all (or the session is gone).
-        kept.unwrap_or_else(|| local_run(follower, None))
+        kept.unwrap_or_else(|| local_run(&runner, &session, follower, None))
     };
     Box::pin(stream::once(next).flatten())
 }

@@ -165,9 +165,7 @@ impl Runner {
         while let Some((run, prompt)) = next.take() {
             self.run(&session, &run, prompt).await;
             // Ended (its lease let go) before the next run's log takes the same name.
-            if let Some(log) = run.take_log() {
-                log.end().await;
-            }
+            run.end_log().await;
             session.expire_unread(&run, FINISHED_RUN_TTL);
             next = match Self::next_prompt(&session, false) {
                 Some(next) => Some(next),
