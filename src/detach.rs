@@ -13,7 +13,8 @@
 //! - Where the store keeps documents, the events are also appended to the run's log in the store
 //!   ([`crate::store::LogWriter`]): a client that comes back to another replica, or to this one after a
 //!   restart, follows the run from there. While it does, it holds a lease that the replica driving the run
-//!   counts as a follower.
+//!   counts as a follower. If that replica dies before the run's end, the follower is told so in its
+//!   inbound's own error (an AG-UI `RUN_ERROR`, ...), which the inbound hands in.
 
 use std::collections::{HashMap, VecDeque};
 use std::fmt::Write;
@@ -98,17 +99,18 @@ impl Detached {
     }
 
     /// The frames for a request naming `key`: the kept run's, from after `last_event_id` (or from its start
-    /// while it is live), else those of a new run of `start`.
+    /// while it is live), else those of a new run of `start`. `lost`: see [`Detached::resume`].
     pub async fn serve<S>(
         self: &Arc<Self>,
         key: RunKey,
         last_event_id: Option<u64>,
+        lost: Bytes,
         start: impl FnOnce() -> S,
     ) -> Frames
     where
         S: Stream<Item = Bytes> + Send + Unpin + 'static,
     {
-        match self.resume(&key, last_event_id).await {
+        match self.resume(&key, last_event_id, lost).await {
             Some(frames) => frames,
             None => self.start(key, start()),
         }
@@ -116,8 +118,14 @@ impl Detached {
 
     /// The kept run `key`'s frames from after `last_event_id`, or from its start while it is live; `None`
     /// when no run of that name is kept (or it ended and the request names no event of it). A run this
-    /// replica does not hold is looked for in the store.
-    pub async fn resume(&self, key: &RunKey, last_event_id: Option<u64>) -> Option<Frames> {
+    /// replica does not hold is looked for in the store; if its replica dies (or it outgrows what the store
+    /// keeps), its follower gets `lost`, the inbound protocol's error ([`crate::face::lost_run_frames`]).
+    pub async fn resume(
+        &self,
+        key: &RunKey,
+        last_event_id: Option<u64>,
+        lost: Bytes,
+    ) -> Option<Frames> {
         if let Some(log) = lock(&self.runs.0).get(key) {
             let (last, ended) = {
                 let state = log.state();
@@ -131,12 +139,17 @@ impl Detached {
             }
             return Some(follow(Arc::clone(log), after.unwrap_or(0)));
         }
-        self.resume_kept(key, last_event_id).await
+        self.resume_kept(key, last_event_id, lost).await
     }
 
     /// The frames of run `key` as the store keeps them, from after `last_event_id` (from the start when
     /// the run is live elsewhere and the request names no event), followed as they are appended.
-    async fn resume_kept(&self, key: &RunKey, last_event_id: Option<u64>) -> Option<Frames> {
+    async fn resume_kept(
+        &self,
+        key: &RunKey,
+        last_event_id: Option<u64>,
+        lost: Bytes,
+    ) -> Option<Frames> {
         if !self.documents.kept() {
             return None;
         }
@@ -183,8 +196,8 @@ impl Detached {
             let _holding = &follower;
             std::future::ready(match followed {
                 Followed::Event(id, event) => Some(with_id(id, &event)),
-                // The stream ends; the client's own protocol tells it the run did not finish.
-                Followed::Lost => None,
+                // Without an id: a client that comes back is told again.
+                Followed::Lost => Some(lost.clone()),
             })
         })))
     }

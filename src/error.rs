@@ -179,6 +179,14 @@ impl Error {
             "the proxy is shutting down; the run was ended before it finished",
         )
     }
+    /// A run another replica (or this process before a restart) drove stopped being driven before its end,
+    /// or outgrew what the store keeps of one: its follower cannot read the rest.
+    pub fn run_lost() -> Self {
+        Self::internal(
+            "the rest of this run cannot be read: the proxy running it stopped, or the run outgrew what \
+             the store keeps of one",
+        )
+    }
     pub fn config(message: impl Into<String>) -> Self {
         Self::new(Kind::Config, message)
     }

@@ -315,6 +315,15 @@ pub trait EventEncoder<I = Event> {
     fn finish(&mut self, _out: &mut Self::Out) {}
 }
 
+/// What `encoder` (a fresh one, for the request's turn) tells a client that follows a run whose rest was
+/// lost ([`Error::run_lost`]): the protocol's own error, as a run failing mid-stream gets it.
+pub fn lost_run_frames<E: EventEncoder<Out = BytesMut>>(mut encoder: E) -> Bytes {
+    let mut out = BytesMut::new();
+    encoder.encode(Event::RunError(Error::run_lost()), &mut out);
+    encoder.finish(&mut out);
+    out.freeze()
+}
+
 /// The largest buffer [`encode_frames`] fills before it hands it on, even with more items ready.
 const MAX_BATCH_BYTES: usize = 64 * 1024;
 

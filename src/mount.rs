@@ -46,12 +46,14 @@ impl Mount {
     }
 
     /// The frames a request for `turn` gets: those of `start`'s run; with `detach_grace`, those of the run
-    /// `key` names, kept or started now, which outlives its client (`last_event_id`: the client came back).
+    /// `key` names, kept or started now, which outlives its client (`last_event_id`: the client came back;
+    /// `lost`: what it is told if the run's replica died, [`Detached::resume`]).
     pub async fn frames<S>(
         &self,
         turn: Turn,
         key: impl FnOnce(&Turn) -> RunKey,
         last_event_id: Option<u64>,
+        lost: impl FnOnce(&Turn) -> Bytes,
         start: impl FnOnce(Turn) -> S,
     ) -> Either<S, Frames>
     where
@@ -59,7 +61,8 @@ impl Mount {
     {
         match &self.detached {
             Some(detached) => {
-                let frames = detached.serve(key(&turn), last_event_id, || start(turn));
+                let lost = lost(&turn);
+                let frames = detached.serve(key(&turn), last_event_id, lost, || start(turn));
                 Either::Right(frames.await)
             }
             None => Either::Left(start(turn)),

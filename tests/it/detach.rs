@@ -3,8 +3,9 @@
 //! a second upstream run; the same request without it (or with an id the run never gave) replays the live
 //! run from its start, and after the run's end starts another; a client that does not come back within the
 //! grace cancels the upstream work. A client that comes back to the other replica (two on one Redis) follows
-//! the run from the store, live; one that comes back after a `kill -9` and a restart on redb gets the rest of
-//! a run that ended.
+//! the run from the store, live, and is told the run failed, in its protocol's own error, when the replica
+//! driving it dies; one that comes back after a `kill -9` and a restart on redb gets the rest of a run that
+//! ended.
 
 use std::time::Duration;
 
@@ -16,7 +17,7 @@ use serde_json::{json, Value};
 
 use crate::support::ag_ui::{self, finished, input, started, text, user};
 use crate::support::stores::{Deployment, Topology};
-use crate::support::{agentscope, send, within, Proxy, Reply, Route, SseStream, Upstream};
+use crate::support::{agentscope, send, within, Proxy, Reply, Route, SseStream, Upstream, WAIT};
 
 const PATH: &str = "/chat";
 
@@ -30,6 +31,8 @@ struct Inbound {
     request: fn() -> Value,
     /// The text the assistant streamed in `events`.
     text: fn(&[Value]) -> String,
+    /// The message of `event`, if it is the protocol's error that ends a run.
+    error: fn(&Value) -> Option<&str>,
 }
 
 const AG_UI: Inbound = Inbound {
@@ -37,6 +40,11 @@ const AG_UI: Inbound = Inbound {
     endpoint: "",
     request: || input("thread-1", "run-1", json!([user("u1", "count to four")])),
     text: ag_ui::text_of,
+    error: |event| {
+        (event["type"] == "RUN_ERROR")
+            .then(|| event["message"].as_str())
+            .flatten()
+    },
 };
 
 const AG_KIT: Inbound = Inbound {
@@ -50,6 +58,11 @@ const AG_KIT: Inbound = Inbound {
             .filter_map(|event| event["content"].as_str())
             .collect()
     },
+    error: |event| {
+        (event["type"] == "error")
+            .then(|| event["message"].as_str())
+            .flatten()
+    },
 };
 
 const AGENTSCOPE: Inbound = Inbound {
@@ -57,6 +70,11 @@ const AGENTSCOPE: Inbound = Inbound {
     endpoint: "/process",
     request: || agentscope::request("s-1", json!([agentscope::user("u1", "count to four")])),
     text: |events| agentscope::deltas(events).concat(),
+    error: |event| {
+        (event["object"] == "response" && event["status"] == "failed")
+            .then(|| event["error"]["message"].as_str())
+            .flatten()
+    },
 };
 
 impl Inbound {
@@ -90,6 +108,20 @@ async fn post(url: &str, body: &Value, last_event_id: Option<u64>) -> SseStream 
     let response = within("the run's response", send(request)).await;
     assert_eq!(response.status, 200);
     response.sse()
+}
+
+/// Posts `inbound`'s request to the proxy of `deployment` that serves the next turn.
+async fn post_on(
+    deployment: &Deployment,
+    inbound: Inbound,
+    last_event_id: Option<u64>,
+) -> SseStream {
+    post(
+        &deployment.url(&inbound.path()),
+        &(inbound.request)(),
+        last_event_id,
+    )
+    .await
 }
 
 /// Every whole event in `raw`, with its `id:`, in order.
@@ -133,7 +165,12 @@ async fn paused_agent() -> Upstream {
 
 /// The next event's data, as JSON (AG-Kit's last, `[DONE]`, as a string); `None` at the end.
 async fn next_event(stream: &mut SseStream) -> Option<Value> {
-    let data = within("the next event", stream.next_data()).await?;
+    next_event_within(stream, WAIT).await
+}
+
+/// [`next_event`], waiting up to `limit` for it.
+async fn next_event_within(stream: &mut SseStream, limit: Duration) -> Option<Value> {
+    let data = stream.next_data_within(limit).await?;
     Some(serde_json::from_str(&data).unwrap_or(Value::String(data)))
 }
 
@@ -219,7 +256,7 @@ async fn an_id_past_an_ended_run_s_last_event_starts_another_run(inbound: Inboun
     };
     let agent = Upstream::serve([counting(), counting()]).await;
     let mut deployment = Deployment::start(Topology::Restarted, inbound.route(&agent, "10s"));
-    let mut first = post(&deployment.url(&inbound.path()), &(inbound.request)(), None).await;
+    let mut first = post_on(&deployment, inbound, None).await;
     rest(&mut first).await;
     let last = received(&first.raw).last().expect("the run's events").0;
     if restart {
@@ -265,7 +302,7 @@ async fn the_events_around_a_move(
     deployment: &mut Deployment,
     agent: &Upstream,
 ) -> Vec<(u64, Value)> {
-    let mut first = post(&deployment.url(&inbound.path()), &(inbound.request)(), None).await;
+    let mut first = post_on(deployment, inbound, None).await;
     until_two(inbound, &mut first).await;
     let mut events = received(&first.raw);
     let last = events.last().expect("events before the blip").0;
@@ -273,21 +310,11 @@ async fn the_events_around_a_move(
     agent.release();
     if matches!(deployment.topology(), Topology::Restarted) {
         // The run ends on this proxy (read to its end from here), then the proxy is killed.
-        let mut here = post(
-            &deployment.url(&inbound.path()),
-            &(inbound.request)(),
-            Some(last),
-        )
-        .await;
+        let mut here = post_on(deployment, inbound, Some(last)).await;
         rest(&mut here).await;
     }
     deployment.between_turns();
-    let mut again = post(
-        &deployment.url(&inbound.path()),
-        &(inbound.request)(),
-        Some(last),
-    )
-    .await;
+    let mut again = post_on(deployment, inbound, Some(last)).await;
     rest(&mut again).await;
     events.extend(received(&again.raw));
     events
@@ -307,6 +334,37 @@ async fn a_client_that_comes_back_to_another_proxy_gets_every_event_once_in_orde
     let events: Vec<Value> = events.into_iter().map(|(_, event)| event).collect();
     assert_eq!((inbound.text)(&events), "one two three four", "{events:#?}");
     assert_eq!(agent.received().len(), 1, "one upstream run");
+}
+
+async fn a_client_following_from_the_other_replica_is_told_the_run_failed_when_its_replica_dies(
+    inbound: Inbound,
+) {
+    let agent = paused_agent().await;
+    let mut deployment = Deployment::start(Topology::Replicas, inbound.route(&agent, "30s"));
+    let mut first = post_on(&deployment, inbound, None).await;
+    until_two(inbound, &mut first).await;
+    let last = received(&first.raw)
+        .last()
+        .expect("events before the move")
+        .0;
+    deployment.between_turns();
+    let mut following = post_on(&deployment, inbound, Some(last)).await;
+    deployment.kill_the_last_turns_replica();
+
+    // The dead replica's lease on the run lapses within 10 s; the follower looks every 3 s.
+    let mut rest = Vec::new();
+    while let Some(event) = next_event_within(&mut following, Duration::from_secs(20)).await {
+        rest.push(event);
+    }
+    let errors: Vec<&str> = rest.iter().filter_map(inbound.error).collect();
+    assert_eq!(errors.len(), 1, "{}: one error: {rest:#?}", inbound.name);
+    assert!(
+        errors[0].contains("the proxy running it stopped"),
+        "{}: {}",
+        inbound.name,
+        errors[0]
+    );
+    assert_eq!((inbound.text)(&rest), "", "{rest:#?}");
 }
 
 macro_rules! inbounds {
@@ -358,6 +416,14 @@ macro_rules! inbounds {
                 a_client_that_comes_back_to_another_proxy_gets_every_event_once_in_order(
                     $inbound,
                     Topology::Restarted,
+                )
+                .await
+            }
+
+            #[tokio::test]
+            async fn following_from_the_other_replica_ends_in_an_error_when_the_running_replica_dies() {
+                a_client_following_from_the_other_replica_is_told_the_run_failed_when_its_replica_dies(
+                    $inbound,
                 )
                 .await
             }

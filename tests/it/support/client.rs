@@ -117,16 +117,17 @@ impl SseStream {
 
     /// [`SseStream::next`], waiting up to `limit` for each part of it rather than [`WAIT`].
     pub async fn next_within(&mut self, limit: Duration) -> Option<Value> {
-        self.data_within(limit).await.map(|data| parse(&data))
+        self.next_data_within(limit).await.map(|data| parse(&data))
     }
 
     /// The joined `data:` lines of the next frame, as text (for payloads that are not JSON, such as
     /// `[DONE]`), or `None` when the stream ended.
     pub async fn next_data(&mut self) -> Option<String> {
-        self.data_within(WAIT).await
+        self.next_data_within(WAIT).await
     }
 
-    async fn data_within(&mut self, limit: Duration) -> Option<String> {
+    /// [`SseStream::next_data`], waiting up to `limit` for each part of it rather than [`WAIT`].
+    pub async fn next_data_within(&mut self, limit: Duration) -> Option<String> {
         loop {
             if let Some(end) = find(&self.buf, b"\n\n") {
                 let frame: Vec<u8> = self.buf.drain(..end + 2).collect();

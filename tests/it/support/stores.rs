@@ -380,6 +380,14 @@ impl Deployment {
         self.topology
     }
 
+    /// Kills (SIGKILL) the replica that served the turn before this one.
+    pub fn kill_the_last_turns_replica(&mut self) {
+        let replicas = self.proxies.len();
+        let process = &mut self.proxies[(self.turn + replicas - 1) % replicas].process;
+        let _ = process.kill();
+        let _ = process.wait();
+    }
+
     /// Kills and restarts the proxy, or moves on to the other replica.
     pub fn between_turns(&mut self) {
         match self.topology {

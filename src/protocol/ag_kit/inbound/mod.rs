@@ -34,7 +34,7 @@ use crate::auth::KeySources;
 use crate::body::{self, Body};
 use crate::detach::{self, RunKey};
 use crate::error::{Error, Result};
-use crate::face::{encode_frames, EventEncoder, InboundFace, RequestDecoder};
+use crate::face::{encode_frames, lost_run_frames, EventEncoder, InboundFace, RequestDecoder};
 use crate::model::Event;
 use crate::mount::Mount;
 use crate::sse::{self, HEARTBEAT};
@@ -84,7 +84,10 @@ impl Inbound {
         let key = RunKey::new(&turn.tenant, &[&turn.conversation]);
         let detached = mount.detached.as_ref();
         let resumed = match detached {
-            Some(runs) => runs.resume(&key, last_event_id).await,
+            Some(runs) => {
+                runs.resume(&key, last_event_id, lost_run_frames(Encoder))
+                    .await
+            }
             None => None,
         };
         let frames = match resumed {

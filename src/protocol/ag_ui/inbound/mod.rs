@@ -16,7 +16,7 @@ use crate::auth::KeySources;
 use crate::body::{self, Body};
 use crate::detach::{self, RunKey};
 use crate::error::{Error, Result};
-use crate::face::{encode_frames, InboundFace, RequestDecoder};
+use crate::face::{encode_frames, lost_run_frames, InboundFace, RequestDecoder};
 use crate::model::Turn;
 use crate::mount::Mount;
 use crate::sse;
@@ -49,10 +49,16 @@ impl Inbound {
         // A run is named by its thread and its own id: the same two posted again pick it up.
         let key = |turn: &Turn| RunKey::new(&turn.tenant, &[&turn.conversation, &turn.run_id]);
         let frames = mount
-            .frames(turn, key, last_event_id, |turn| {
-                let encoder = Encoder::new(&turn, &self.options);
-                encode_frames(mount.translator.start(turn), encoder)
-            })
+            .frames(
+                turn,
+                key,
+                last_event_id,
+                |turn| lost_run_frames(Encoder::new(turn, &self.options)),
+                |turn| {
+                    let encoder = Encoder::new(&turn, &self.options);
+                    encode_frames(mount.translator.start(turn), encoder)
+                },
+            )
             .await;
         Ok(sse::stream_response(frames, sse::EVENT_STREAM, sse::PING))
     }

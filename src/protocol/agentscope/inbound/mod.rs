@@ -40,7 +40,7 @@ use super::InboundOptions;
 use crate::auth::{self, KeySources};
 use crate::body::{self, Body};
 use crate::detach::{self, Detached};
-use crate::face::{encode_frames, InboundFace, RequestDecoder};
+use crate::face::{encode_frames, lost_run_frames, InboundFace, RequestDecoder};
 use crate::model::{Event, History, Turn};
 use crate::mount::Mount;
 use crate::route_state::RouteState;
@@ -98,7 +98,12 @@ impl Inbound {
         // (`Last-Event-ID`), is picked up instead of refused as running.
         let key = detach::RunKey::new(tenant, &[&accepted.user_id, &accepted.session_id]);
         let kept = match resumed {
-            Some((runs, last_event_id)) => runs.resume(&key, last_event_id).await,
+            Some((runs, last_event_id)) => {
+                let options = self.options.clone();
+                let encoder = Encoder::new(&accepted.turn, &accepted.session_id, options, ());
+                runs.resume(&key, last_event_id, lost_run_frames(encoder))
+                    .await
+            }
             None => None,
         };
         if let Some(frames) = kept {
