@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use futures_util::Stream;
 use serde::{Deserialize, Serialize};
-use tokio::sync::{mpsc, watch, Notify};
+use tokio::sync::{mpsc, oneshot, watch, Notify};
 
 use super::notices::LogWatch;
 use super::{micros, now_micros, DocumentKey, Documents, LogEnd, LogPage};
@@ -141,8 +141,8 @@ impl Drop for Wake {
 
 enum Entry {
     Event(Bytes),
-    /// What was appended so far is to be on disk.
-    Durable,
+    /// What was appended so far is to be on disk; told on the sender once it is (or the append failed).
+    Durable(oneshot::Sender<()>),
 }
 
 /// What a follower of a run log reads.
@@ -182,11 +182,18 @@ impl LogWriter {
         }
     }
 
-    /// Makes what was pushed so far durable (a run that pauses for its user). When the store is `PENDING`
-    /// events behind, the log's end is what makes them durable.
-    pub fn durable(&self) {
-        let _ = self.sender.try_send(Entry::Durable);
+    /// Makes what was pushed so far durable (a run that pauses for its user); resolves once it is, or the
+    /// store failed it. When the store is `PENDING` events behind, the log's end is what makes them
+    /// durable, and this resolves at once.
+    pub fn durable(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let (kept, durable) = oneshot::channel();
+        let asked = self.sender.try_send(Entry::Durable(kept)).is_ok();
         self.wake.0.notify_one();
+        async move {
+            if asked {
+                let _ = durable.await;
+            }
+        }
     }
 
     /// Ends the log, and returns once what was pushed is kept, durably.
@@ -460,7 +467,7 @@ impl Writer {
                     Some(gathered) => gathered,
                     None => return,
                 },
-                None => (Vec::new(), false, true),
+                None => (Vec::new(), Vec::new(), true),
             };
             let end = end.then(|| {
                 if self.cut() {
@@ -474,7 +481,12 @@ impl Writer {
             if self.taken_over() {
                 return;
             }
-            let followed = self.append(batch, end, durable || end.is_some()).await;
+            let followed = self
+                .append(batch, end, !durable.is_empty() || end.is_some())
+                .await;
+            durable.into_iter().for_each(|kept| {
+                let _ = kept.send(());
+            });
             window = gather_window(shared, followed);
             if end.is_some() {
                 // Not renewed again once deleted.
@@ -493,21 +505,21 @@ impl Writer {
 
     /// `first` and what follows it for one append, over `window` if any (a store write per event would cost
     /// more than the event), unless a batch fills, or a durable point or the end comes first: the batch,
-    /// whether it is to be durable, whether the log ended. `None` once taken over.
+    /// whom to tell it is durable (none: it need not be), whether the log ended. `None` once taken over.
     async fn gather(
         &mut self,
         first: Entry,
         receiver: &mut mpsc::Receiver<Entry>,
         wake: &Notify,
         window: Option<Duration>,
-    ) -> Option<(Vec<Bytes>, bool, bool)> {
-        let (mut batch, mut durable) = (Vec::new(), false);
+    ) -> Option<(Vec<Bytes>, Vec<oneshot::Sender<()>>, bool)> {
+        let (mut batch, mut durable) = (Vec::new(), Vec::new());
         self.take(first, &mut batch, &mut durable);
         let deadline = window.map(|window| tokio::time::Instant::now() + window);
         loop {
             let end = self.drain(receiver, &mut batch, &mut durable);
             let due = deadline.is_some_and(|deadline| tokio::time::Instant::now() >= deadline);
-            if end || durable || batch.len() >= BATCH || due {
+            if end || !durable.is_empty() || batch.len() >= BATCH || due {
                 return Some((batch, durable, end));
             }
             // Woken at the deadline, or before it by what cannot wait ([`Wake`]), not by each event.
@@ -528,9 +540,9 @@ impl Writer {
         &mut self,
         receiver: &mut mpsc::Receiver<Entry>,
         batch: &mut Vec<Bytes>,
-        durable: &mut bool,
+        durable: &mut Vec<oneshot::Sender<()>>,
     ) -> bool {
-        while batch.len() < BATCH && !*durable {
+        while batch.len() < BATCH && durable.is_empty() {
             match receiver.try_recv() {
                 Ok(entry) => self.take(entry, batch, durable),
                 Err(mpsc::error::TryRecvError::Empty) => return false,
@@ -545,9 +557,14 @@ impl Writer {
         self.broken || self.bytes > MAX_LOG_BYTES || self.overflowed.load(Ordering::Relaxed)
     }
 
-    fn take(&mut self, entry: Entry, batch: &mut Vec<Bytes>, durable: &mut bool) {
+    fn take(
+        &mut self,
+        entry: Entry,
+        batch: &mut Vec<Bytes>,
+        durable: &mut Vec<oneshot::Sender<()>>,
+    ) {
         match entry {
-            Entry::Durable => *durable = true,
+            Entry::Durable(kept) => durable.push(kept),
             Entry::Event(event) if self.bytes + event.len() <= MAX_LOG_BYTES => {
                 self.bytes += event.len();
                 batch.push(event);
@@ -754,14 +771,9 @@ mod tests {
 
         let writer = documents.open_log("kind", "acme", "run").await.unwrap();
         writer.push(Bytes::from_static(b"event 1")).await;
-        writer.durable();
-        for _ in 0..100 {
-            let page = documents.read_log("kind", "acme", "run", 0).await.unwrap();
-            if page.is_some_and(|page| page.events.len() == 1) {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        writer.durable().await;
+        let page = documents.read_log("kind", "acme", "run", 0).await.unwrap();
+        assert_eq!(page.unwrap().events.len(), 1, "kept once durable() returns");
         // Not ended, and in a store one process owns, read where its writer is not (as by the process
         // after a restart): lost after what was kept.
         let elsewhere = Documents::new(Arc::clone(&documents.store), "route");

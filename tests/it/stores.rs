@@ -78,7 +78,7 @@ async fn a_log_opened_again_is_the_newer_runs_and_its_older_writer_ending_leaves
     .await
     .expect("a log");
     newer.push(Bytes::from_static(b"newer run")).await;
-    newer.durable();
+    within("the newer run's event kept", newer.durable()).await;
     within("the older run ending", older.end()).await;
 
     let page = within("the log appended", async {
@@ -815,6 +815,61 @@ async fn a_cmdc_session_is_prompted_on_one_replica_followed_and_answered_on_the_
         .filter_map(|message| message["content"].as_str())
         .collect();
     assert_eq!(texts.last(), Some(&"You answered: Paris"), "{messages}");
+}
+
+/// A CMDC run paused on its user on a replica that dies: the other replica carries it on once the dead
+/// one's lease lapses. `answer_early`: the answer is posted while that lease still holds (it is handed to
+/// the replica that died, and taken from there); else once the other replica carries the run on.
+async fn a_cmdc_run_paused_on_a_replica_that_dies_is_carried_on_by_the_other(answer_early: bool) {
+    let route = Route::new("cmdc", "/gw", "cmdc", "echo");
+    let mut deployment = Deployment::start(Topology::Replicas, route);
+    let session = cmdc_on(&deployment).create(json!({"model": "m"})).await;
+    cmdc_on(&deployment)
+        .prompt(&session, "/ask Which city?")
+        .await;
+    cmdc_on(&deployment)
+        .wait_state(&session, "waiting_input")
+        .await;
+    deployment.between_turns();
+    let other = cmdc_on(&deployment);
+    let mut events = other.subscribe(&session).await;
+    let asked = cmdc::until(&mut events, "ask_user").await;
+    let reference = asked.last().unwrap().1["ref"].as_str().unwrap().to_owned();
+    deployment.kill_the_last_turns_replica();
+    if !answer_early {
+        // Past the dead replica's lease (10 s): the answer's request finds the run to carry on.
+        tokio::time::sleep(Duration::from_secs(11)).await;
+    }
+    let answered = other.respond(&session, &reference, "Paris").await;
+    assert_eq!(answered.status, 200);
+    // The follower here looks every 3 s once the lease lapsed.
+    while events
+        .next_data_within(Duration::from_secs(20))
+        .await
+        .is_some()
+    {}
+    let seen = cmdc::frames(&events.raw);
+    let names = cmdc::names(&seen);
+    assert_eq!(
+        names.iter().filter(|name| **name == "ask_user").count(),
+        1,
+        "the run once: {seen:?}"
+    );
+    assert!(!names.contains(&"error"), "{seen:?}");
+    assert_eq!(cmdc::streamed_text(&seen), "You answered: Paris");
+    assert_eq!(names.last(), Some(&"agent_end"), "{seen:?}");
+    let idle = other.wait_state(&session, "idle").await;
+    assert_eq!(idle["turns"], 1, "{idle}");
+}
+
+#[tokio::test]
+async fn a_cmdc_run_paused_on_a_replica_that_dies_is_carried_on_by_the_other_and_answered_there() {
+    a_cmdc_run_paused_on_a_replica_that_dies_is_carried_on_by_the_other(false).await
+}
+
+#[tokio::test]
+async fn an_answer_handed_to_a_replica_as_it_died_is_taken_by_the_one_carrying_its_paused_run_on() {
+    a_cmdc_run_paused_on_a_replica_that_dies_is_carried_on_by_the_other(true).await
 }
 
 #[tokio::test]

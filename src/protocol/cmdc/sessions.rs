@@ -348,6 +348,12 @@ pub const CONTROL_LOG: &str = "cmdc-control";
 /// The kind of the claim to start a session's next run, in a store replicas share (by [`run_id`]).
 pub const RUN_CLAIM: &str = "cmdc-run-claim";
 
+/// The id of the claim to carry on the session's run number `run`, paused on its user when the proxy that
+/// ran it stopped.
+pub fn paused_claim(session: &str, run: u64) -> String {
+    format!("{}/paused", run_id(session, run))
+}
+
 /// The id of the session's run number `run`, for what is that run's alone: the control log it opens (so
 /// that the end of the last replica's log, a moment after it kept the session idle, cannot end the next
 /// replica's) and the claim to start it.
@@ -596,6 +602,12 @@ impl Session {
     /// Starts the buffer of a new run and makes it the one subscribers attach to.
     pub fn new_run(&self, state: &mut State) -> Arc<Run> {
         state.runs += 1;
+        self.run_again(state)
+    }
+
+    /// Starts a buffer for the session's latest run afresh (one carried on here) and makes it the one
+    /// subscribers attach to.
+    pub fn run_again(&self, state: &State) -> Arc<Run> {
         let run = Arc::new(Run::new(state.runs, self.run_buffer));
         self.current
             .send_modify(|current| current.run = Some(Arc::clone(&run)));
@@ -768,7 +780,7 @@ impl Run {
         }
     }
 
-    /// Keeps the run's events from now on in its log in the store too, until [`Run::take_log`].
+    /// Keeps the run's events from now on in its log in the store too, until [`Run::end_log`].
     pub fn keep_in(&self, log: LogWriter) {
         *lock(&self.log) = Some(log);
     }
@@ -786,17 +798,33 @@ impl Run {
         }
     }
 
-    /// Hands `event` to the run's log, if kept; a pause is kept durably (a person may answer it much later).
-    fn log(&self, event: &Event) {
-        if let Some(writer) = lock(&self.log).as_ref() {
-            writer.try_push(bytes::Bytes::from(event.to_frame()));
-            if matches!(
-                event,
-                Event::ApprovalRequired { .. } | Event::AskUser { .. }
-            ) {
-                writer.durable();
+    /// Hands `event` to the run's log, if kept. A pause is kept durably (a person may answer it much later,
+    /// on any replica or after a restart): what resolves once it is.
+    fn log(&self, event: &Event) -> Option<impl std::future::Future<Output = ()> + use<>> {
+        let log = lock(&self.log);
+        let writer = log.as_ref()?;
+        writer.try_push(bytes::Bytes::from(event.to_frame()));
+        let pause = matches!(
+            event,
+            Event::ApprovalRequired { .. } | Event::AskUser { .. }
+        );
+        pause.then(|| writer.durable())
+    }
+
+    /// Appends a pause (`approval_required`, `ask_user`) once the run's log, if kept, keeps it durably: a
+    /// client that saw it may answer it on any replica, or after a restart.
+    pub async fn push_pause(&self, event: Event) {
+        let durable = {
+            let buffer = lock(&self.buffer);
+            if buffer.done {
+                return;
             }
+            self.log(&event)
+        };
+        if let Some(durable) = durable {
+            durable.await;
         }
+        self.append(event);
     }
 
     /// Asks the run to stop (`POST …/abort`); a finished run is left as it is.
@@ -821,7 +849,8 @@ impl Run {
                 return;
             }
             buffer.done = event.is_terminal();
-            self.log(&event);
+            // A pause pushed so is kept durably all the same, without waiting for it.
+            let _ = self.log(&event);
             if buffer.done && lock(&self.log).is_some() {
                 buffer.held_end = Some(event);
                 return;

@@ -7,12 +7,14 @@
 use std::pin::Pin;
 use std::sync::Arc;
 
+use futures_util::future::BoxFuture;
 use futures_util::{stream, Stream, StreamExt};
 
 use super::super::run::Runner;
 use super::super::sessions::{Follower, Session, READ_DOCUMENT, RUN_LOG};
 use super::super::wire::Event;
-use crate::store::Followed;
+use crate::error::Error;
+use crate::store::{Documents, Followed};
 
 /// A run's events (or several runs').
 pub(super) type Events = Pin<Box<dyn Stream<Item = Event> + Send>>;
@@ -55,23 +57,60 @@ fn local_run(
     follower: Follower,
     first: Option<Event>,
 ) -> Events {
-    let documents = runner.documents.clone();
-    let (tenant, id) = (session.tenant.clone(), session.id.clone());
-    let events = stream::unfold((follower, first), move |(mut follower, first)| {
-        let (documents, tenant, id) = (documents.clone(), tenant.clone(), id.clone());
-        async move {
-            let event = match first {
-                Some(event) => event,
-                None => follower.next().await?,
-            };
-            if event.is_terminal() && documents.kept() {
-                let read = follower.last_run();
-                let _ = documents.save(READ_DOCUMENT, &tenant, &id, &read).await;
-            }
-            Some((event, (follower, None)))
+    let state = (
+        follower,
+        first,
+        ReadMarks::of(runner, session),
+        Arc::clone(session),
+    );
+    let events = stream::unfold(state, |(mut follower, first, marks, session)| async move {
+        let event = match first {
+            Some(event) => event,
+            None => follower.next().await?,
+        };
+        // The session's latest run only: a subscriber a run behind does not take a later run's mark back.
+        let latest = || follower.last_run() == session.state().runs;
+        if let Some(marks) = marks.as_ref().filter(|_| event.is_terminal() && latest()) {
+            marks.read_to_end(follower.last_run()).await;
         }
+        Some((event, (follower, None, marks, session)))
     });
     Box::pin(events)
+}
+
+/// Where the session's subscribers keep which of its runs one read to its end, so that its next
+/// subscriber, on any replica or after a restart, waits for the next run rather than read that one again.
+struct ReadMarks {
+    documents: Documents,
+    tenant: String,
+    id: String,
+}
+
+impl ReadMarks {
+    /// `None` where the store keeps no runs.
+    fn of(runner: &Runner, session: &Session) -> Option<Arc<Self>> {
+        runner.documents.kept().then(|| {
+            Arc::new(Self {
+                documents: runner.documents.clone(),
+                tenant: session.tenant.clone(),
+                id: session.id.clone(),
+            })
+        })
+    }
+
+    async fn read_to_end(&self, run: u64) {
+        let _ = self
+            .documents
+            .save(READ_DOCUMENT, &self.tenant, &self.id, &run)
+            .await;
+    }
+
+    async fn was_read(&self, run: u64) -> bool {
+        let read = self
+            .documents
+            .load::<u64>(READ_DOCUMENT, &self.tenant, &self.id);
+        read.await.ok().flatten() >= Some(run)
+    }
 }
 
 /// The session's next run, in a store replicas share: this replica's, or one the store shows another
@@ -108,56 +147,98 @@ fn next_run_anywhere(runner: &Arc<Runner>, session: &Arc<Session>) -> Events {
 }
 
 /// The session's latest run from its log in the store, when another replica runs it, or ran it and no
-/// subscriber read it yet: from its first event, then live. A run whose replica died ends with an `error`
-/// and `agent_abort {reason:"error"}`.
-async fn kept_run(runner: &Runner, session: &Session) -> Option<Events> {
-    let documents = &runner.documents;
-    if !documents.kept() {
-        return None;
-    }
-    let (tenant, id) = (session.tenant.clone(), session.id.clone());
-    let (elsewhere, runs) = {
-        let state = session.state();
-        (state.elsewhere, state.runs)
-    };
-    if !elsewhere {
-        let ran_here = session.current_run().is_some_and(|run| run.seq() == runs);
-        if runs == 0 || ran_here {
-            return None;
-        }
-        let read = documents.load::<u64>(READ_DOCUMENT, &tenant, &id).await;
-        if read.ok().flatten() >= Some(runs) {
-            return None;
-        }
-        documents.read_log(RUN_LOG, &tenant, &id, 0).await.ok()??;
-    }
-    let log = documents.follow_log(RUN_LOG, &tenant, &id, 0);
-    let documents = documents.clone();
-    let events = log.then(move |followed| {
-        let events = match followed {
-            Followed::Event(_, bytes) => serde_json::from_slice::<Event>(&bytes)
-                .into_iter()
-                .collect(),
-            Followed::Lost => vec![
-                Event::Error {
-                    reason: "the rest of this run cannot be read: the proxy running it stopped, \
-                             or the run outgrew what the store keeps of one"
-                        .into(),
-                },
-                Event::AgentAbort {
-                    reason: "error".into(),
-                },
-            ],
+/// subscriber read it yet: from its first event, then live. When the replica running it dies, a run paused
+/// on its user is followed on where it is carried on ([`rest_of_a_lost_run`]); any other ends with an
+/// `error` and `agent_abort {reason:"error"}`.
+/// (Boxed: a run carried on elsewhere is followed through this again.)
+fn kept_run<'a>(
+    runner: &'a Arc<Runner>,
+    session: &'a Arc<Session>,
+) -> BoxFuture<'a, Option<Events>> {
+    Box::pin(async move {
+        let marks = ReadMarks::of(runner, session)?;
+        let documents = &runner.documents;
+        let (tenant, id) = (session.tenant.clone(), session.id.clone());
+        let (elsewhere, runs) = {
+            let state = session.state();
+            (state.elsewhere, state.runs)
         };
-        let read = events.iter().any(Event::is_terminal);
-        let (documents, tenant, id) = (documents.clone(), tenant.clone(), id.clone());
-        async move {
-            if read {
-                // Read to its end: the session's next subscriber waits for its next run.
-                let _ = documents.save(READ_DOCUMENT, &tenant, &id, &runs).await;
-            }
-            stream::iter(events)
+        let ran_here = session.current_run().is_some_and(|run| run.seq() == runs);
+        if !elsewhere && (runs == 0 || ran_here) {
+            return None;
         }
-    });
-    Some(Box::pin(events.flatten()))
+        // Also where another replica shows the run going on: it may have read it to its end a moment ago.
+        if marks.was_read(runs).await {
+            return None;
+        }
+        if !elsewhere {
+            documents.read_log(RUN_LOG, &tenant, &id, 0).await.ok()??;
+        }
+        let log = documents.follow_log(RUN_LOG, &tenant, &id, 0);
+        let (runner, session) = (Arc::clone(runner), Arc::clone(session));
+        let mut read = 0;
+        let events = log.then(move |followed| {
+            let events = match followed {
+                Followed::Event(_, bytes) => Some(serde_json::from_slice::<Event>(&bytes)),
+                Followed::Lost => None,
+            };
+            let (marks, runner, session) = (
+                Arc::clone(&marks),
+                Arc::clone(&runner),
+                Arc::clone(&session),
+            );
+            let read_before = read;
+            read += 1;
+            async move {
+                let Some(event) = events else {
+                    return rest_of_a_lost_run(&runner, &session, runs, read_before).await;
+                };
+                let event = event.ok();
+                if event.as_ref().is_some_and(Event::is_terminal) {
+                    marks.read_to_end(runs).await;
+                }
+                Box::pin(stream::iter(event)) as Events
+            }
+        });
+        Some(Box::pin(events.flatten()) as Events)
+    })
+}
+
+/// The rest of run `run`, of which the subscriber read `read` events from the log of a replica that died:
+/// a run paused on its user is carried on, here or on another replica ([`Runner::recall`]), and followed
+/// there; any other failed.
+async fn rest_of_a_lost_run(
+    runner: &Arc<Runner>,
+    session: &Arc<Session>,
+    run: u64,
+    read: usize,
+) -> Events {
+    let failed = || -> Events {
+        let reason = Error::run_lost().message().to_owned();
+        let abort = Event::AgentAbort {
+            reason: "error".into(),
+        };
+        Box::pin(stream::iter([Event::Error { reason }, abort]))
+    };
+    let Ok(Some(kept)) = runner.recall(&session.tenant, &session.id).await else {
+        return failed();
+    };
+    if kept.runs != run || kept.pending.is_empty() {
+        return failed();
+    }
+    let carried_here = session.state().busy && !session.state().elsewhere;
+    if carried_here
+        && session
+            .current_run()
+            .is_some_and(|current| current.seq() == run)
+    {
+        let follower = session.subscribe_run();
+        return Box::pin(local_run(runner, session, follower, None).skip(read));
+    }
+    // Carried on by another replica, which logs the run afresh, the same events first.
+    session.take_in(kept);
+    match kept_run(runner, session).await {
+        Some(events) => Box::pin(events.skip(read)),
+        None => failed(),
+    }
 }

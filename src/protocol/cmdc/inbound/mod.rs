@@ -356,7 +356,7 @@ impl Inbound {
 
 /// The caller's session `id`. Where the store keeps sessions, one no run of which goes on here is brought up
 /// to date from the store (another replica, or this one before a restart, may have changed or made it).
-async fn find(runner: &Runner, caller: &Caller, id: &str) -> Result<Arc<Session>, ApiError> {
+async fn find(runner: &Arc<Runner>, caller: &Caller, id: &str) -> Result<Arc<Session>, ApiError> {
     let local = runner.sessions.get(&caller.tenant, id);
     if !runner.documents.kept() || local.as_ref().is_some_and(|s| s.state().busy) {
         return local.ok_or_else(|| ApiError::session_not_found(id));
@@ -383,7 +383,7 @@ fn elsewhere(session: &Session) -> bool {
 }
 
 async fn create(
-    runner: &Runner,
+    runner: &Arc<Runner>,
     caller: &Caller,
     request: Request<Incoming>,
     limit: BodyLimit,
@@ -475,7 +475,7 @@ const HAND_OVER_ATTEMPTS: usize = 3;
 /// or the run it drives is not the one `control` was meant for, which ended while it was handed over): the
 /// request is served here.
 async fn hand_over(
-    runner: &Runner,
+    runner: &Arc<Runner>,
     caller: &Caller,
     session: &Arc<Session>,
     control: &Control,
@@ -508,7 +508,7 @@ fn moving_between_replicas() -> ApiError {
 
 /// Hands an answer to the paused run, here or on the replica that runs it; unknown ids are a 404.
 async fn answer(
-    runner: &Runner,
+    runner: &Arc<Runner>,
     caller: &Caller,
     session: &Arc<Session>,
     resume: crate::model::Resume,
@@ -562,7 +562,11 @@ async fn accept_prompt(
 }
 
 /// Deletes the session, here and in the store; a run of it on another replica is ended there.
-async fn delete(runner: &Runner, caller: &Caller, session: &Arc<Session>) -> Result<(), ApiError> {
+async fn delete(
+    runner: &Arc<Runner>,
+    caller: &Caller,
+    session: &Arc<Session>,
+) -> Result<(), ApiError> {
     hand_over(runner, caller, session, &Control::Close).await?;
     if let Some(local) = runner.sessions.remove(&session.tenant, &session.id) {
         local.close();
@@ -579,7 +583,7 @@ async fn delete(runner: &Runner, caller: &Caller, session: &Arc<Session>) -> Res
 /// `POST …/tools`: a callback URL its literal host already shows to be refused by the route's policy is
 /// refused now (422); the authoritative check is at each call, when names are resolved.
 async fn register_tool(
-    runner: &Runner,
+    runner: &Arc<Runner>,
     caller: &Caller,
     session: &Arc<Session>,
     request: Request<Incoming>,

@@ -19,7 +19,7 @@ use tokio::runtime::Handle;
 use tokio::sync::mpsc;
 
 use super::sessions::{
-    self, control_log, run_id, Control, Counted, CreateError, Kept, Pending, Queued,
+    self, control_log, paused_claim, run_id, Control, Counted, CreateError, Kept, Pending, Queued,
     RegisteredTool, Session, Sessions, Status, CONTROL_LOG, FINISHED_RUN_TTL, RUN_CLAIM, RUN_LOG,
     SESSION_DOCUMENT,
 };
@@ -38,6 +38,10 @@ mod encode;
 pub use encode::Encoder;
 use encode::{interrupt_event, Call};
 
+/// How long a request waits for the replica that claimed a paused run to carry it on, and how often it
+/// looks.
+const CARRIED_ON_WAIT: Duration = Duration::from_secs(2);
+const CARRIED_ON_POLL: Duration = Duration::from_millis(20);
 /// A callback tool's default time to answer.
 const CALLBACK_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long a session that went idle waits for what its control log brought before it ended.
@@ -132,6 +136,20 @@ impl Runner {
         let Some((run, runtime)) = Self::begin(session, queued.clone()) else {
             return true;
         };
+        self.launch(session, run, runtime, Start::Prompt(queued))
+            .await;
+        false
+    }
+
+    /// Drives `run` from `start` (then the prompts queued behind it) on `runtime`, else on this one, and
+    /// returns once the run is kept in the store as going on.
+    async fn launch(
+        self: &Arc<Self>,
+        session: &Arc<Session>,
+        run: Arc<sessions::Run>,
+        runtime: Option<Handle>,
+        start: Start,
+    ) {
         // Spawned before anything is awaited: a client that leaves now does not leave the session busy.
         let (kept, started) = tokio::sync::oneshot::channel();
         let runner = Arc::clone(self);
@@ -140,7 +158,7 @@ impl Runner {
             let control = runner.take_control(&session).await;
             runner.start(&session, &run).await;
             let _ = kept.send(());
-            runner.drive(session, run, queued, control).await;
+            runner.drive(session, run, start, control).await;
         };
         // The run continues the trace of the request that started it (a REST prompt's `traceparent`).
         let drive = opentelemetry::context::FutureExt::with_current_context(drive);
@@ -149,32 +167,112 @@ impl Runner {
             None => tokio::spawn(drive),
         };
         let _ = started.await;
-        false
     }
 
-    /// Runs prompts one after the other until the queue is empty. Meanwhile, in a store replicas share,
-    /// what other replicas' clients ask of the session reaches it through its control log.
+    /// Runs `first`, then the prompts queued behind it until the queue is empty. Meanwhile, in a store
+    /// replicas share, what other replicas' clients ask of the session reaches it through its control log.
     async fn drive(
         self: Arc<Self>,
         session: Arc<Session>,
         first: Arc<sessions::Run>,
-        prompt: Queued,
+        start: Start,
         mut control: Option<ControlGuard>,
     ) {
-        let mut next = Some((first, prompt));
-        while let Some((run, prompt)) = next.take() {
-            self.run(&session, &run, prompt).await;
+        let mut next = Some((first, start));
+        while let Some((run, start)) = next.take() {
+            self.run(&session, &run, start).await;
             // Ended (its lease let go) before the next run's log takes the same name.
             run.end_log().await;
             session.expire_unread(&run, FINISHED_RUN_TTL);
-            next = match Self::next_prompt(&session, false) {
+            let queued = match Self::next_prompt(&session, false) {
                 Some(next) => Some(next),
                 None => self.hand_back(&session, &mut control).await,
             };
+            next = queued.map(|(run, prompt)| (run, Start::Prompt(prompt)));
             if let Some((run, _)) = &next {
                 self.start(&session, run).await;
             }
         }
+    }
+
+    /// Carries on here the run a proxy that stopped left paused on its user (`kept` shows the pause): its
+    /// events so far from its log, then the answers it waits for, as if it had paused here. In a store
+    /// replicas share, the replica that claims it does; whether this one did.
+    async fn carry_on_paused(
+        self: &Arc<Self>,
+        tenant: &str,
+        id: &str,
+        kept: &Kept,
+    ) -> crate::error::Result<bool> {
+        let claim = paused_claim(id, kept.runs);
+        if self.documents.shared()
+            && !self
+                .documents
+                .claim(RUN_CLAIM, tenant, &claim, LEASE)
+                .await?
+        {
+            return Ok(false);
+        }
+        let events = self.read_log(RUN_LOG, tenant, id).await?;
+        // The answers other replicas handed the proxy that stopped, read before this replica's control log
+        // (which may take the same name) starts afresh: one to a question still pending is taken here. The
+        // rest of that log it carried out, or was handed as it stopped (lost, as to any replica that dies).
+        let control = control_log(id, kept.control);
+        let handed = self.read_log(CONTROL_LOG, tenant, &control).await?;
+        let session = self.sessions.adopt(tenant, id, kept.clone());
+        let (answers, answered) = mpsc::unbounded_channel();
+        let (run, runtime) = {
+            let mut state = session.state();
+            if state.busy {
+                return Ok(true);
+            }
+            state.busy = true;
+            state.elsewhere = false;
+            // Taken from now on, before the run is driven: its client may answer at once.
+            state.answers = Some(answers);
+            (session.run_again(&state), state.subscriber_runtime.clone())
+        };
+        for control in handed {
+            if let Control::Answer(resume) = control {
+                // Not pending (any more): an answer to an earlier question of the run.
+                let _ = session.answer(resume);
+            }
+        }
+        let asked = kept.pending.clone();
+        let start = Start::Paused {
+            events,
+            asked,
+            answered,
+        };
+        self.launch(&session, run, runtime, start).await;
+        Ok(true)
+    }
+
+    /// What the log `kind`/`id` of `tenant` keeps, each entry as a `T` (one that does not read as a `T` is
+    /// left out).
+    async fn read_log<T: serde::de::DeserializeOwned>(
+        &self,
+        kind: &'static str,
+        tenant: &str,
+        id: &str,
+    ) -> crate::error::Result<Vec<T>> {
+        let mut events = Vec::new();
+        let mut after = 0;
+        while let Some(page) = self.documents.read_log(kind, tenant, id, after).await? {
+            if page.events.is_empty() {
+                break;
+            }
+            after += page.events.len() as u64;
+            let decoded = page
+                .events
+                .iter()
+                .map(|bytes| serde_json::from_slice(bytes));
+            events.extend(decoded.filter_map(Result::ok));
+            if page.ended.is_some() {
+                break;
+            }
+        }
+        Ok(events)
     }
 
     /// Nothing queued after a run: keeps the session idle in the store (other replicas' clients now run
@@ -265,8 +363,13 @@ impl Runner {
     }
 
     /// The session as the store keeps it; a run it shows going on whose replica is gone (its lease lapsed)
-    /// is over, and the session is kept so. `None`: no such session (or it expired).
-    pub async fn recall(&self, tenant: &str, id: &str) -> crate::error::Result<Option<Kept>> {
+    /// is over, and the session is kept so, unless it was paused on its user: that one is carried on
+    /// ([`Runner::carry_on_paused`]). `None`: no such session (or it expired).
+    pub async fn recall(
+        self: &Arc<Self>,
+        tenant: &str,
+        id: &str,
+    ) -> crate::error::Result<Option<Kept>> {
         let load = || self.documents.load::<Kept>(SESSION_DOCUMENT, tenant, id);
         let Some(mut kept) = load().await? else {
             return Ok(None);
@@ -291,6 +394,9 @@ impl Runner {
                 None => return Ok(None),
                 Some(again) => kept = again,
             }
+            if !kept.pending.is_empty() {
+                return self.paused_run_carried_on(tenant, id, kept).await.map(Some);
+            }
             tracing::warn!(session = %id, "cmdc: the proxy running the session's run stopped; the run is over");
             kept.busy = false;
             kept.status = Status::Idle;
@@ -300,6 +406,37 @@ impl Runner {
                 .await?;
         }
         Ok(Some(kept))
+    }
+
+    /// The session whose run, paused on its user, a proxy that stopped left: carried on here, or by the
+    /// replica that claimed it, once the store shows it there (what this one's clients ask is handed there).
+    async fn paused_run_carried_on(
+        self: &Arc<Self>,
+        tenant: &str,
+        id: &str,
+        kept: Kept,
+    ) -> crate::error::Result<Kept> {
+        if self.carry_on_paused(tenant, id, &kept).await? {
+            return Ok(kept);
+        }
+        let control = control_log(id, Some(kept.runs));
+        let deadline = tokio::time::Instant::now() + CARRIED_ON_WAIT;
+        while tokio::time::Instant::now() < deadline {
+            if self
+                .documents
+                .run_live(CONTROL_LOG, tenant, &control)
+                .await?
+            {
+                let again = self.documents.load::<Kept>(SESSION_DOCUMENT, tenant, id);
+                if let Some(again) = again.await? {
+                    return Ok(again);
+                }
+            }
+            tokio::time::sleep(CARRIED_ON_POLL).await;
+        }
+        Err(crate::error::Error::store_unavailable(
+            "another replica is taking over this session's paused run; try again",
+        ))
     }
 
     /// Whether this replica may start the session's next run. In a store replicas share, the one that
@@ -389,32 +526,52 @@ impl Runner {
         }
     }
 
-    async fn run(&self, session: &Arc<Session>, run: &sessions::Run, prompt: Queued) {
-        tracing::debug!(session = %session.id, model = %session.model, "CMDC run started");
-        run.push(Cmdc::PromptReceived {
-            text: prompt.text.clone(),
-        });
-        run.push(Cmdc::AgentStart {});
-        let (answers, mut answered) = mpsc::unbounded_channel();
-        let mut turn = {
-            let mut state = session.state();
-            state.answers = Some(answers);
-            let mut messages = Vec::new();
-            if let Some(system) = state.system_prompt.take().filter(|s| !s.is_empty()) {
-                state.log_message(log_message(Role::System, Some(&system)));
-                messages.push(Message::text_message(new_id("msg"), Role::System, system));
+    async fn run(&self, session: &Arc<Session>, run: &sessions::Run, start: Start) {
+        let (mut next, api_key, mut answered) = match start {
+            Start::Prompt(prompt) => {
+                tracing::debug!(session = %session.id, model = %session.model, "CMDC run started");
+                let (answers, answered) = mpsc::unbounded_channel();
+                session.state().answers = Some(answers);
+                run.push(Cmdc::PromptReceived {
+                    text: prompt.text.clone(),
+                });
+                run.push(Cmdc::AgentStart {});
+                let turn = self.first_turn(session, &prompt);
+                (Next::Turn(Box::new(turn)), Some(prompt.api_key), answered)
             }
-            state.log_message(log_message(Role::User, Some(&prompt.text)));
-            messages.push(Message::text_message(
-                new_id("msg"),
-                Role::User,
-                &prompt.text,
-            ));
-            self.turn(session, &state.tools, messages, Vec::new())
+            Start::Paused {
+                events,
+                asked,
+                answered,
+            } => {
+                tracing::info!(session = %session.id, "cmdc: a run paused on its user is carried on here; the proxy that ran it stopped");
+                events.into_iter().for_each(|event| run.push(event));
+                (Next::Answers(asked), None, answered)
+            }
         };
         let mut usage = wire::TokenUsage::default();
         let mut last_text = None;
         let end = loop {
+            let turn = match next {
+                Next::Turn(turn) => *turn,
+                Next::Answers(asked) => {
+                    match self
+                        .wait_for_answers(session, run, &asked, &mut answered)
+                        .await
+                    {
+                        Ok(resume) => {
+                            session.state().status = Status::Working;
+                            self.keep(session).await;
+                            let tools = session.state().tools.clone();
+                            self.turn(session, &tools, Vec::new(), resume)
+                        }
+                        Err(stop) => {
+                            self.dismiss(session, &asked);
+                            break stop;
+                        }
+                    }
+                }
+            };
             let tools: Vec<String> = turn.tools.iter().map(|t| t.name.clone()).collect();
             let mut encoder = Encoder::new(tools);
             let mut encoded = Vec::new();
@@ -453,7 +610,8 @@ impl Runner {
                         });
                         // Any replica may take the answer: kept pending before anyone is asked.
                         self.keep(session).await;
-                        run.push(interrupt_event(&interrupt.id, interrupt.kind));
+                        run.push_pause(interrupt_event(&interrupt.id, interrupt.kind))
+                            .await;
                     }
                     Some(event) => {
                         encoder.encode(event, &mut encoded);
@@ -473,24 +631,8 @@ impl Runner {
             if encoder.last_text.is_some() {
                 last_text = encoder.last_text.take();
             }
-            match end {
-                End::Interrupted if !encoder.asked.is_empty() => {
-                    match self
-                        .wait_for_answers(session, run, &encoder.asked, &mut answered)
-                        .await
-                    {
-                        Ok(resume) => {
-                            session.state().status = Status::Working;
-                            self.keep(session).await;
-                            let tools = session.state().tools.clone();
-                            turn = self.turn(session, &tools, Vec::new(), resume);
-                        }
-                        Err(stop) => {
-                            self.dismiss(session, &encoder.asked);
-                            break stop;
-                        }
-                    }
-                }
+            next = match end {
+                End::Interrupted if !encoder.asked.is_empty() => Next::Answers(encoder.asked),
                 End::Completed | End::Interrupted if !encoder.client_calls.is_empty() => {
                     let calls = std::mem::take(&mut encoder.client_calls);
                     let results = match self.call_back(session, run, calls).await {
@@ -498,12 +640,15 @@ impl Runner {
                         Err(stop) => break stop,
                     };
                     let tools = session.state().tools.clone();
-                    turn = self.turn(session, &tools, results, Vec::new());
+                    Next::Turn(Box::new(self.turn(session, &tools, results, Vec::new())))
                 }
                 end => break end,
-            }
+            };
         };
-        self.sessions.add_usage(&prompt.api_key, usage);
+        // A run carried on from another proxy's pause meters no API key: its prompt's was not kept.
+        if let Some(api_key) = api_key {
+            self.sessions.add_usage(&api_key, usage);
+        }
         let mut state = session.state();
         sessions::add(&mut state.usage, usage);
         let terminal = match end {
@@ -533,6 +678,23 @@ impl Runner {
         };
         drop(state);
         run.push(terminal);
+    }
+
+    /// The turn a prompt starts: the session's system prompt (on its first run) and the prompt, both logged.
+    fn first_turn(&self, session: &Session, prompt: &Queued) -> Turn {
+        let mut state = session.state();
+        let mut messages = Vec::new();
+        if let Some(system) = state.system_prompt.take().filter(|s| !s.is_empty()) {
+            state.log_message(log_message(Role::System, Some(&system)));
+            messages.push(Message::text_message(new_id("msg"), Role::System, system));
+        }
+        state.log_message(log_message(Role::User, Some(&prompt.text)));
+        messages.push(Message::text_message(
+            new_id("msg"),
+            Role::User,
+            &prompt.text,
+        ));
+        self.turn(session, &state.tools, messages, Vec::new())
     }
 
     /// The session closed while its run waited on the user: the upstream is told the pauses are dismissed
@@ -763,6 +925,24 @@ async fn stopped(session: &Session, run: &sessions::Run) -> End {
         () = session.closed() => End::Closed,
         () = run.aborted() => End::Cancelled,
     }
+}
+
+/// How a run of [`Runner::drive`] begins.
+pub enum Start {
+    Prompt(Queued),
+    /// A run that a proxy which stopped left paused on its user, carried on here: its events so far (as its
+    /// log kept them), then the answers to `asked`, as they come on `answered` (the session's `answers`).
+    Paused {
+        events: Vec<Cmdc>,
+        asked: Vec<Pending>,
+        answered: mpsc::UnboundedReceiver<Resume>,
+    },
+}
+
+/// What a run does next: a turn, or wait for the answers to what its last turn asked.
+enum Next {
+    Turn(Box<Turn>),
+    Answers(Vec<Pending>),
 }
 
 /// How a canonical turn ended.
