@@ -22,6 +22,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
+use futures_util::future::Either;
 use futures_util::{Stream, StreamExt};
 use tokio::sync::{watch, Notify};
 
@@ -67,8 +68,34 @@ pub struct Detached {
 #[derive(Default)]
 pub struct DetachedRuns(Mutex<HashMap<RunKey, Arc<Log>>>);
 
+/// A run's log in the store, as a follower on another replica reads it.
+#[derive(Clone)]
+struct KeptRun {
+    documents: Documents,
+    tenant: String,
+    id: String,
+}
+
+impl KeptRun {
+    /// The run's event numbered `number` (from 1), as kept; empty when there is none (or it cannot be read).
+    async fn event(&self, number: u64) -> Bytes {
+        let Some(after) = number.checked_sub(1) else {
+            return Bytes::new();
+        };
+        let page = self.documents.read_log(LOG, &self.tenant, &self.id, after);
+        let page = page.await.ok().flatten();
+        page.and_then(|page| page.events.into_iter().next())
+            .unwrap_or_default()
+    }
+}
+
 /// What a request gets: the frames of the run it follows.
 pub type Frames = std::pin::Pin<Box<dyn Stream<Item = Bytes> + Send>>;
+
+/// What an inbound tells a client that follows a run from the store when the replica driving it dies: its
+/// protocol's error for a failed run, given the run's first event and the last one the client got (each
+/// as kept, an SSE event without its `id:`), which a protocol may number or name its error after.
+pub type LostRun = Box<dyn FnOnce(&[u8], &[u8]) -> Bytes + Send>;
 
 /// The `Last-Event-ID` a client that comes back sends: the `id:` of the last event it read.
 pub fn last_event_id(headers: &http::HeaderMap) -> Option<u64> {
@@ -104,7 +131,7 @@ impl Detached {
         self: &Arc<Self>,
         key: RunKey,
         last_event_id: Option<u64>,
-        lost: Bytes,
+        lost: LostRun,
         start: impl FnOnce() -> S,
     ) -> Frames
     where
@@ -119,12 +146,12 @@ impl Detached {
     /// The kept run `key`'s frames from after `last_event_id`, or from its start while it is live; `None`
     /// when no run of that name is kept (or it ended and the request names no event of it). A run this
     /// replica does not hold is looked for in the store; if its replica dies (or it outgrows what the store
-    /// keeps), its follower gets `lost`, the inbound protocol's error ([`crate::face::lost_run_frames`]).
+    /// keeps), its follower gets what `lost` makes.
     pub async fn resume(
         &self,
         key: &RunKey,
         last_event_id: Option<u64>,
-        lost: Bytes,
+        lost: LostRun,
     ) -> Option<Frames> {
         if let Some(log) = lock(&self.runs.0).get(key) {
             let (last, ended) = {
@@ -148,7 +175,7 @@ impl Detached {
         &self,
         key: &RunKey,
         last_event_id: Option<u64>,
-        lost: Bytes,
+        lost: LostRun,
     ) -> Option<Frames> {
         if !self.documents.kept() {
             return None;
@@ -192,12 +219,31 @@ impl Detached {
         })));
         let after = last_event_id.unwrap_or(0);
         let events = self.documents.follow_log(LOG, tenant, &id, after);
+        let kept = KeptRun {
+            documents: self.documents.clone(),
+            tenant: tenant.to_owned(),
+            id,
+        };
+        let (mut last, mut lost) = (None, Some(lost));
         Some(Box::pin(events.filter_map(move |followed| {
             let _holding = &follower;
-            std::future::ready(match followed {
-                Followed::Event(id, event) => Some(with_id(id, &event)),
-                // Without an id: a client that comes back is told again.
-                Followed::Lost => Some(lost.clone()),
+            let lost = match followed {
+                Followed::Event(id, event) => {
+                    let frame = with_id(id, &event);
+                    last = Some(event);
+                    return Either::Left(std::future::ready(Some(frame)));
+                }
+                Followed::Lost => lost.take(),
+            };
+            let (kept, last) = (kept.clone(), last.clone());
+            // Without an id: a client that comes back is told again.
+            Either::Right(async move {
+                let first = kept.event(1).await;
+                let last = match last {
+                    Some(last) => last,
+                    None => kept.event(after).await,
+                };
+                Some(lost?(&first, &last))
             })
         })))
     }

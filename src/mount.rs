@@ -11,7 +11,7 @@ use futures_util::Stream;
 use crate::auth::Access;
 use crate::body::BodyLimit;
 use crate::cors::Cors;
-use crate::detach::{Detached, Frames, RunKey};
+use crate::detach::{Detached, Frames, LostRun, RunKey};
 use crate::model::Turn;
 use crate::store::Documents;
 use crate::translate::Translator;
@@ -53,7 +53,7 @@ impl Mount {
         turn: Turn,
         key: impl FnOnce(&Turn) -> RunKey,
         last_event_id: Option<u64>,
-        lost: impl FnOnce(&Turn) -> Bytes,
+        lost: impl FnOnce(&Turn) -> LostRun,
         start: impl FnOnce(Turn) -> S,
     ) -> Either<S, Frames>
     where

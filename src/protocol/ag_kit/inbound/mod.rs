@@ -85,7 +85,8 @@ impl Inbound {
         let detached = mount.detached.as_ref();
         let resumed = match detached {
             Some(runs) => {
-                runs.resume(&key, last_event_id, lost_run_frames(Encoder))
+                let frames = lost_run_frames(Encoder);
+                runs.resume(&key, last_event_id, Box::new(move |_, _| frames))
                     .await
             }
             None => None,

@@ -53,7 +53,10 @@ impl Inbound {
                 turn,
                 key,
                 last_event_id,
-                |turn| lost_run_frames(Encoder::new(turn, &self.options)),
+                |turn| {
+                    let frames = lost_run_frames(Encoder::new(turn, &self.options));
+                    Box::new(move |_, _| frames)
+                },
                 |turn| {
                     let encoder = Encoder::new(&turn, &self.options);
                     encode_frames(mount.translator.start(turn), encoder)

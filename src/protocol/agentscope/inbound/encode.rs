@@ -107,6 +107,40 @@ impl<G> EventEncoder for Encoder<G> {
     }
 }
 
+impl Encoder<()> {
+    /// An encoder that goes on with the response a run's stream in `session_id` started: `first` and `last`,
+    /// the first and the last of its frames a client got (SSE events), name it and number what follows (a
+    /// detached run's follower, told the run failed).
+    pub fn after(first: &[u8], last: &[u8], session_id: &str, options: EncodeOptions) -> Self {
+        let data = |frame: &[u8]| {
+            let mut decoder = sse::SseDecoder::new(frame.len() + 1);
+            decoder.push(frame);
+            let event = decoder.next_event().ok().flatten();
+            event.or_else(|| decoder.finish().ok().flatten())
+        };
+        let started = data(first)
+            .and_then(|event| serde_json::from_str::<wire::Response>(&event.data).ok())
+            .filter(|response| response.id.is_some());
+        let last_sequence = data(last)
+            .and_then(|event| serde_json::from_str::<Value>(&event.data).ok())
+            .and_then(|frame| frame["sequence_number"].as_i64());
+        // Nothing read yet: a response of its own.
+        let turn = Turn {
+            run_id: started
+                .as_ref()
+                .and_then(|response| response.id.clone())
+                .unwrap_or_else(|| format!("response_{}", uuid::Uuid::new_v4())),
+            ..Turn::default()
+        };
+        let mut encoder = Encoder::new(&turn, session_id, options, ());
+        if let Some(response) = started {
+            encoder.created_at = response.created_at;
+        }
+        encoder.sequence = last_sequence.map_or(0, |sequence| sequence + 1);
+        encoder
+    }
+}
+
 impl<G> Encoder<G> {
     /// An encoder for the run of `turn` in `session_id`; `guard` is dropped when the run's event stream
     /// ends, which is after the run saved its conversation record, and before the client sees the end.

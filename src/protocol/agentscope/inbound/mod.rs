@@ -99,10 +99,11 @@ impl Inbound {
         let key = detach::RunKey::new(tenant, &[&accepted.user_id, &accepted.session_id]);
         let kept = match resumed {
             Some((runs, last_event_id)) => {
-                let options = self.options.clone();
-                let encoder = Encoder::new(&accepted.turn, &accepted.session_id, options, ());
-                runs.resume(&key, last_event_id, lost_run_frames(encoder))
-                    .await
+                let (options, session_id) = (self.options.clone(), accepted.session_id.clone());
+                let lost = Box::new(move |first: &[u8], last: &[u8]| {
+                    lost_run_frames(Encoder::after(first, last, &session_id, options))
+                });
+                runs.resume(&key, last_event_id, lost).await
             }
             None => None,
         };
