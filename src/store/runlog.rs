@@ -322,6 +322,22 @@ impl Documents {
         Ok(lease.is_some_and(|lease| lease.until > now_micros()))
     }
 
+    /// Ends the log `kind`/`id` of `tenant`, cut, as a process that stopped left it: what is pushed to it from
+    /// now on is refused ([`Documents::push_to_log`]).
+    pub async fn end_log(
+        &self,
+        kind: &'static str,
+        tenant: &str,
+        id: &str,
+    ) -> crate::error::Result<()> {
+        let key = self.key(kind, tenant, id);
+        let end = Some(LogEnd::Cut);
+        let appended = self
+            .store
+            .append_events(&key, super::APPEND, Vec::new(), end, true);
+        appended.await.map(drop)
+    }
+
     /// Adds `event` to the log `kind`/`id` of `tenant` that another process writes (a request it is to act
     /// on), after whatever the log holds: whether it was added, which it is not once the log ended (its
     /// writer no longer reads what comes).

@@ -811,6 +811,23 @@ impl Run {
         pause.then(|| writer.durable())
     }
 
+    /// Appends the events so far of a run carried on here, as its log in the store kept them, keeping them in
+    /// this run's log again (waiting on the store rather than dropping any), durably before this returns.
+    pub async fn replay(&self, events: Vec<Event>) {
+        // Only the run's driver pushes: nothing else needs the writer meanwhile.
+        let writer = lock(&self.log).take();
+        for event in events {
+            if let Some(writer) = &writer {
+                writer.push(bytes::Bytes::from(event.to_frame())).await;
+            }
+            self.append(event);
+        }
+        if let Some(writer) = &writer {
+            writer.durable().await;
+        }
+        *lock(&self.log) = writer;
+    }
+
     /// Appends a pause (`approval_required`, `ask_user`) once the run's log, if kept, keeps it durably: a
     /// client that saw it may answer it on any replica, or after a restart.
     pub async fn push_pause(&self, event: Event) {

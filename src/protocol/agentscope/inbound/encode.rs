@@ -120,7 +120,7 @@ impl Encoder<()> {
         };
         let started = data(first)
             .and_then(|event| serde_json::from_str::<wire::Response>(&event.data).ok())
-            .filter(|response| response.id.is_some());
+            .filter(|response| response.object == "response" && response.id.is_some());
         let last_sequence = data(last)
             .and_then(|event| serde_json::from_str::<Value>(&event.data).ok())
             .and_then(|frame| frame["sequence_number"].as_i64());

@@ -7,7 +7,6 @@
 use std::pin::Pin;
 use std::sync::Arc;
 
-use futures_util::future::BoxFuture;
 use futures_util::{stream, Stream, StreamExt};
 
 use super::super::run::Runner;
@@ -147,98 +146,116 @@ fn next_run_anywhere(runner: &Arc<Runner>, session: &Arc<Session>) -> Events {
 }
 
 /// The session's latest run from its log in the store, when another replica runs it, or ran it and no
-/// subscriber read it yet: from its first event, then live. When the replica running it dies, a run paused
-/// on its user is followed on where it is carried on ([`rest_of_a_lost_run`]); any other ends with an
-/// `error` and `agent_abort {reason:"error"}`.
-/// (Boxed: a run carried on elsewhere is followed through this again.)
-fn kept_run<'a>(
-    runner: &'a Arc<Runner>,
-    session: &'a Arc<Session>,
-) -> BoxFuture<'a, Option<Events>> {
-    Box::pin(async move {
-        let marks = ReadMarks::of(runner, session)?;
-        let documents = &runner.documents;
-        let (tenant, id) = (session.tenant.clone(), session.id.clone());
-        let (elsewhere, runs) = {
-            let state = session.state();
-            (state.elsewhere, state.runs)
-        };
-        let ran_here = session.current_run().is_some_and(|run| run.seq() == runs);
-        if !elsewhere && (runs == 0 || ran_here) {
-            return None;
-        }
-        // Also where another replica shows the run going on: it may have read it to its end a moment ago.
-        if marks.was_read(runs).await {
-            return None;
-        }
-        if !elsewhere {
-            documents.read_log(RUN_LOG, &tenant, &id, 0).await.ok()??;
-        }
-        let log = documents.follow_log(RUN_LOG, &tenant, &id, 0);
-        let (runner, session) = (Arc::clone(runner), Arc::clone(session));
-        let mut read = 0;
-        let events = log.then(move |followed| {
-            let events = match followed {
-                Followed::Event(_, bytes) => Some(serde_json::from_slice::<Event>(&bytes)),
-                Followed::Lost => None,
-            };
-            let (marks, runner, session) = (
-                Arc::clone(&marks),
-                Arc::clone(&runner),
-                Arc::clone(&session),
-            );
-            let read_before = read;
-            read += 1;
-            async move {
-                let Some(event) = events else {
-                    return rest_of_a_lost_run(&runner, &session, runs, read_before).await;
-                };
-                let event = event.ok();
-                if event.as_ref().is_some_and(Event::is_terminal) {
-                    marks.read_to_end(runs).await;
-                }
-                Box::pin(stream::iter(event)) as Events
-            }
-        });
-        Some(Box::pin(events.flatten()) as Events)
-    })
+/// subscriber read it yet: from its first event, then live ([`logged_run`]).
+async fn kept_run(runner: &Arc<Runner>, session: &Arc<Session>) -> Option<Events> {
+    let marks = ReadMarks::of(runner, session)?;
+    let (elsewhere, runs) = {
+        let state = session.state();
+        (state.elsewhere, state.runs)
+    };
+    let ran_here = session.current_run().is_some_and(|run| run.seq() == runs);
+    if !elsewhere && (runs == 0 || ran_here) {
+        return None;
+    }
+    // Also where another replica shows the run going on: it may have read it to its end a moment ago.
+    if marks.was_read(runs).await {
+        return None;
+    }
+    if !elsewhere {
+        let (tenant, id) = (&session.tenant, &session.id);
+        runner
+            .documents
+            .read_log(RUN_LOG, tenant, id, 0)
+            .await
+            .ok()??;
+    }
+    Some(logged_run(runner, session, runs, 0, Lost::CarriedOn))
 }
 
-/// The rest of run `run`, of which the subscriber read `read` events from the log of a replica that died:
-/// a run paused on its user is carried on, here or on another replica ([`Runner::recall`]), and followed
-/// there; any other failed.
+/// What a follower of a run log does when the replica running the run died.
+#[derive(Clone, Copy)]
+enum Lost {
+    /// Follows the run where it is carried on, if it was paused on its user ([`rest_of_a_lost_run`]).
+    CarriedOn,
+    /// Ends with an `error` and `agent_abort {reason:"error"}`.
+    Failed,
+}
+
+/// Run `run`'s events from its log in the store, after the first `after`, then live; its end is kept as
+/// read.
+fn logged_run(
+    runner: &Arc<Runner>,
+    session: &Arc<Session>,
+    run: u64,
+    after: u64,
+    lost: Lost,
+) -> Events {
+    let log = runner
+        .documents
+        .follow_log(RUN_LOG, &session.tenant, &session.id, after);
+    let (runner, session) = (Arc::clone(runner), Arc::clone(session));
+    let marks = ReadMarks::of(&runner, &session);
+    let mut read = after;
+    let events = log.then(move |followed| {
+        let event = match followed {
+            Followed::Event(number, bytes) => {
+                read = number;
+                Some(serde_json::from_slice::<Event>(&bytes).ok())
+            }
+            Followed::Lost => None,
+        };
+        let (marks, runner, session) = (marks.clone(), Arc::clone(&runner), Arc::clone(&session));
+        async move {
+            let Some(event) = event else {
+                return match lost {
+                    Lost::CarriedOn => rest_of_a_lost_run(&runner, &session, run, read).await,
+                    Lost::Failed => failed(),
+                };
+            };
+            if let Some(marks) = marks.filter(|_| event.as_ref().is_some_and(Event::is_terminal)) {
+                marks.read_to_end(run).await;
+            }
+            Box::pin(stream::iter(event)) as Events
+        }
+    });
+    Box::pin(events.flatten())
+}
+
+/// The end of a run whose replica died.
+fn failed() -> Events {
+    let reason = Error::run_lost().message().to_owned();
+    let abort = Event::AgentAbort {
+        reason: "error".into(),
+    };
+    Box::pin(stream::iter([Event::Error { reason }, abort]))
+}
+
+/// The rest of run `run`, of which the subscriber read the first `read` events from the log of a replica
+/// that died: a run paused on its user is carried on, here or by another replica ([`Runner::recall`]), and
+/// followed there; any other failed.
 async fn rest_of_a_lost_run(
     runner: &Arc<Runner>,
     session: &Arc<Session>,
     run: u64,
-    read: usize,
+    read: u64,
 ) -> Events {
-    let failed = || -> Events {
-        let reason = Error::run_lost().message().to_owned();
-        let abort = Event::AgentAbort {
-            reason: "error".into(),
-        };
-        Box::pin(stream::iter([Event::Error { reason }, abort]))
-    };
     let Ok(Some(kept)) = runner.recall(&session.tenant, &session.id).await else {
         return failed();
     };
-    if kept.runs != run || kept.pending.is_empty() {
-        return failed();
-    }
-    let carried_here = session.state().busy && !session.state().elsewhere;
-    if carried_here
-        && session
-            .current_run()
-            .is_some_and(|current| current.seq() == run)
-    {
+    let carried_here = {
+        let state = session.state();
+        state.busy && !state.elsewhere
+    };
+    let current = session.current_run().filter(|current| current.seq() == run);
+    if carried_here && current.is_some() {
+        let skip = usize::try_from(read).unwrap_or(usize::MAX);
         let follower = session.subscribe_run();
-        return Box::pin(local_run(runner, session, follower, None).skip(read));
+        return Box::pin(local_run(runner, session, follower, None).skip(skip));
     }
-    // Carried on by another replica, which logs the run afresh, the same events first.
-    session.take_in(kept);
-    match kept_run(runner, session).await {
-        Some(events) => Box::pin(events.skip(read)),
-        None => failed(),
+    if kept.busy && kept.runs == run {
+        // Carried on by another replica, which logs the run afresh, the same events first.
+        session.take_in(kept);
+        return logged_run(runner, session, run, read, Lost::Failed);
     }
+    failed()
 }

@@ -197,13 +197,13 @@ impl Runner {
 
     /// Carries on here the run a proxy that stopped left paused on its user (`kept` shows the pause): its
     /// events so far from its log, then the answers it waits for, as if it had paused here. In a store
-    /// replicas share, the replica that claims it does; whether this one did.
+    /// replicas share, the replica that claims it does.
     async fn carry_on_paused(
         self: &Arc<Self>,
         tenant: &str,
         id: &str,
         kept: &Kept,
-    ) -> crate::error::Result<bool> {
+    ) -> crate::error::Result<Carried> {
         let claim = paused_claim(id, kept.runs);
         if self.documents.shared()
             && !self
@@ -211,20 +211,20 @@ impl Runner {
                 .claim(RUN_CLAIM, tenant, &claim, LEASE)
                 .await?
         {
-            return Ok(false);
+            return Ok(Carried::Elsewhere);
         }
-        let events = self.read_log(RUN_LOG, tenant, id).await?;
-        // The answers other replicas handed the proxy that stopped, read before this replica's control log
-        // (which may take the same name) starts afresh: one to a question still pending is taken here. The
-        // rest of that log it carried out, or was handed as it stopped (lost, as to any replica that dies).
-        let control = control_log(id, kept.control);
-        let handed = self.read_log(CONTROL_LOG, tenant, &control).await?;
+        let (events, ended) = self.read_log(RUN_LOG, tenant, id).await?;
+        if ended {
+            // It ended (aborted, say) before its proxy kept the session idle.
+            return Ok(Carried::Ended);
+        }
+        let handed = self.handed_to_the_dead(tenant, id, kept).await?;
         let session = self.sessions.adopt(tenant, id, kept.clone());
         let (answers, answered) = mpsc::unbounded_channel();
         let (run, runtime) = {
             let mut state = session.state();
             if state.busy {
-                return Ok(true);
+                return Ok(Carried::Here);
             }
             state.busy = true;
             state.elsewhere = false;
@@ -245,23 +245,41 @@ impl Runner {
             answered,
         };
         self.launch(&session, run, runtime, start).await;
-        Ok(true)
+        Ok(Carried::Here)
+    }
+
+    /// In a store replicas share, what other replicas handed the proxy that stopped through its control log:
+    /// an answer to a question still pending is taken here. The rest it carried out, or was handed as it
+    /// stopped (lost, as to any replica that dies). The log is ended first, so that what is handed to it
+    /// from now on is refused (and handed here once this replica's control log is open), and read before
+    /// this replica's log (which may take the same name) starts afresh.
+    async fn handed_to_the_dead(
+        &self,
+        tenant: &str,
+        id: &str,
+        kept: &Kept,
+    ) -> crate::error::Result<Vec<Control>> {
+        if !self.documents.shared() {
+            return Ok(Vec::new());
+        }
+        let control = control_log(id, kept.control);
+        self.documents
+            .end_log(CONTROL_LOG, tenant, &control)
+            .await?;
+        Ok(self.read_log(CONTROL_LOG, tenant, &control).await?.0)
     }
 
     /// What the log `kind`/`id` of `tenant` keeps, each entry as a `T` (one that does not read as a `T` is
-    /// left out).
+    /// left out), and whether it ended.
     async fn read_log<T: serde::de::DeserializeOwned>(
         &self,
         kind: &'static str,
         tenant: &str,
         id: &str,
-    ) -> crate::error::Result<Vec<T>> {
+    ) -> crate::error::Result<(Vec<T>, bool)> {
         let mut events = Vec::new();
         let mut after = 0;
         while let Some(page) = self.documents.read_log(kind, tenant, id, after).await? {
-            if page.events.is_empty() {
-                break;
-            }
             after += page.events.len() as u64;
             let decoded = page
                 .events
@@ -269,10 +287,13 @@ impl Runner {
                 .map(|bytes| serde_json::from_slice(bytes));
             events.extend(decoded.filter_map(Result::ok));
             if page.ended.is_some() {
+                return Ok((events, true));
+            }
+            if page.events.is_empty() {
                 break;
             }
         }
-        Ok(events)
+        Ok((events, false))
     }
 
     /// Nothing queued after a run: keeps the session idle in the store (other replicas' clients now run
@@ -395,7 +416,9 @@ impl Runner {
                 Some(again) => kept = again,
             }
             if !kept.pending.is_empty() {
-                return self.paused_run_carried_on(tenant, id, kept).await.map(Some);
+                if let Some(carried) = self.paused_run_carried_on(tenant, id, &kept).await? {
+                    return Ok(Some(carried));
+                }
             }
             tracing::warn!(session = %id, "cmdc: the proxy running the session's run stopped; the run is over");
             kept.busy = false;
@@ -410,27 +433,37 @@ impl Runner {
 
     /// The session whose run, paused on its user, a proxy that stopped left: carried on here, or by the
     /// replica that claimed it, once the store shows it there (what this one's clients ask is handed there).
+    /// `None`: the run ended after all.
     async fn paused_run_carried_on(
         self: &Arc<Self>,
         tenant: &str,
         id: &str,
-        kept: Kept,
-    ) -> crate::error::Result<Kept> {
-        if self.carry_on_paused(tenant, id, &kept).await? {
-            return Ok(kept);
+        kept: &Kept,
+    ) -> crate::error::Result<Option<Kept>> {
+        match self.carry_on_paused(tenant, id, kept).await? {
+            Carried::Here => return Ok(Some(kept.clone())),
+            Carried::Ended => return Ok(None),
+            Carried::Elsewhere => {}
         }
-        let control = control_log(id, Some(kept.runs));
         let deadline = tokio::time::Instant::now() + CARRIED_ON_WAIT;
         while tokio::time::Instant::now() < deadline {
-            if self
+            let Some(again) = self
                 .documents
-                .run_live(CONTROL_LOG, tenant, &control)
+                .load::<Kept>(SESSION_DOCUMENT, tenant, id)
                 .await?
+            else {
+                return Ok(None);
+            };
+            // Kept as the claiming replica's, its control log open.
+            let control = control_log(id, Some(kept.runs));
+            if again.busy
+                && again.control == Some(kept.runs)
+                && self
+                    .documents
+                    .run_live(CONTROL_LOG, tenant, &control)
+                    .await?
             {
-                let again = self.documents.load::<Kept>(SESSION_DOCUMENT, tenant, id);
-                if let Some(again) = again.await? {
-                    return Ok(again);
-                }
+                return Ok(Some(again));
             }
             tokio::time::sleep(CARRIED_ON_POLL).await;
         }
@@ -545,7 +578,7 @@ impl Runner {
                 answered,
             } => {
                 tracing::info!(session = %session.id, "cmdc: a run paused on its user is carried on here; the proxy that ran it stopped");
-                events.into_iter().for_each(|event| run.push(event));
+                run.replay(events).await;
                 (Next::Answers(asked), None, answered)
             }
         };
@@ -937,6 +970,15 @@ pub enum Start {
         asked: Vec<Pending>,
         answered: mpsc::UnboundedReceiver<Resume>,
     },
+}
+
+/// Where a run paused on its user whose proxy stopped goes on.
+enum Carried {
+    Here,
+    /// Another replica claimed it.
+    Elsewhere,
+    /// Its log ended: it was over after all.
+    Ended,
 }
 
 /// What a run does next: a turn, or wait for the answers to what its last turn asked.
