@@ -611,6 +611,7 @@ impl Runner {
             let mut events = self.translator.start(turn);
             let mut end = None;
             let mut stop = End::Closed;
+            let mut pauses = Vec::new();
             while end.is_none() {
                 let event = tokio::select! {
                     event = events.next() => event,
@@ -641,10 +642,7 @@ impl Runner {
                             id: interrupt.id.clone(),
                             approval,
                         });
-                        // Any replica may take the answer: kept pending before anyone is asked.
-                        self.keep(session).await;
-                        run.push_pause(interrupt_event(&interrupt.id, interrupt.kind))
-                            .await;
+                        pauses.push(interrupt_event(&interrupt.id, interrupt.kind));
                     }
                     Some(event) => {
                         encoder.encode(event, &mut encoded);
@@ -659,6 +657,14 @@ impl Runner {
                 break stop;
             };
             while events.next().await.is_some() {}
+            // Any replica, and this one after a restart, may take the answer: the turn's record (the
+            // upstream's side of the pause) and the session are kept before anyone is asked.
+            if !pauses.is_empty() {
+                self.keep(session).await;
+                for pause in pauses {
+                    run.push_pause(pause).await;
+                }
+            }
             sessions::add(&mut usage, encoder.usage);
             self.log_turn(session, &mut encoder);
             if encoder.last_text.is_some() {
