@@ -13,10 +13,11 @@
 //! 5. a client-side tool offered by the client and called by the agent (CMDC's through its callback tools);
 //! 6. the agent failing mid-stream, and an unreachable agent: the client's own error, once;
 //! 7. the client going away mid-stream: the agent's work is cancelled;
-//! 8. a conversation outliving its proxy (issue 20): two turns, and an approval answered, with the proxy
-//!    killed and restarted on its redb file in between, or with the turns served by two replicas sharing
-//!    Redis, or behind nginx in front of those ([`crate::support::stores::Deployment`]). A CMDC client
-//!    follows its session to the other proxy, where its paused run is replayed and carried on.
+//! 8. a conversation outliving its proxy (issue 20): two turns, an approval answered, and a question
+//!    answered, with the proxy killed and restarted on its redb file in between, or with the turns served by
+//!    two replicas sharing Redis, or behind nginx in front of those
+//!    ([`crate::support::stores::Deployment`]). A CMDC client follows its session to the other proxy, where
+//!    its paused run is replayed and carried on.
 //!
 //! Each pair runs the same scenario functions ([`scenario`]); each protocol's client and scripted agent live
 //! in `tests/it/matrix/<protocol>.rs`, the shared vocabulary in `tests/it/matrix/peers.rs`. Where a pair
@@ -205,6 +206,25 @@ mod scenario {
         assert_said(pair, &done, APPROVED_TEXT);
         let heard = agent.hears(2).await;
         let expected = [said(CLEAN_UP), decision_heard(pair, "yes", true)];
+        assert_eq!(heard, expected, "{pair:?}: what the agent was told");
+        deployment.assert_every_replica_served();
+    }
+
+    /// (8c) The agent asks a question; the proxy is killed and restarted, or the answer goes to the other
+    /// replica; the answer still reaches the agent.
+    pub async fn question_between(pair: Pair, topology: Topology) {
+        let agent = Agent::serve(pair.agent().expect("an agent"), Script::Question).await;
+        let mut deployment = Deployment::start(topology, pair.route(Some(&agent.url())));
+        let mut client = Client::new(pair.inbound, deployment.url(PATH));
+        let paused = client.exchange(say("weather please")).await;
+        assert!(paused.errors.is_empty(), "{pair:?}: {paused:#?}");
+        assert!(paused.pause.is_some(), "{pair:?}: no pause: {paused:#?}");
+        deployment.between_turns();
+        client.retarget(deployment.url(PATH));
+        let done = client.exchange(Input::Answer("Paris".to_owned())).await;
+        assert_said(pair, &done, &answered("Paris"));
+        let heard = agent.hears(2).await;
+        let expected = [said("weather please"), Heard::Answer("Paris".to_owned())];
         assert_eq!(heard, expected, "{pair:?}: what the agent was told");
         deployment.assert_every_replica_served();
     }
@@ -634,8 +654,8 @@ macro_rules! cancel_pairs {
     )*};
 }
 
-/// A conversation outliving its proxy (8): `$scenario` (two turns, or an answered approval) for pairs whose
-/// inbound keeps its side of the conversation in the store, in every [`Topology`].
+/// A conversation outliving its proxy (8): `$scenario` (two turns, an answered approval or question) for
+/// pairs whose inbound keeps its side of the conversation in the store, in every [`Topology`].
 macro_rules! durable_pairs {
     ($scenario:ident; $($name:ident: $inbound:ident -> $outbound:ident;)*) => {$(
         mod $name {
@@ -865,6 +885,35 @@ mod approval_outlives_the_proxy {
         cmdc_to_ag_ui: Cmdc -> AgUi;
         cmdc_to_a2a: Cmdc -> A2a;
         cmdc_to_agentscope: Cmdc -> Agentscope;
+        cmdc_to_ag_kit: Cmdc -> AgKit;
+        cmdc_to_cmdc: Cmdc -> Cmdc;
+    }
+}
+
+/// The pairs of `question_asked_and_answered`.
+mod question_outlives_the_proxy {
+    use super::*;
+
+    durable_pairs! {
+        question_between;
+        ag_ui_to_ag_ui: AgUi -> AgUi;
+        ag_ui_to_a2a: AgUi -> A2a;
+        ag_ui_to_ag_kit: AgUi -> AgKit;
+        ag_ui_to_cmdc: AgUi -> Cmdc;
+        a2a_to_ag_ui: A2a -> AgUi;
+        a2a_to_a2a: A2a -> A2a;
+        a2a_to_ag_kit: A2a -> AgKit;
+        a2a_to_cmdc: A2a -> Cmdc;
+        agentscope_to_ag_ui: Agentscope -> AgUi;
+        agentscope_to_a2a: Agentscope -> A2a;
+        agentscope_to_ag_kit: Agentscope -> AgKit;
+        agentscope_to_cmdc: Agentscope -> Cmdc;
+        ag_kit_to_ag_ui: AgKit -> AgUi;
+        ag_kit_to_a2a: AgKit -> A2a;
+        ag_kit_to_ag_kit: AgKit -> AgKit;
+        ag_kit_to_cmdc: AgKit -> Cmdc;
+        cmdc_to_ag_ui: Cmdc -> AgUi;
+        cmdc_to_a2a: Cmdc -> A2a;
         cmdc_to_ag_kit: Cmdc -> AgKit;
         cmdc_to_cmdc: Cmdc -> Cmdc;
     }

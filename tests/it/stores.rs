@@ -1,7 +1,9 @@
 //! The durable stores' faults and limits, with the binary as users run it: Redis going away and coming
 //! back, Redis unreachable at start or configured to evict, a tenant's quota counted across replicas, and a
-//! redb file another proxy holds. That conversations outlive their proxy, pair by pair, is the matrix's
-//! scenario 8 (`matrix::two_turns_outlive_the_proxy`, `matrix::approval_outlives_the_proxy`).
+//! redb file another proxy holds; A2A tasks and CMDC sessions across kills and replicas, a paused CMDC run
+//! carried on when its replica dies. That conversations outlive their proxy, pair by pair, is the matrix's
+//! scenario 8 (`matrix::two_turns_outlive_the_proxy`, `matrix::approval_outlives_the_proxy`,
+//! `matrix::question_outlives_the_proxy`).
 
 use std::time::{Duration, Instant};
 
@@ -559,6 +561,9 @@ async fn a2a_task_is_read_answered_and_cancelled_on_another_proxy(topology: Topo
     assert_eq!(got["status"]["state"], "input-required", "{got}");
     assert_eq!(got["contextId"], paused["contextId"]);
     assert_eq!(a2a::status_text(&got["status"]), "Which city?");
+    let waiting = resubscribed(&next(&mut deployment), &task_id).await;
+    assert_eq!(waiting["status"]["state"], "input-required", "{waiting}");
+    assert_eq!(a2a::status_text(&waiting["status"]), "Which city?");
 
     let done = a2a::send_message(&next(&mut deployment), a2a::answer_to(&paused, "Paris")).await;
     assert_eq!(done["id"], paused["id"]);
@@ -566,6 +571,8 @@ async fn a2a_task_is_read_answered_and_cancelled_on_another_proxy(topology: Topo
     assert_eq!(a2a::artifact_text(&done), "You answered: Paris");
     let got = a2a::get_task(&next(&mut deployment), &task_id).await;
     assert_eq!(got["status"]["state"], "completed", "{got}");
+    let ended = resubscribed(&next(&mut deployment), &task_id).await;
+    assert_eq!(ended["status"]["state"], "completed", "{ended}");
 
     let asked = a2a::send_message(&next(&mut deployment), a2a::message("/ask Which day?")).await;
     let other = asked["id"].as_str().unwrap().to_owned();
@@ -573,6 +580,18 @@ async fn a2a_task_is_read_answered_and_cancelled_on_another_proxy(topology: Topo
     assert_eq!(canceled["status"]["state"], "canceled", "{canceled}");
     let got = a2a::get_task(&next(&mut deployment), &other).await;
     assert_eq!(got["status"]["state"], "canceled", "{got}");
+}
+
+/// What `tasks/resubscribe` to a task that is not running gives: one final status update, the task as it
+/// is kept.
+async fn resubscribed(url: &str, task_id: &str) -> Value {
+    let mut followed = resubscribe(url, task_id).await;
+    let mut results = followed.rest().await;
+    assert_eq!(results.len(), 1, "{results:#?}");
+    let update = results[0]["result"].take();
+    assert_eq!(update["taskId"], task_id, "{update}");
+    assert_eq!(update["final"], true, "{update}");
+    update
 }
 
 #[tokio::test]
@@ -1373,4 +1392,81 @@ async fn a_task_whose_replica_died_stops_holding_its_tenants_quota_once_its_leas
     // The orphan was failed, and so made room.
     let gone = a2a::call(&url(&other), "tasks/get", json!({"id": orphan})).await;
     assert_eq!(gone["error"]["code"], -32001, "{gone}");
+}
+
+/// One turn of an AgentScope client (`/scope`) or of an AG-Kit client (`/kit`) on `proxy`, saying "hi": the
+/// HTTP status and the data of each event.
+async fn turn_of(proxy: &AgentBridge, inbound: &str) -> (http::StatusCode, Vec<String>) {
+    let (path, body) = match inbound {
+        "agentscope" => (
+            "/scope/process",
+            crate::support::agentscope::request(
+                "s-1",
+                json!([crate::support::agentscope::user("u1", "hi")]),
+            ),
+        ),
+        _ => (
+            "/kit/send-message",
+            json!({"messages": [{"role": "user", "content": "hi"}], "conversationId": "c-1"}),
+        ),
+    };
+    let response =
+        crate::support::post_json(&format!("http://{}{path}", proxy.address), &body).await;
+    let status = response.status;
+    if !status.is_success() {
+        return (
+            status,
+            vec![String::from_utf8_lossy(&response.bytes().await).into_owned()],
+        );
+    }
+    let mut stream = response.sse();
+    let mut events = Vec::new();
+    while let Some(data) = stream.next_data().await {
+        events.push(data);
+    }
+    (status, events)
+}
+
+/// Redis gone, AgentScope and AG-Kit clients get their protocol's own error at once (AgentScope: its
+/// response `failed`; AG-Kit: HTTP 503), and their turns work again once Redis is back.
+#[tokio::test]
+async fn redis_gone_fails_agentscope_and_ag_kit_turns_in_their_own_shape_and_the_proxy_recovers() {
+    let mut redis = RedisServer::start();
+    let folder = TempDir::new("redis-gone-shapes");
+    let routes = Routes::default()
+        .set("store", redis_store(&redis.url()))
+        .route(Route::new("scope", "/scope", "agentscope", "echo"))
+        .route(Route::new("kit", "/kit", "ag-kit", "echo"));
+    let config = folder.path().join("routes.toml");
+    std::fs::write(&config, routes.to_string()).expect("write the routes file");
+    let proxy = AgentBridge::start(serve_command(&config));
+    redis.kill();
+
+    let (status, scope) = turn_of(&proxy, "agentscope").await;
+    assert_eq!(status, 200);
+    let last: Value = serde_json::from_str(scope.last().expect("a frame")).expect("JSON");
+    assert_eq!(last["status"], "failed", "{scope:#?}");
+    assert_eq!(last["error"]["code"], "STORE_UNAVAILABLE", "{scope:#?}");
+    let (status, kit) = turn_of(&proxy, "ag-kit").await;
+    assert_eq!(status, 503, "{kit:#?}");
+    let refused: Value = serde_json::from_str(&kit[0]).expect("a JSON error");
+    assert_eq!(refused["error"]["code"], "STORE_UNAVAILABLE", "{refused}");
+
+    redis.restart();
+    for inbound in ["agentscope", "ag-kit"] {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            let (status, events) = turn_of(&proxy, inbound).await;
+            let text = events.concat();
+            if status == 200 && !text.contains("STORE_UNAVAILABLE") {
+                assert!(text.contains("hi"), "{inbound}: {events:#?}");
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{inbound}: the proxy did not get its store back"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
 }
