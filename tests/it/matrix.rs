@@ -743,31 +743,40 @@ agent_pairs! {
     cmdc_to_cmdc: Cmdc -> Cmdc;
 }
 
+/// Expands `$pairs!` (after `$scenario;`, if given) over the pairs whose agent can ask a free-text question:
+/// every pair but those toward an AgentScope runtime, which asks only approvals.
+macro_rules! with_question_pairs {
+    ($pairs:ident $(; $scenario:ident)?) => {
+        $pairs! {
+            $($scenario;)?
+            ag_ui_to_ag_ui: AgUi -> AgUi;
+            ag_ui_to_a2a: AgUi -> A2a;
+            ag_ui_to_ag_kit: AgUi -> AgKit;
+            ag_ui_to_cmdc: AgUi -> Cmdc;
+            a2a_to_ag_ui: A2a -> AgUi;
+            a2a_to_a2a: A2a -> A2a;
+            a2a_to_ag_kit: A2a -> AgKit;
+            a2a_to_cmdc: A2a -> Cmdc;
+            agentscope_to_ag_ui: Agentscope -> AgUi;
+            agentscope_to_a2a: Agentscope -> A2a;
+            agentscope_to_ag_kit: Agentscope -> AgKit;
+            agentscope_to_cmdc: Agentscope -> Cmdc;
+            ag_kit_to_ag_ui: AgKit -> AgUi;
+            ag_kit_to_a2a: AgKit -> A2a;
+            ag_kit_to_ag_kit: AgKit -> AgKit;
+            ag_kit_to_cmdc: AgKit -> Cmdc;
+            cmdc_to_ag_ui: Cmdc -> AgUi;
+            cmdc_to_a2a: Cmdc -> A2a;
+            cmdc_to_ag_kit: Cmdc -> AgKit;
+            cmdc_to_cmdc: Cmdc -> Cmdc;
+        }
+    };
+}
+
 mod question_asked_and_answered {
     use super::*;
 
-    question_pairs! {
-        ag_ui_to_ag_ui: AgUi -> AgUi;
-        ag_ui_to_a2a: AgUi -> A2a;
-        ag_ui_to_ag_kit: AgUi -> AgKit;
-        ag_ui_to_cmdc: AgUi -> Cmdc;
-        a2a_to_ag_ui: A2a -> AgUi;
-        a2a_to_a2a: A2a -> A2a;
-        a2a_to_ag_kit: A2a -> AgKit;
-        a2a_to_cmdc: A2a -> Cmdc;
-        agentscope_to_ag_ui: Agentscope -> AgUi;
-        agentscope_to_a2a: Agentscope -> A2a;
-        agentscope_to_ag_kit: Agentscope -> AgKit;
-        agentscope_to_cmdc: Agentscope -> Cmdc;
-        ag_kit_to_ag_ui: AgKit -> AgUi;
-        ag_kit_to_a2a: AgKit -> A2a;
-        ag_kit_to_ag_kit: AgKit -> AgKit;
-        ag_kit_to_cmdc: AgKit -> Cmdc;
-        cmdc_to_ag_ui: Cmdc -> AgUi;
-        cmdc_to_a2a: Cmdc -> A2a;
-        cmdc_to_ag_kit: Cmdc -> AgKit;
-        cmdc_to_cmdc: Cmdc -> Cmdc;
-    }
+    with_question_pairs!(question_pairs);
 }
 
 /// Every pair but AgentScope clients with agents that ask approvals in a form of their own: an AgentScope
@@ -890,33 +899,10 @@ mod approval_outlives_the_proxy {
     }
 }
 
-/// The pairs of `question_asked_and_answered`.
 mod question_outlives_the_proxy {
     use super::*;
 
-    durable_pairs! {
-        question_between;
-        ag_ui_to_ag_ui: AgUi -> AgUi;
-        ag_ui_to_a2a: AgUi -> A2a;
-        ag_ui_to_ag_kit: AgUi -> AgKit;
-        ag_ui_to_cmdc: AgUi -> Cmdc;
-        a2a_to_ag_ui: A2a -> AgUi;
-        a2a_to_a2a: A2a -> A2a;
-        a2a_to_ag_kit: A2a -> AgKit;
-        a2a_to_cmdc: A2a -> Cmdc;
-        agentscope_to_ag_ui: Agentscope -> AgUi;
-        agentscope_to_a2a: Agentscope -> A2a;
-        agentscope_to_ag_kit: Agentscope -> AgKit;
-        agentscope_to_cmdc: Agentscope -> Cmdc;
-        ag_kit_to_ag_ui: AgKit -> AgUi;
-        ag_kit_to_a2a: AgKit -> A2a;
-        ag_kit_to_ag_kit: AgKit -> AgKit;
-        ag_kit_to_cmdc: AgKit -> Cmdc;
-        cmdc_to_ag_ui: Cmdc -> AgUi;
-        cmdc_to_a2a: Cmdc -> A2a;
-        cmdc_to_ag_kit: Cmdc -> AgKit;
-        cmdc_to_cmdc: Cmdc -> Cmdc;
-    }
+    with_question_pairs!(durable_pairs; question_between);
 }
 
 echo_pairs! {
