@@ -183,17 +183,28 @@ impl LogWriter {
     }
 
     /// Makes what was pushed so far durable (a run that pauses for its user); resolves once it is, or the
-    /// store failed it. When the store is `PENDING` events behind, the log's end is what makes them
-    /// durable, and this resolves at once.
+    /// store failed it. Asked at once, unless the store is `PENDING` events behind: then only when the
+    /// returned future is polled, which holds the log open until it is asked.
     pub fn durable(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
         let (kept, durable) = oneshot::channel();
-        let asked = self.sender.try_send(Entry::Durable(kept)).is_ok();
-        self.wake.0.notify_one();
-        async move {
-            if asked {
-                let _ = durable.await;
+        let waiting = match self.sender.try_send(Entry::Durable(kept)) {
+            Ok(()) => None,
+            Err(mpsc::error::TrySendError::Full(entry)) => Some((self.sender.clone(), entry)),
+            Err(mpsc::error::TrySendError::Closed(_)) => {
+                return futures_util::future::Either::Left(std::future::ready(()))
             }
-        }
+        };
+        let wake = Arc::clone(&self.wake.0);
+        wake.notify_one();
+        futures_util::future::Either::Right(async move {
+            if let Some((sender, entry)) = waiting {
+                if sender.send(entry).await.is_err() {
+                    return;
+                }
+                wake.notify_one();
+            }
+            let _ = durable.await;
+        })
     }
 
     /// Ends the log, and returns once what was pushed is kept, durably.

@@ -6,6 +6,7 @@
 
 use std::pin::Pin;
 use std::sync::Arc;
+use std::time::Duration;
 
 use futures_util::{stream, Stream, StreamExt};
 
@@ -13,7 +14,7 @@ use super::super::run::Runner;
 use super::super::sessions::{Follower, Session, READ_DOCUMENT, RUN_LOG};
 use super::super::wire::Event;
 use crate::error::Error;
-use crate::store::{Documents, Followed};
+use crate::store::{Documents, Followed, LEASE};
 
 /// A run's events (or several runs').
 pub(super) type Events = Pin<Box<dyn Stream<Item = Event> + Send>>;
@@ -239,23 +240,38 @@ async fn rest_of_a_lost_run(
     run: u64,
     read: u64,
 ) -> Events {
-    let Ok(Some(kept)) = runner.recall(&session.tenant, &session.id).await else {
-        return failed();
-    };
-    let carried_here = {
-        let state = session.state();
-        state.busy && !state.elsewhere
-    };
-    let current = session.current_run().filter(|current| current.seq() == run);
-    if carried_here && current.is_some() {
-        let skip = usize::try_from(read).unwrap_or(usize::MAX);
-        let follower = session.subscribe_run();
-        return Box::pin(local_run(runner, session, follower, None).skip(skip));
+    // The dead replica's leases lapse apart: its control log may show it a moment after its run log no
+    // longer does.
+    let deadline = tokio::time::Instant::now() + LEASE;
+    loop {
+        let Ok(Some(kept)) = runner.recall(&session.tenant, &session.id).await else {
+            return failed();
+        };
+        let carried_here = {
+            let state = session.state();
+            state.busy && !state.elsewhere
+        };
+        let current = session.current_run().filter(|current| current.seq() == run);
+        if carried_here && current.is_some() {
+            let skip = usize::try_from(read).unwrap_or(usize::MAX);
+            let follower = session.subscribe_run();
+            return Box::pin(local_run(runner, session, follower, None).skip(skip));
+        }
+        if !kept.busy || kept.runs != run {
+            return failed();
+        }
+        let (tenant, id) = (&session.tenant, &session.id);
+        if runner.drives(tenant, id, run).await.unwrap_or(false) {
+            // Carried on by another replica, which logs the run afresh, the same events first.
+            session.take_in(kept);
+            return logged_run(runner, session, run, read, Lost::Failed);
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return failed();
+        }
+        tokio::time::sleep(LOOK_AGAIN).await;
     }
-    if kept.busy && kept.runs == run {
-        // Carried on by another replica, which logs the run afresh, the same events first.
-        session.take_in(kept);
-        return logged_run(runner, session, run, read, Lost::Failed);
-    }
-    failed()
 }
+
+/// How often a follower of a lost run looks whether it is carried on.
+const LOOK_AGAIN: Duration = Duration::from_millis(500);

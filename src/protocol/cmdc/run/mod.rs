@@ -416,8 +416,10 @@ impl Runner {
                 Some(again) => kept = again,
             }
             if !kept.pending.is_empty() {
-                if let Some(carried) = self.paused_run_carried_on(tenant, id, &kept).await? {
-                    return Ok(Some(carried));
+                match self.paused_run_carried_on(tenant, id, &kept).await? {
+                    Recalled::Kept(kept) => return Ok(Some(*kept)),
+                    Recalled::Gone => return Ok(None),
+                    Recalled::Over => {}
                 }
             }
             tracing::warn!(session = %id, "cmdc: the proxy running the session's run stopped; the run is over");
@@ -432,44 +434,46 @@ impl Runner {
     }
 
     /// The session whose run, paused on its user, a proxy that stopped left: carried on here, or by the
-    /// replica that claimed it, once the store shows it there (what this one's clients ask is handed there).
-    /// `None`: the run ended after all.
+    /// replica that claimed it, as the store shows it once that replica keeps it (what this one's clients
+    /// ask is then handed there), or after that replica found the run over.
     async fn paused_run_carried_on(
         self: &Arc<Self>,
         tenant: &str,
         id: &str,
         kept: &Kept,
-    ) -> crate::error::Result<Option<Kept>> {
+    ) -> crate::error::Result<Recalled> {
         match self.carry_on_paused(tenant, id, kept).await? {
-            Carried::Here => return Ok(Some(kept.clone())),
-            Carried::Ended => return Ok(None),
+            Carried::Here => return Ok(Some(kept.clone()).into()),
+            Carried::Ended => return Ok(Recalled::Over),
             Carried::Elsewhere => {}
         }
         let deadline = tokio::time::Instant::now() + CARRIED_ON_WAIT;
         while tokio::time::Instant::now() < deadline {
-            let Some(again) = self
-                .documents
-                .load::<Kept>(SESSION_DOCUMENT, tenant, id)
-                .await?
-            else {
-                return Ok(None);
+            let again = self.documents.load::<Kept>(SESSION_DOCUMENT, tenant, id);
+            let again = again.await?;
+            // Gone, or idle: that replica found the run over, or it ended since.
+            let Some(busy) = again.as_ref().filter(|again| again.busy) else {
+                return Ok(again.into());
             };
-            // Kept as the claiming replica's, its control log open.
-            let control = control_log(id, Some(kept.runs));
-            if again.busy
-                && again.control == Some(kept.runs)
-                && self
-                    .documents
-                    .run_live(CONTROL_LOG, tenant, &control)
-                    .await?
-            {
-                return Ok(Some(again));
+            if busy.control == Some(kept.runs) && self.drives(tenant, id, kept.runs).await? {
+                return Ok(again.into());
             }
             tokio::time::sleep(CARRIED_ON_POLL).await;
         }
         Err(crate::error::Error::store_unavailable(
             "another replica is taking over this session's paused run; try again",
         ))
+    }
+
+    /// Whether a replica drives the session's run `run`: it holds the lease of the run's control log and of
+    /// the session's run log.
+    pub async fn drives(&self, tenant: &str, id: &str, run: u64) -> crate::error::Result<bool> {
+        let control = control_log(id, Some(run));
+        Ok(self
+            .documents
+            .run_live(CONTROL_LOG, tenant, &control)
+            .await?
+            && self.documents.run_live(RUN_LOG, tenant, id).await?)
     }
 
     /// Whether this replica may start the session's next run. In a store replicas share, the one that
@@ -976,6 +980,21 @@ pub enum Start {
         asked: Vec<Pending>,
         answered: mpsc::UnboundedReceiver<Resume>,
     },
+}
+
+/// A session whose run's proxy stopped, as [`Runner::recall`] finds it.
+enum Recalled {
+    /// As the store (or this replica) keeps it now.
+    Kept(Box<Kept>),
+    Gone,
+    /// Its run is over.
+    Over,
+}
+
+impl From<Option<Kept>> for Recalled {
+    fn from(kept: Option<Kept>) -> Self {
+        kept.map_or(Recalled::Gone, |kept| Recalled::Kept(Box::new(kept)))
+    }
 }
 
 /// Where a run paused on its user whose proxy stopped goes on.
