@@ -217,8 +217,7 @@ mod scenario {
         let mut deployment = Deployment::start(topology, pair.route(Some(&agent.url())));
         let mut client = Client::new(pair.inbound, deployment.url(PATH));
         let paused = client.exchange(say("weather please")).await;
-        assert!(paused.errors.is_empty(), "{pair:?}: {paused:#?}");
-        assert!(paused.pause.is_some(), "{pair:?}: no pause: {paused:#?}");
+        assert_asked(pair, &paused, QUESTION);
         deployment.between_turns();
         client.retarget(deployment.url(PATH));
         let done = client.exchange(Input::Answer("Paris".to_owned())).await;
@@ -414,6 +413,14 @@ mod scenario {
     async fn answers_question(pair: Pair, proxy: &Proxy, opening: Input, question: &str) {
         let mut client = pair.client(proxy);
         let paused = client.exchange(opening).await;
+        assert_asked(pair, &paused, question);
+        let done = client.exchange(Input::Answer("Paris".to_owned())).await;
+        assert_said(pair, &done, &answered("Paris"));
+    }
+
+    /// Fails unless `paused` is the client's pause asking `question`: a question, or an approval where the
+    /// client has no questions.
+    fn assert_asked(pair: Pair, paused: &Seen, question: &str) {
         assert!(paused.errors.is_empty(), "{pair:?}: {paused:#?}");
         match &paused.pause {
             Some(Pause::Question { text }) if pair.inbound.has_questions() => {
@@ -424,8 +431,6 @@ mod scenario {
             }
             other => panic!("{pair:?}: a question shown as {other:?}: {paused:#?}"),
         }
-        let done = client.exchange(Input::Answer("Paris".to_owned())).await;
-        assert_said(pair, &done, &answered("Paris"));
     }
 
     /// (5) The client offers its tool; the agent calls it; the client runs it and its result reaches the
