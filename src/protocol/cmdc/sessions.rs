@@ -866,7 +866,8 @@ impl Run {
                 return;
             }
             buffer.done = event.is_terminal();
-            // A pause pushed so is kept durably all the same, without waiting for it.
+            // A pause pushed so is still asked to be kept durably (unless the log's queue is full); the
+            // push does not wait for it.
             let _ = self.log(&event);
             if buffer.done && lock(&self.log).is_some() {
                 buffer.held_end = Some(event);

@@ -2,7 +2,8 @@
 //! this replica's is read from its buffer; in a store replicas share, a run another replica drives (or drove,
 //! and nobody read yet) is read from its log in the store, and a subscriber waiting for the next run looks
 //! at the session in the store whenever the session's run log is appended to (a run another replica
-//! started), as the store tells it.
+//! started), as the store tells it. A run whose replica died while it waited on its user is followed where
+//! it is carried on ([`Runner::recall`]).
 
 use std::pin::Pin;
 use std::sync::Arc;
