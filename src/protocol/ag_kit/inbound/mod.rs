@@ -85,9 +85,8 @@ impl Inbound {
         let detached = mount.detached.as_ref();
         let resumed = match detached {
             Some(runs) => {
-                let frames = lost_run_frames(Encoder);
-                runs.resume(&key, last_event_id, Box::new(move |_, _| frames))
-                    .await
+                let lost = Box::new(|_: &[u8], _: &[u8]| lost_run_frames(Encoder));
+                runs.resume(&key, last_event_id, lost).await
             }
             None => None,
         };
