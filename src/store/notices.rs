@@ -13,7 +13,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use ::redis::{Client, ProtocolVersion, PushInfo, PushKind};
+use ::redis::cluster::ClusterClientBuilder;
+use ::redis::cluster_async::ClusterConnection;
+use ::redis::{Client, ProtocolVersion, PushInfo, PushKind, RedisResult};
 use tokio::sync::watch;
 
 /// How often a follower reads a log it gets no notices of.
@@ -59,8 +61,32 @@ impl LogWatch {
 /// One process's subscriptions to log channels in Redis.
 #[derive(Clone)]
 pub struct Notices {
-    connection: ConnectionManager,
+    connection: Subscriber,
     channels: Arc<Mutex<HashMap<String, Channel>>>,
+}
+
+/// The connection the subscriptions are made on: to one server, or to a cluster (a notice published on
+/// any node reaches every node, and a subscription follows its channel's node when the cluster changes).
+#[derive(Clone)]
+enum Subscriber {
+    Node(ConnectionManager),
+    Cluster(ClusterConnection),
+}
+
+impl Subscriber {
+    async fn subscribe(&mut self, channel: &str) -> RedisResult<()> {
+        match self {
+            Subscriber::Node(node) => node.subscribe(channel).await,
+            Subscriber::Cluster(cluster) => cluster.subscribe(channel).await,
+        }
+    }
+
+    async fn unsubscribe(&mut self, channel: &str) -> RedisResult<()> {
+        match self {
+            Subscriber::Node(node) => node.unsubscribe(channel).await,
+            Subscriber::Cluster(cluster) => cluster.unsubscribe(channel).await,
+        }
+    }
 }
 
 /// A channel some followers of this process watch.
@@ -72,28 +98,35 @@ struct Channel {
 impl Notices {
     /// Opens the subscriptions' connection beside `client`'s (the same server and credentials, RESP3 so
     /// that notices arrive on it as pushes).
-    pub async fn open(
-        client: &Client,
-        settings: ConnectionManagerConfig,
-    ) -> ::redis::RedisResult<Self> {
+    pub async fn open(client: &Client, settings: ConnectionManagerConfig) -> RedisResult<Self> {
         let info = client.get_connection_info().clone();
         let resp3 = info
             .redis_settings()
             .clone()
             .set_protocol(ProtocolVersion::RESP3);
         let client = Client::open(info.set_redis_settings(resp3))?;
-        let channels: Arc<Mutex<HashMap<String, Channel>>> = Arc::default();
-        let delivered = Arc::clone(&channels);
-        let settings =
-            settings
-                .set_automatic_resubscription()
-                .set_push_sender(move |push: PushInfo| {
-                    deliver(&delivered, push);
-                    Ok::<(), std::convert::Infallible>(())
-                });
+        let channels = Arc::default();
+        let settings = settings
+            .set_automatic_resubscription()
+            .set_push_sender(delivering(&channels));
         let connection = client.get_connection_manager_with_config(settings).await?;
         Ok(Self {
-            connection,
+            connection: Subscriber::Node(connection),
+            channels,
+        })
+    }
+
+    /// Opens the subscriptions' connections to the cluster `nodes` name (RESP3, as [`Notices::open`]).
+    pub async fn open_cluster(nodes: ClusterClientBuilder) -> RedisResult<Self> {
+        let channels = Arc::default();
+        let connection = nodes
+            .use_protocol(ProtocolVersion::RESP3)
+            .push_sender(delivering(&channels))
+            .build()?
+            .get_async_connection()
+            .await?;
+        Ok(Self {
+            connection: Subscriber::Cluster(connection),
             channels,
         })
     }
@@ -127,6 +160,17 @@ impl Notices {
                 _subscription: subscription,
             }),
         }
+    }
+}
+
+/// What hands each notice Redis pushes to the watchers of its channel in `channels`.
+fn delivering(
+    channels: &Arc<Mutex<HashMap<String, Channel>>>,
+) -> impl Fn(PushInfo) -> Result<(), std::convert::Infallible> + Send + Sync + 'static {
+    let channels = Arc::clone(channels);
+    move |push| {
+        deliver(&channels, push);
+        Ok(())
     }
 }
 

@@ -20,14 +20,22 @@
 //! `store.max_bytes` is Redis's own `maxmemory` here; start-up warns when its policy may evict a record
 //! (an evicted paused run is a lost conversation). When Redis cannot be reached a turn fails at once with
 //! [`Error::store_unavailable`]; the connection comes back by itself.
+//!
+//! `store.url` may name any node of a Redis Cluster: start-up asks the node (`INFO cluster`), and on a
+//! cluster the proxy talks to every node, each command sent to the node of its key's slot. A cluster runs
+//! a pipeline or a multi-key command only within one slot, so no pipeline here mixes two hash tags:
+//! commands on keys of different tags go at once, each on its own (in one atomic step only where they
+//! share a tag).
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use ::redis::{Client, FromRedisValue, Pipeline, RedisError};
+use ::redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use ::redis::cluster::ClusterClient;
+use ::redis::cluster_async::ClusterConnection;
+use ::redis::{Client, Cmd, FromRedisValue, Pipeline, RedisError, RedisFuture, Value};
 use bytes::Bytes;
-use futures_util::future::BoxFuture;
+use futures_util::future::{try_join_all, BoxFuture};
 
 use super::local::{micros, now_micros};
 use super::notices::{LogWatch, Notices};
@@ -44,7 +52,7 @@ const RESPONSE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// The records in Redis.
 pub struct RedisStore {
-    connection: ConnectionManager,
+    connection: Connection,
     /// `None` when Redis refused the subscriptions' connection: followers poll.
     notices: Option<Notices>,
     idle_ttl: Duration,
@@ -67,56 +75,49 @@ impl RedisStore {
             .set_response_timeout(Some(RESPONSE_TIMEOUT))
             .set_number_of_retries(2)
             .set_max_delay(Duration::from_secs(2));
-        let connection = tokio::time::timeout(
+        let node = tokio::time::timeout(
             CONNECT_TIMEOUT,
             client.get_connection_manager_with_config(settings.clone()),
         )
         .await
         .map_err(|_| Error::config("store.url: Redis did not answer within 5 s"))?
         .map_err(|error| Error::config(format!("store.url: Redis cannot be reached: {error}")))?;
-        let notices = tokio::time::timeout(CONNECT_TIMEOUT, Notices::open(&client, settings)).await;
-        let notices = match notices {
-            Ok(Ok(notices)) => Some(notices),
-            Ok(Err(error)) => {
-                tracing::warn!(
-                    "Redis refused a connection for run logs' notices ({error}); followers poll"
-                );
-                None
-            }
-            Err(_) => {
-                tracing::warn!(
-                    "Redis did not answer a connection for run logs' notices; followers poll"
-                );
-                None
-            }
+        warn_if_evicting(node.clone()).await;
+        let (connection, notices) = if is_cluster(node.clone()).await {
+            let nodes = || {
+                // The node named leads to the others (`CLUSTER SLOTS`), with the URL's credentials.
+                ClusterClient::builder([client.get_connection_info().clone()])
+                    .connection_timeout(CONNECT_TIMEOUT)
+                    .response_timeout(RESPONSE_TIMEOUT)
+                    .retries(2)
+            };
+            let cluster = async { nodes().build()?.get_async_connection().await };
+            let connection = tokio::time::timeout(CONNECT_TIMEOUT, cluster)
+                .await
+                .map_err(|_| {
+                    Error::config("store.url: the Redis Cluster did not answer within 5 s")
+                })?
+                .map_err(|error| {
+                    Error::config(format!(
+                        "store.url: the Redis Cluster cannot be reached: {error}"
+                    ))
+                })?;
+            let notices = opened(Notices::open_cluster(nodes())).await;
+            (Connection::Cluster(connection), notices)
+        } else {
+            let notices = opened(Notices::open(&client, settings)).await;
+            (Connection::Node(node), notices)
         };
-        let store = Self {
+        tracing::info!(
+            cluster = matches!(connection, Connection::Cluster(_)),
+            "conversation store: redis"
+        );
+        Ok(Self {
             connection,
             notices,
             idle_ttl: config.idle_ttl,
             max_record: config.max_record,
-        };
-        store.warn_if_evicting().await;
-        tracing::info!("conversation store: redis");
-        Ok(store)
-    }
-
-    /// Start-up's look at `maxmemory-policy`: anything but `noeviction` may drop a record when Redis is full
-    /// (every record has a ttl, so the `volatile-*` policies too). A server that hides its config is not
-    /// asked twice.
-    async fn warn_if_evicting(&self) {
-        let asked = self
-            .query::<Vec<String>>(::redis::cmd("CONFIG").arg("GET").arg("maxmemory-policy"))
-            .await;
-        match asked.as_deref() {
-            Ok([_, policy]) if policy != "noeviction" => tracing::warn!(
-                policy = %policy,
-                "Redis may evict keys when it is full (maxmemory-policy {policy}): an evicted paused run is a \
-                 lost conversation; set maxmemory-policy noeviction"
-            ),
-            Ok(_) => {}
-            Err(error) => tracing::debug!("Redis's maxmemory-policy is not readable: {error}"),
-        }
+        })
     }
 
     /// Records and lists expire `idle_ttl` after their last use (Redis counts in milliseconds).
@@ -138,6 +139,21 @@ impl RedisStore {
             .query_async(&mut connection)
             .await
             .map_err(unavailable)
+    }
+
+    /// Runs `commands` at once, each on its own (their keys may lie in different slots of a cluster); their
+    /// answers in order.
+    async fn each<T: FromRedisValue>(&self, commands: impl Iterator<Item = Cmd>) -> Result<Vec<T>> {
+        let commands: Vec<Cmd> = commands.collect();
+        try_join_all(commands.iter().map(|command| self.query(command))).await
+    }
+
+    /// Deletes `keys` (none is nothing). One command: a cluster sends each key to its own node.
+    async fn delete(&self, keys: &[String]) -> Result<()> {
+        if keys.is_empty() {
+            return Ok(());
+        }
+        self.query(::redis::cmd("DEL").arg(keys)).await
     }
 
     async fn load(&self, key: &Key) -> Result<Option<Record>> {
@@ -166,33 +182,34 @@ impl RedisStore {
         } else {
             ("idle", "paused")
         };
-        let mut pipeline = ::redis::pipe();
-        pipeline
-            .cmd("SET")
+        let mut set_record = ::redis::cmd("SET");
+        set_record
             .arg(record_key(key))
             .arg(codec::encode(&record, now, paused))
             .arg("PX")
-            .arg(self.ttl_ms())
-            .ignore();
-        pipeline
+            .arg(self.ttl_ms());
+        let mut lists = ::redis::pipe();
+        lists
             .cmd("ZADD")
             .arg(tenant_key(key, counted))
             .arg(now)
             .arg(&key.conversation)
             .ignore();
-        pipeline
+        lists
             .cmd("ZREM")
             .arg(tenant_key(key, other))
             .arg(&key.conversation)
             .ignore();
         for list in ["idle", "paused"] {
-            pipeline
+            lists
                 .cmd("PEXPIRE")
                 .arg(tenant_key(key, list))
                 .arg(self.ttl_ms())
                 .ignore();
         }
-        self.run(&pipeline).await
+        // The record and the tenant's lists have tags of their own.
+        tokio::try_join!(self.query::<()>(&set_record), self.run::<()>(&lists))?;
+        Ok(())
     }
 
     /// Makes room for a new conversation within the tenant's quota: its conversations saved longest ago and
@@ -231,15 +248,16 @@ impl RedisStore {
                     .arg(excess),
             )
             .await?;
-        let mut pipeline = ::redis::pipe();
-        for (conversation, _) in &evicted {
-            let gone = Key {
-                conversation: conversation.clone(),
-                ..key.clone()
-            };
-            pipeline.cmd("DEL").arg(record_key(&gone)).ignore();
-        }
-        self.run::<()>(&pipeline).await?;
+        let gone: Vec<String> = evicted
+            .iter()
+            .map(|(conversation, _)| {
+                record_key(&Key {
+                    conversation: conversation.clone(),
+                    ..key.clone()
+                })
+            })
+            .collect();
+        self.delete(&gone).await?;
         tracing::info!(
             route = %key.route,
             evicted = evicted.len(),
@@ -247,6 +265,98 @@ impl RedisStore {
             "a tenant reached its conversations quota; its oldest idle conversations were dropped"
         );
         Ok(())
+    }
+}
+
+/// Start-up's look at `maxmemory-policy`: anything but `noeviction` may drop a record when Redis is full
+/// (every record has a ttl, so the `volatile-*` policies too). A server that hides its config is not
+/// asked twice. (Of a cluster, the node `store.url` names: its nodes are set alike, or should be.)
+async fn warn_if_evicting(mut node: ConnectionManager) {
+    let asked: ::redis::RedisResult<Vec<String>> = ::redis::cmd("CONFIG")
+        .arg("GET")
+        .arg("maxmemory-policy")
+        .query_async(&mut node)
+        .await;
+    match asked.as_deref() {
+        Ok([_, policy]) if policy != "noeviction" => tracing::warn!(
+            policy = %policy,
+            "Redis may evict keys when it is full (maxmemory-policy {policy}): an evicted paused run is a \
+             lost conversation; set maxmemory-policy noeviction"
+        ),
+        Ok(_) => {}
+        Err(error) => tracing::debug!("Redis's maxmemory-policy is not readable: {error}"),
+    }
+}
+
+/// Whether the node is one of a Redis Cluster; a node that does not say (`INFO` refused) is taken as a
+/// server of its own.
+async fn is_cluster(mut node: ConnectionManager) -> bool {
+    let info: ::redis::RedisResult<String> = ::redis::cmd("INFO")
+        .arg("cluster")
+        .query_async(&mut node)
+        .await;
+    match info {
+        Ok(info) => info.lines().any(|line| line.trim() == "cluster_enabled:1"),
+        Err(error) => {
+            tracing::debug!("Redis does not say whether it is a cluster's node ({error})");
+            false
+        }
+    }
+}
+
+/// The notices' subscriptions, or `None` (logged) when Redis refused their connection: followers poll.
+async fn opened(
+    notices: impl std::future::Future<Output = ::redis::RedisResult<Notices>>,
+) -> Option<Notices> {
+    match tokio::time::timeout(CONNECT_TIMEOUT, notices).await {
+        Ok(Ok(notices)) => Some(notices),
+        Ok(Err(error)) => {
+            tracing::warn!(
+                "Redis refused a connection for run logs' notices ({error}); followers poll"
+            );
+            None
+        }
+        Err(_) => {
+            tracing::warn!(
+                "Redis did not answer a connection for run logs' notices; followers poll"
+            );
+            None
+        }
+    }
+}
+
+/// The connection commands go on: to one server, or to each node of a cluster by its keys' slot.
+#[derive(Clone)]
+enum Connection {
+    Node(ConnectionManager),
+    Cluster(ClusterConnection),
+}
+
+impl ConnectionLike for Connection {
+    fn req_packed_command<'a>(&'a mut self, command: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            Connection::Node(node) => node.req_packed_command(command),
+            Connection::Cluster(cluster) => cluster.req_packed_command(command),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            Connection::Node(node) => node.req_packed_commands(pipeline, offset, count),
+            Connection::Cluster(cluster) => cluster.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Connection::Node(node) => node.get_db(),
+            Connection::Cluster(cluster) => cluster.get_db(),
+        }
     }
 }
 
@@ -428,21 +538,17 @@ impl RedisStore {
 }
 
 impl RedisStore {
-    /// Adds to `pipeline` the save of document `key` as `bytes`.
-    fn save_in(&self, pipeline: &mut Pipeline, key: &DocumentKey, bytes: Vec<u8>) {
-        pipeline
-            .cmd("SET")
-            .arg(document_key(key))
+    /// The commands that save document `key` as `bytes` (two tags: sent apart).
+    fn save_commands(&self, key: &DocumentKey, bytes: Vec<u8>) -> [Cmd; 2] {
+        let mut set = ::redis::cmd("SET");
+        set.arg(document_key(key))
             .arg(bytes)
             .arg("PX")
-            .arg(self.ttl_ms())
-            .ignore();
+            .arg(self.ttl_ms());
         // What counts the tenant's documents of this kind lives as long as the newest of them.
-        pipeline
-            .cmd("PEXPIRE")
-            .arg(counted_key(key))
-            .arg(self.ttl_ms())
-            .ignore();
+        let mut counted = ::redis::cmd("PEXPIRE");
+        counted.arg(counted_key(key)).arg(self.ttl_ms());
+        [set, counted]
     }
 
     /// Counts the new document `key` first and then the tenant's others: replicas letting documents in at
@@ -486,11 +592,13 @@ impl RedisStore {
                 ..key.clone()
             })
         };
-        let mut exists = ::redis::pipe();
-        for (id, _) in &others {
-            exists.cmd("EXISTS").arg(other(id));
-        }
-        let kept: Vec<bool> = self.run(&exists).await?;
+        let kept: Vec<bool> = self
+            .each(
+                others
+                    .iter()
+                    .map(|(id, _)| ::redis::cmd("EXISTS").arg(other(id)).clone()),
+            )
+            .await?;
         let making = now.saturating_sub(micros(MAKING)) as f64;
         let (mut live, mut gone) = (Vec::new(), Vec::new());
         for ((id, let_in), kept) in others.iter().zip(kept) {
@@ -516,12 +624,10 @@ impl RedisStore {
             uncounted.push(&key.id);
         }
         if !uncounted.is_empty() {
-            let mut tidy = ::redis::pipe();
-            tidy.cmd("ZREM").arg(&counted).arg(&uncounted).ignore();
-            for id in &evicted {
-                tidy.cmd("DEL").arg(other(id)).ignore();
-            }
-            self.run::<()>(&tidy).await?;
+            let evicted_keys: Vec<String> = evicted.iter().map(|id| other(id)).collect();
+            let mut zrem = ::redis::cmd("ZREM");
+            zrem.arg(&counted).arg(&uncounted);
+            tokio::try_join!(self.query::<()>(&zrem), self.delete(&evicted_keys))?;
         }
         let owned = |ids: Vec<&str>| ids.into_iter().map(str::to_owned).collect();
         Ok(if admitted {
@@ -545,11 +651,12 @@ impl RedisStore {
         const READ_AT_ONCE: usize = 16;
         let (mut candidates, mut held) = (Vec::new(), Vec::new());
         for (chunk, ids) in live.chunks(READ_AT_ONCE).enumerate() {
-            let mut read = ::redis::pipe();
-            for (id, _) in ids {
-                read.cmd("GET").arg(document_key(id));
-            }
-            let documents: Vec<Option<Vec<u8>>> = self.run(&read).await?;
+            let documents: Vec<Option<Vec<u8>>> = self
+                .each(
+                    ids.iter()
+                        .map(|(id, _)| ::redis::cmd("GET").arg(document_key(id)).clone()),
+                )
+                .await?;
             for (n, (&(id, let_in), document)) in ids.iter().zip(documents).enumerate() {
                 // Let in again and not saved since (a paused task continued, its run about to save it):
                 // being made, as one let in a moment ago with no document yet. Both are held as much as
@@ -683,29 +790,24 @@ impl Store for RedisStore {
         key: &'a DocumentKey,
         bytes: Vec<u8>,
     ) -> BoxFuture<'a, Result<()>> {
-        let mut pipeline = ::redis::pipe();
-        self.save_in(&mut pipeline, key, bytes);
-        Box::pin(async move { self.run(&pipeline).await })
+        self.save_documents(vec![(key.clone(), bytes)])
     }
 
     fn save_documents(&self, documents: Vec<(DocumentKey, Vec<u8>)>) -> BoxFuture<'_, Result<()>> {
-        let mut pipeline = ::redis::pipe();
-        for (key, bytes) in documents {
-            self.save_in(&mut pipeline, &key, bytes);
-        }
-        Box::pin(async move { self.run(&pipeline).await })
+        let commands = documents
+            .into_iter()
+            .flat_map(|(key, bytes)| self.save_commands(&key, bytes));
+        let saved = self.each::<()>(commands.collect::<Vec<_>>().into_iter());
+        Box::pin(async move { saved.await.map(drop) })
     }
 
     fn delete_document<'a>(&'a self, key: &'a DocumentKey) -> BoxFuture<'a, Result<()>> {
         Box::pin(async move {
-            let mut pipeline = ::redis::pipe();
-            pipeline.cmd("DEL").arg(document_key(key)).ignore();
-            pipeline
-                .cmd("ZREM")
-                .arg(counted_key(key))
-                .arg(&key.id)
-                .ignore();
-            self.run(&pipeline).await
+            let document = [document_key(key)];
+            let mut zrem = ::redis::cmd("ZREM");
+            zrem.arg(counted_key(key)).arg(&key.id);
+            tokio::try_join!(self.delete(&document), self.query::<()>(&zrem))?;
+            Ok(())
         })
     }
 

@@ -685,6 +685,11 @@ macro_rules! durable_pairs {
             async fn through_nginx_in_front_of_two_replicas() {
                 scenario::$scenario(PAIR, Topology::Balanced).await
             }
+
+            #[tokio::test]
+            async fn on_two_replicas_sharing_a_redis_cluster() {
+                scenario::$scenario(PAIR, Topology::Clustered).await
+            }
         }
     )*};
 }

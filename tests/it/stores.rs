@@ -16,7 +16,7 @@ use toml::{Table, Value as Toml};
 
 use crate::support::ag_ui::{self, finished, input, started, text, user};
 use crate::support::binary::{agent_bridge, serve_command, AgentBridge};
-use crate::support::stores::{Deployment, RedisServer, TempDir, Topology};
+use crate::support::stores::{Deployment, RedisCluster, RedisServer, TempDir, Topology};
 use crate::support::{a2a, cmdc, CmdcClient};
 use crate::support::{within, Reply, Route, Routes, Upstream, WAIT};
 
@@ -141,37 +141,37 @@ async fn a_document_let_in_again_and_not_saved_since_is_held_not_evicted_to_make
     assert_eq!(task, Ok(Some(json!({ "state": "paused" }))));
 }
 
-/// What `redis-cli` against `redis` with `args` printed.
-fn redis_cli(redis: &RedisServer, args: &[&str]) -> String {
-    let output = std::process::Command::new("redis-cli")
-        .args(["-u", &redis.url()])
-        .args(args)
-        .output()
-        .expect("redis-cli (Debian's redis-tools, beside redis-server)");
-    assert!(
-        output.status.success(),
-        "redis-cli {args:?}: {}",
-        output.status
-    );
-    String::from_utf8_lossy(&output.stdout).into_owned()
-}
-
-/// How many reads of a run log (`LRANGE`) `redis` has served.
-fn log_reads(redis: &RedisServer) -> u64 {
-    redis_cli(redis, &["info", "commandstats"])
-        .lines()
-        .find_map(|line| line.strip_prefix("cmdstat_lrange:calls="))
-        .and_then(|rest| rest.split(',').next()?.parse().ok())
-        .unwrap_or(0)
+/// How many reads of a run log (`LRANGE`) `servers` have served.
+fn log_reads(servers: &[RedisServer]) -> u64 {
+    servers
+        .iter()
+        .filter_map(|server| {
+            server
+                .cli(&["info", "commandstats"])
+                .lines()
+                .find_map(|line| line.strip_prefix("cmdstat_lrange:calls="))
+                .and_then(|rest| rest.split(',').next()?.parse::<u64>().ok())
+        })
+        .sum()
 }
 
 #[tokio::test]
 async fn a_run_logs_idle_follower_waits_for_another_replicas_append_instead_of_polling_redis() {
     let redis = RedisServer::start();
-    let (here, there) = (
-        replica_documents(&redis.url()).await,
-        replica_documents(&redis.url()).await,
-    );
+    idle_follower_waits_for_another_replicas_append(&redis.url(), std::slice::from_ref(&redis))
+        .await
+}
+
+#[tokio::test]
+async fn a_run_logs_idle_follower_on_a_redis_cluster_is_told_of_another_replicas_append() {
+    let cluster = RedisCluster::start();
+    idle_follower_waits_for_another_replicas_append(&cluster.url(), cluster.nodes()).await
+}
+
+/// A follower of a run log on one replica of the Redis at `url` (its nodes `servers`): it reads the log
+/// once, waits for a notice, and reads another replica's append as soon as it is told of it.
+async fn idle_follower_waits_for_another_replicas_append(url: &str, servers: &[RedisServer]) {
+    let (here, there) = (replica_documents(url).await, replica_documents(url).await);
     let _writer = here.open_log("inbox", "acme", "run").await.expect("a log");
     let (sender, mut followed) = tokio::sync::mpsc::unbounded_channel();
     let follower = tokio::spawn({
@@ -185,9 +185,9 @@ async fn a_run_logs_idle_follower_waits_for_another_replicas_append_instead_of_p
     });
     // Subscribed and read once; then idle.
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let before = log_reads(&redis);
+    let before = log_reads(servers);
     tokio::time::sleep(Duration::from_millis(2500)).await;
-    let idle_reads = log_reads(&redis) - before;
+    let idle_reads = log_reads(servers) - before;
     assert!(
         idle_reads <= 5,
         "an idle follower read its log {idle_reads} times in 2.5 s (polling every 100 ms would be 25)"
@@ -602,6 +602,11 @@ async fn an_a2a_task_is_read_answered_and_canceled_after_kills_and_restarts_on_r
 #[tokio::test]
 async fn an_a2a_task_is_read_answered_and_canceled_on_either_of_two_replicas() {
     a2a_task_is_read_answered_and_cancelled_on_another_proxy(Topology::Replicas).await;
+}
+
+#[tokio::test]
+async fn an_a2a_task_is_read_answered_and_canceled_on_either_of_two_replicas_on_a_redis_cluster() {
+    a2a_task_is_read_answered_and_cancelled_on_another_proxy(Topology::Clustered).await;
 }
 
 /// An A2A route to an AG-UI agent that starts a run and never ends it.
@@ -1078,17 +1083,11 @@ async fn a_cmdc_session_redis_refuses_to_keep_is_not_made_and_its_client_gets_50
     assert_eq!(create("s1").await.status, 201);
 
     // Full: Redis still answers reads, and refuses every write.
-    assert_eq!(
-        redis_cli(&redis, &["config", "set", "maxmemory", "1"]).trim(),
-        "OK"
-    );
+    assert_eq!(redis.cli(&["config", "set", "maxmemory", "1"]).trim(), "OK");
     let refused = create("s2").await;
     assert_eq!(refused.status, 503);
     assert_eq!(refused.json().await["error"], "unavailable");
-    assert_eq!(
-        redis_cli(&redis, &["config", "set", "maxmemory", "0"]).trim(),
-        "OK"
-    );
+    assert_eq!(redis.cli(&["config", "set", "maxmemory", "0"]).trim(), "OK");
     let session = client
         .call(http::Method::GET, "/v1/sessions/s2", None)
         .await;
@@ -1137,6 +1136,11 @@ async fn a_tenants_cmdc_sessions_quota_is_counted_across_replicas() {
 #[tokio::test]
 async fn a_tenants_cmdc_sessions_quota_counts_what_redb_kept_before_a_kill_and_restart() {
     a_tenants_cmdc_sessions_quota_holds(Topology::Restarted).await
+}
+
+#[tokio::test]
+async fn a_tenants_cmdc_sessions_quota_is_counted_across_replicas_on_a_redis_cluster() {
+    a_tenants_cmdc_sessions_quota_holds(Topology::Clustered).await
 }
 
 /// The text of the next run a gateway's WebSocket shows, from `prompt_received` to `agent_end` (acks of
@@ -1300,6 +1304,11 @@ async fn a_tenants_a2a_tasks_quota_is_counted_across_replicas_its_oldest_finishe
 #[tokio::test]
 async fn a_tenants_a2a_tasks_quota_counts_what_redb_kept_before_a_kill_and_restart() {
     a_tenants_a2a_tasks_quota_holds(Topology::Restarted).await
+}
+
+#[tokio::test]
+async fn a_tenants_a2a_tasks_quota_is_counted_across_replicas_on_a_redis_cluster() {
+    a_tenants_a2a_tasks_quota_holds(Topology::Clustered).await
 }
 
 #[tokio::test]

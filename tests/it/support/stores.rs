@@ -1,5 +1,6 @@
 //! The stores the proxy keeps conversations in, and the balancer in front of its replicas, started for
-//! real: Debian's `redis-server` on a free port ([`RedisServer`]), Debian's nginx with the compose file's
+//! real: Debian's `redis-server` on a free port ([`RedisServer`]), three of them made a Redis Cluster
+//! ([`RedisCluster`]), Debian's nginx with the compose file's
 //! configuration ([`Balancer`]), both stopped on drop (`.ci/run` installs them), and a folder of the test's
 //! own for redb files ([`TempDir`], removed on drop); and the binary run on them as production runs it,
 //! with something happening to it between two requests ([`Deployment`], [`Topology`]).
@@ -42,6 +43,9 @@ pub struct RedisServer {
     port: u16,
     /// Extra `--name value` settings, kept for a restart.
     settings: Vec<(String, String)>,
+    /// A cluster's node: its cluster bus gets a free port of its own at each launch (by default it is the
+    /// port plus 10,000, past 65,535 for a high free port).
+    cluster_node: bool,
 }
 
 impl RedisServer {
@@ -51,14 +55,16 @@ impl RedisServer {
 
     /// A server with extra settings (`("maxmemory-policy", "allkeys-lru")`).
     pub fn start_with(settings: &[(&str, &str)]) -> RedisServer {
-        let settings = settings
+        let settings: Vec<(String, String)> = settings
             .iter()
             .map(|(name, value)| ((*name).to_owned(), (*value).to_owned()))
             .collect();
+        let cluster_node = settings.iter().any(|(name, _)| name == "cluster-enabled");
         let mut server = RedisServer {
             process: None,
             port: 0,
             settings,
+            cluster_node,
         };
         // A port found free may be taken before redis binds it: another one is tried.
         for _ in 0..5 {
@@ -110,6 +116,9 @@ impl RedisServer {
         for (name, value) in &self.settings {
             command.arg(format!("--{name}")).arg(value);
         }
+        if self.cluster_node {
+            command.arg("--cluster-port").arg(free_port().to_string());
+        }
         let mut process = command.spawn().expect(
             "start redis-server (Debian's redis-server package; `bash .ci/run` installs it)",
         );
@@ -134,6 +143,97 @@ impl Drop for RedisServer {
     fn drop(&mut self) {
         self.kill();
     }
+}
+
+/// Three `redis-server`s of the test's own made one Redis Cluster by `redis-cli --cluster create`, each the
+/// master of a third of the slots (no replicas); stopped on drop.
+pub struct RedisCluster {
+    nodes: Vec<RedisServer>,
+    _folder: TempDir,
+}
+
+impl RedisCluster {
+    pub fn start() -> RedisCluster {
+        let folder = TempDir::new("redis-cluster");
+        let nodes: Vec<RedisServer> = (0..3)
+            .map(|n| {
+                let config = folder.path().join(format!("nodes-{n}.conf"));
+                RedisServer::start_with(&[
+                    ("cluster-enabled", "yes"),
+                    ("cluster-config-file", &config.display().to_string()),
+                ])
+            })
+            .collect();
+        let addresses = nodes.iter().map(|node| format!("127.0.0.1:{}", node.port));
+        let mut create = Command::new("redis-cli");
+        create.args(["--cluster", "create"]).args(addresses).args([
+            "--cluster-replicas",
+            "0",
+            "--cluster-yes",
+        ]);
+        let (created, said) = run_within(&mut create, WAIT);
+        assert!(created, "redis-cli --cluster create failed: {said}");
+        let cluster = RedisCluster {
+            nodes,
+            _folder: folder,
+        };
+        // Each node knows every slot's node before a proxy asks any.
+        let deadline = Instant::now() + WAIT;
+        while !cluster
+            .nodes
+            .iter()
+            .all(|node| node.cli(&["cluster", "info"]).contains("cluster_state:ok"))
+        {
+            assert!(
+                Instant::now() < deadline,
+                "the Redis Cluster was not ok within {WAIT:?}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        cluster
+    }
+
+    /// The URL of its first node: the proxy finds the others from it.
+    pub fn url(&self) -> String {
+        self.nodes[0].url()
+    }
+
+    pub fn nodes(&self) -> &[RedisServer] {
+        &self.nodes
+    }
+}
+
+impl RedisServer {
+    /// What `redis-cli` prints for `arguments` on this server.
+    pub fn cli(&self, arguments: &[&str]) -> String {
+        let mut cli = Command::new("redis-cli");
+        cli.args(["-p", &self.port.to_string()]).args(arguments);
+        let (ran, said) = run_within(&mut cli, WAIT);
+        assert!(ran, "redis-cli {arguments:?} failed: {said}");
+        said
+    }
+}
+
+/// Runs `command` to its end, killed if it takes longer than `limit`: whether it succeeded, and what it
+/// printed.
+fn run_within(command: &mut Command, limit: Duration) -> (bool, String) {
+    let mut process = command
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start redis-cli (Debian's redis-tools, installed with redis-server)");
+    let deadline = Instant::now() + limit;
+    while process.try_wait().expect("wait for redis-cli").is_none() {
+        if Instant::now() >= deadline {
+            let _ = process.kill();
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let output = process.wait_with_output().expect("read redis-cli's output");
+    let said = String::from_utf8_lossy(&output.stdout) + String::from_utf8_lossy(&output.stderr);
+    (output.status.success(), said.into_owned())
 }
 
 fn free_port() -> u16 {
@@ -288,6 +388,8 @@ pub enum Topology {
     /// Two proxies on one Redis behind nginx configured as `docker/compose.yaml` runs it: the client
     /// talks to nginx, which sends each request to the next replica.
     Balanced,
+    /// Two proxies on a three-node Redis Cluster; turns alternate between them.
+    Clustered,
 }
 
 /// The proxies of one test, their routes file and their store; all stopped on drop.
@@ -298,8 +400,23 @@ pub struct Deployment {
     /// Which proxy serves the next turn.
     turn: usize,
     folder: TempDir,
-    _redis: Option<RedisServer>,
+    _redis: Option<SharedRedis>,
     balancer: Option<Balancer>,
+}
+
+/// The Redis the replicas share.
+enum SharedRedis {
+    Server(RedisServer),
+    Cluster(RedisCluster),
+}
+
+impl SharedRedis {
+    fn url(&self) -> String {
+        match self {
+            SharedRedis::Server(server) => server.url(),
+            SharedRedis::Cluster(cluster) => cluster.url(),
+        }
+    }
 }
 
 /// Where the restarted proxy keeps its file: relative, so relative to the routes file.
@@ -315,8 +432,11 @@ impl Deployment {
                 store.insert("path".into(), REDB_PATH.into());
                 None
             }
-            Topology::Replicas | Topology::Balanced => {
-                let redis = RedisServer::start();
+            Topology::Replicas | Topology::Balanced | Topology::Clustered => {
+                let redis = match topology {
+                    Topology::Clustered => SharedRedis::Cluster(RedisCluster::start()),
+                    _ => SharedRedis::Server(RedisServer::start()),
+                };
                 store.insert("backend".into(), "redis".into());
                 store.insert("url".into(), redis.url().into());
                 Some(redis)
@@ -329,7 +449,7 @@ impl Deployment {
         std::fs::write(&config, routes.to_string()).expect("write the routes file");
         let replicas = match topology {
             Topology::Restarted => 1,
-            Topology::Replicas | Topology::Balanced => 2,
+            Topology::Replicas | Topology::Balanced | Topology::Clustered => 2,
         };
         let proxies: Vec<AgentBridge> = (0..replicas)
             .map(|_| AgentBridge::start(serve_command(&config)))
@@ -402,7 +522,7 @@ impl Deployment {
                     "the redb file is next to the routes file"
                 );
             }
-            Topology::Replicas => self.turn += 1,
+            Topology::Replicas | Topology::Clustered => self.turn += 1,
             Topology::Balanced => {}
         }
     }
