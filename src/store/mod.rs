@@ -258,7 +258,7 @@ pub trait Store: Send + Sync {
         bytes: Vec<u8>,
     ) -> BoxFuture<'a, Result<()>>;
     /// Saves several documents together: in one write where the store can (one transaction and its sync on
-    /// redb; one round trip on Redis, not atomic: some may be kept when an error is returned), else one
+    /// redb; all sent at once on Redis, not atomic: some may be kept when an error is returned), else one
     /// after the other.
     fn save_documents(&self, documents: Vec<(DocumentKey, Vec<u8>)>) -> BoxFuture<'_, Result<()>> {
         Box::pin(async move {

@@ -33,6 +33,7 @@ use std::time::Duration;
 use ::redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use ::redis::cluster::ClusterClient;
 use ::redis::cluster_async::ClusterConnection;
+use ::redis::cluster_routing::{MultipleNodeRoutingInfo, ResponsePolicy, RoutingInfo};
 use ::redis::{Client, Cmd, FromRedisValue, Pipeline, RedisError, RedisFuture, Value};
 use bytes::Bytes;
 use futures_util::future::{try_join_all, BoxFuture};
@@ -289,7 +290,7 @@ async fn warn_if_evicting(mut node: ConnectionManager) {
 }
 
 /// Whether the node is one of a Redis Cluster; a node that does not say (`INFO` refused) is taken as a
-/// server of its own.
+/// server of its own, with a warning (on a cluster, a command for another node's slot would then fail).
 async fn is_cluster(mut node: ConnectionManager) -> bool {
     let info: ::redis::RedisResult<String> = ::redis::cmd("INFO")
         .arg("cluster")
@@ -298,7 +299,10 @@ async fn is_cluster(mut node: ConnectionManager) -> bool {
     match info {
         Ok(info) => info.lines().any(|line| line.trim() == "cluster_enabled:1"),
         Err(error) => {
-            tracing::debug!("Redis does not say whether it is a cluster's node ({error})");
+            tracing::warn!(
+                "Redis refused INFO ({error}): taken for a server of its own; a Redis Cluster's node must \
+                 allow INFO for the proxy to find the cluster"
+            );
             false
         }
     }
@@ -776,8 +780,20 @@ impl Store for RedisStore {
 
     fn check(&self) -> BoxFuture<'_, Result<()>> {
         Box::pin(async move {
-            let _: String = self.query(&::redis::cmd("PING")).await?;
-            Ok(())
+            let ping = ::redis::cmd("PING");
+            match self.connection.clone() {
+                Connection::Node(mut node) => ping.query_async::<()>(&mut node).await,
+                // Any primary, not every one: with one of them down, the conversations whose slots the
+                // others hold go on, and a replica that is not ready serves none.
+                Connection::Cluster(mut cluster) => {
+                    let any_primary = RoutingInfo::MultiNode((
+                        MultipleNodeRoutingInfo::AllMasters,
+                        Some(ResponsePolicy::OneSucceeded),
+                    ));
+                    cluster.route_command(ping, any_primary).await.map(drop)
+                }
+            }
+            .map_err(unavailable)
         })
     }
 

@@ -10,7 +10,7 @@ use serde_json::{json, Value};
 
 use crate::support::ag_ui::{self, finished, input, started, text, user};
 use crate::support::binary::{serve_command, AgentBridge, TempConfig};
-use crate::support::stores::RedisServer;
+use crate::support::stores::{RedisCluster, RedisServer};
 use crate::support::{send, within, Reply, Route, Routes, Upstream};
 
 async fn get(url: &str) -> (StatusCode, String) {
@@ -170,18 +170,23 @@ async fn readyz_turns_503_the_moment_the_drain_starts() {
     assert_eq!(ag_ui::types(&rest), ["RUN_FINISHED"]);
 }
 
-#[tokio::test]
-async fn readyz_is_503_while_redis_is_gone_and_ready_again_when_it_returns() {
-    let mut redis = RedisServer::start();
+/// A proxy on the Redis at `url`, with its routes file.
+fn proxy_on_redis(url: &str) -> (AgentBridge, TempConfig) {
     let route = Route::new("chat", "/chat", "ag-ui", "echo");
     let mut store = toml::Table::new();
     store.insert("backend".into(), "redis".into());
-    store.insert("url".into(), redis.url().into());
+    store.insert("url".into(), url.into());
     let routes = Routes::default()
         .set("store", toml::Value::Table(store))
         .route(route);
     let config = TempConfig::new("admin-redis", &routes.to_string());
-    let proxy = AgentBridge::start(serve_command(&config.0));
+    (AgentBridge::start(serve_command(&config.0)), config)
+}
+
+#[tokio::test]
+async fn readyz_is_503_while_redis_is_gone_and_ready_again_when_it_returns() {
+    let mut redis = RedisServer::start();
+    let (proxy, _config) = proxy_on_redis(&redis.url());
     readyz_once(&proxy, StatusCode::OK).await;
 
     redis.kill();
@@ -189,6 +194,26 @@ async fn readyz_is_503_while_redis_is_gone_and_ready_again_when_it_returns() {
     assert!(gone.contains("store"), "{gone}");
     redis.restart();
     readyz_once(&proxy, StatusCode::OK).await;
+}
+
+#[tokio::test]
+async fn readyz_on_a_redis_cluster_stays_ready_while_a_primary_answers() {
+    let mut cluster = RedisCluster::start();
+    let (proxy, _config) = proxy_on_redis(&cluster.url());
+    readyz_once(&proxy, StatusCode::OK).await;
+
+    // One node down: its slots' conversations fail, the others' go on, and so does the replica.
+    cluster.kill_node(2);
+    let url = format!("http://{}/readyz", proxy.admin);
+    for _ in 0..10 {
+        let (status, body) = get(&url).await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    cluster.kill_node(0);
+    cluster.kill_node(1);
+    let gone = readyz_once(&proxy, StatusCode::SERVICE_UNAVAILABLE).await;
+    assert!(gone.contains("store"), "{gone}");
 }
 
 /// A route to an A2A agent whose URL, header and key carry secrets.

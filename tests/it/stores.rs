@@ -169,7 +169,8 @@ async fn a_run_logs_idle_follower_on_a_redis_cluster_is_told_of_another_replicas
 }
 
 /// A follower of a run log on one replica of the Redis at `url` (its nodes `servers`): it reads the log
-/// once, waits for a notice, and reads another replica's append as soon as it is told of it.
+/// once, is told of another replica's append and reads it at once, and between reads waits for a notice
+/// rather than poll.
 async fn idle_follower_waits_for_another_replicas_append(url: &str, servers: &[RedisServer]) {
     let (here, there) = (replica_documents(url).await, replica_documents(url).await);
     let _writer = here.open_log("inbox", "acme", "run").await.expect("a log");
@@ -183,16 +184,8 @@ async fn idle_follower_waits_for_another_replicas_append(url: &str, servers: &[R
             }
         }
     });
-    // Subscribed and read once; then idle.
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let before = log_reads(servers);
-    tokio::time::sleep(Duration::from_millis(2500)).await;
-    let idle_reads = log_reads(servers) - before;
-    assert!(
-        idle_reads <= 5,
-        "an idle follower read its log {idle_reads} times in 2.5 s (polling every 100 ms would be 25)"
-    );
-
+    // Subscribed and read once; it would look again on its own 3 s later (FALLBACK).
+    tokio::time::sleep(Duration::from_millis(1500)).await;
     there
         .push_to_log(
             "inbox",
@@ -202,13 +195,24 @@ async fn idle_follower_waits_for_another_replicas_append(url: &str, servers: &[R
         )
         .await
         .expect("pushed");
-    let first = within("the other replica's event", followed.recv()).await;
+    let first = tokio::time::timeout(Duration::from_secs(1), followed.recv())
+        .await
+        .expect("the follower is told of the append, not left to find it at its next look");
     assert_eq!(
         first,
         Some(Followed::Event(
             1,
             Bytes::from_static(b"from the other replica")
         ))
+    );
+
+    // Then idle again.
+    let before = log_reads(servers);
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let idle_reads = log_reads(servers) - before;
+    assert!(
+        idle_reads <= 5,
+        "an idle follower read its log {idle_reads} times in 2.5 s (polling every 100 ms would be 25)"
     );
     follower.abort();
 }

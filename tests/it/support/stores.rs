@@ -145,6 +145,10 @@ impl Drop for RedisServer {
     }
 }
 
+/// How long a cluster may take to form: `redis-cli` waits a second at a time for the nodes to agree, and
+/// on a busy machine (many tests starting clusters at once) that takes longer than a request.
+const FORMING: Duration = Duration::from_secs(30);
+
 /// Three `redis-server`s of the test's own made one Redis Cluster by `redis-cli --cluster create`, each the
 /// master of a third of the slots (no replicas); stopped on drop.
 pub struct RedisCluster {
@@ -171,14 +175,14 @@ impl RedisCluster {
             "0",
             "--cluster-yes",
         ]);
-        let (created, said) = run_within(&mut create, WAIT);
+        let (created, said) = run_within(&mut create, FORMING);
         assert!(created, "redis-cli --cluster create failed: {said}");
         let cluster = RedisCluster {
             nodes,
             _folder: folder,
         };
         // Each node knows every slot's node before a proxy asks any.
-        let deadline = Instant::now() + WAIT;
+        let deadline = Instant::now() + FORMING;
         while !cluster
             .nodes
             .iter()
@@ -186,7 +190,7 @@ impl RedisCluster {
         {
             assert!(
                 Instant::now() < deadline,
-                "the Redis Cluster was not ok within {WAIT:?}"
+                "the Redis Cluster was not ok within {FORMING:?}"
             );
             std::thread::sleep(Duration::from_millis(50));
         }
@@ -200,6 +204,11 @@ impl RedisCluster {
 
     pub fn nodes(&self) -> &[RedisServer] {
         &self.nodes
+    }
+
+    /// Kills node `n` at once (SIGKILL), as a crashed one.
+    pub fn kill_node(&mut self, n: usize) {
+        self.nodes[n].kill();
     }
 }
 

@@ -274,7 +274,7 @@ async fn save(
     if name_context {
         writes.push(documents.encode(CONTEXT_DOCUMENT, tenant, &task.context_id, &task.id));
     }
-    // Together: one transaction on redb, one round trip on Redis (where a context may then name a task
+    // Together: one transaction on redb, all sent at once on Redis (where a context may then name a task
     // whose save failed: a request for it finds the task absent, and forgets it).
     let kept = match writes.is_empty() {
         true => Ok(()),
