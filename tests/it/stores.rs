@@ -472,16 +472,34 @@ async fn a_redis_that_may_evict_is_warned_about_at_start() {
 #[tokio::test]
 async fn a_tenants_conversations_quota_is_counted_across_replicas() {
     let redis = RedisServer::start();
+    conversations_quota_holds_across_replicas(&redis.url()).await
+}
+
+#[tokio::test]
+async fn a_tenants_conversations_quota_is_counted_across_replicas_on_a_redis_cluster() {
+    let cluster = RedisCluster::start();
+    conversations_quota_holds_across_replicas(&cluster.url()).await
+}
+
+/// Two replicas on the Redis at `redis_url`, a tenant's quota of two conversations: an idle one makes room
+/// for a new one, and those paused on their users do not.
+async fn conversations_quota_holds_across_replicas(redis_url: &str) {
     let folder = TempDir::new("redis-quota");
-    let route = Route::new("chat", PATH, "ag-ui", "echo").quota("conversations", 1);
-    let config = write_config(&folder, redis_store(&redis.url()), route);
+    let route = Route::new("chat", PATH, "ag-ui", "echo").quota("conversations", 2);
+    let config = write_config(&folder, redis_store(redis_url), route);
     let one = AgentBridge::start(serve_command(&config));
     let other = AgentBridge::start(serve_command(&config));
 
-    // A conversation paused on one replica waits on its user: it cannot make room.
-    let paused = run(&url(&one), &say("waiting", "r1", "/ask Which city?")).await;
+    let done = run(&url(&one), &say("done", "r1", "hello")).await;
+    assert_eq!(error_code(&done), None, "{done:#?}");
+    let paused = run(&url(&other), &say("waiting", "r2", "/ask Which city?")).await;
     assert_eq!(error_code(&paused), None, "{paused:#?}");
-    let refused = run(&url(&other), &say("another", "r2", "hello")).await;
+    // The idle conversation, saved on the other replica, makes room.
+    let paused = run(&url(&one), &say("waiting too", "r3", "/ask Which day?")).await;
+    assert_eq!(error_code(&paused), None, "{paused:#?}");
+
+    // Conversations paused on either replica wait on their users: they cannot make room.
+    let refused = run(&url(&other), &say("another", "r4", "hello")).await;
     let error = ag_ui::run_error(&refused);
     assert_eq!(error["code"], "RATE_LIMITED", "{refused:#?}");
     assert!(
