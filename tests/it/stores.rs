@@ -1209,6 +1209,17 @@ async fn a_prompt_on_a_websocket_after_the_other_replicas_run_ended_runs_where_i
 
 #[tokio::test]
 async fn a_tenants_streams_quota_is_counted_across_replicas() {
+    streams_quota_holds_across(Topology::Replicas).await
+}
+
+#[tokio::test]
+async fn a_tenants_streams_quota_is_counted_across_replicas_on_a_redis_cluster() {
+    streams_quota_holds_across(Topology::Clustered).await
+}
+
+/// A tenant's quota of one stream on `topology`'s two replicas: a run on one is counted on the other, and
+/// its end leaves room at once.
+async fn streams_quota_holds_across(topology: Topology) {
     let agent = Reply::sse()
         .events([started()])
         .events(text("m1", &["slow"]))
@@ -1219,7 +1230,7 @@ async fn a_tenants_streams_quota_is_counted_across_replicas() {
     let route = Route::new("chat", PATH, "ag-ui", "ag-ui")
         .upstream(&agent.url())
         .quota("streams", 1);
-    let mut deployment = Deployment::start(Topology::Replicas, route);
+    let mut deployment = Deployment::start(topology, route);
     let mut first = within(
         "the first run starts",
         ag_ui::start(&deployment.url(PATH), &say("t1", "r1", "hi")),
