@@ -16,7 +16,9 @@ use toml::{Table, Value as Toml};
 
 use crate::support::ag_ui::{self, finished, input, started, text, user};
 use crate::support::binary::{agent_bridge, serve_command, AgentBridge};
-use crate::support::stores::{Deployment, RedisCluster, RedisServer, TempDir, Topology};
+use crate::support::stores::{
+    Deployment, RedisCluster, RedisServer, SharedRedis, TempDir, Topology,
+};
 use crate::support::{a2a, cmdc, CmdcClient};
 use crate::support::{within, Reply, Route, Routes, Upstream, WAIT};
 
@@ -276,7 +278,17 @@ async fn run_until_it_completes(url: &str, body: &Value) -> Vec<Value> {
 
 #[tokio::test]
 async fn redis_gone_fails_new_turns_at_once_with_the_protocols_error_and_the_proxy_recovers() {
-    let mut redis = RedisServer::start();
+    redis_gone_fails_new_turns_and_the_proxy_recovers(SharedRedis::Server(RedisServer::start()))
+        .await
+}
+
+#[tokio::test]
+async fn a_redis_cluster_gone_fails_new_turns_at_once_and_the_proxy_recovers() {
+    redis_gone_fails_new_turns_and_the_proxy_recovers(SharedRedis::Cluster(RedisCluster::start()))
+        .await
+}
+
+async fn redis_gone_fails_new_turns_and_the_proxy_recovers(mut redis: SharedRedis) {
     let folder = TempDir::new("redis-gone");
     let route = Route::new("chat", PATH, "ag-ui", "echo");
     let proxy = AgentBridge::start(serve_command(&write_config(

@@ -43,9 +43,9 @@ pub struct RedisServer {
     port: u16,
     /// Extra `--name value` settings, kept for a restart.
     settings: Vec<(String, String)>,
-    /// A cluster's node: its cluster bus gets a free port of its own at each launch (by default it is the
-    /// port plus 10,000, past 65,535 for a high free port).
-    cluster_node: bool,
+    /// A cluster's node's bus port: a free one of its own, picked with the port (by default it is the
+    /// port plus 10,000, past 65,535 for a high free port), and kept for a restart as the port is.
+    bus_port: Option<u16>,
 }
 
 impl RedisServer {
@@ -64,11 +64,12 @@ impl RedisServer {
             process: None,
             port: 0,
             settings,
-            cluster_node,
+            bus_port: None,
         };
         // A port found free may be taken before redis binds it: another one is tried.
         for _ in 0..5 {
             server.port = free_port();
+            server.bus_port = cluster_node.then(free_port);
             if server.launch() {
                 return server;
             }
@@ -116,8 +117,8 @@ impl RedisServer {
         for (name, value) in &self.settings {
             command.arg(format!("--{name}")).arg(value);
         }
-        if self.cluster_node {
-            command.arg("--cluster-port").arg(free_port().to_string());
+        if let Some(bus_port) = self.bus_port {
+            command.arg("--cluster-port").arg(bus_port.to_string());
         }
         let mut process = command.spawn().expect(
             "start redis-server (Debian's redis-server package; `bash .ci/run` installs it)",
@@ -182,18 +183,7 @@ impl RedisCluster {
             _folder: folder,
         };
         // Each node knows every slot's node before a proxy asks any.
-        let deadline = Instant::now() + FORMING;
-        while !cluster
-            .nodes
-            .iter()
-            .all(|node| node.cli(&["cluster", "info"]).contains("cluster_state:ok"))
-        {
-            assert!(
-                Instant::now() < deadline,
-                "the Redis Cluster was not ok within {FORMING:?}"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        cluster.wait_until_ok();
         cluster
     }
 
@@ -209,6 +199,33 @@ impl RedisCluster {
     /// Kills node `n` at once (SIGKILL), as a crashed one.
     pub fn kill_node(&mut self, n: usize) {
         self.nodes[n].kill();
+    }
+
+    /// Kills every node at once, as a cluster gone.
+    pub fn kill(&mut self) {
+        self.nodes.iter_mut().for_each(RedisServer::kill);
+    }
+
+    /// Starts every node again on its ports, empty but for its cluster configuration, and waits until the
+    /// cluster is ok again.
+    pub fn restart(&mut self) {
+        self.nodes.iter_mut().for_each(RedisServer::restart);
+        self.wait_until_ok();
+    }
+
+    fn wait_until_ok(&self) {
+        let deadline = Instant::now() + FORMING;
+        while !self
+            .nodes
+            .iter()
+            .all(|node| node.cli(&["cluster", "info"]).contains("cluster_state:ok"))
+        {
+            assert!(
+                Instant::now() < deadline,
+                "the Redis Cluster was not ok within {FORMING:?}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
 }
 
@@ -413,17 +430,31 @@ pub struct Deployment {
     balancer: Option<Balancer>,
 }
 
-/// The Redis the replicas share.
-enum SharedRedis {
+/// The Redis replicas share: one server or a cluster.
+pub enum SharedRedis {
     Server(RedisServer),
     Cluster(RedisCluster),
 }
 
 impl SharedRedis {
-    fn url(&self) -> String {
+    pub fn url(&self) -> String {
         match self {
             SharedRedis::Server(server) => server.url(),
             SharedRedis::Cluster(cluster) => cluster.url(),
+        }
+    }
+
+    pub fn kill(&mut self) {
+        match self {
+            SharedRedis::Server(server) => server.kill(),
+            SharedRedis::Cluster(cluster) => cluster.kill(),
+        }
+    }
+
+    pub fn restart(&mut self) {
+        match self {
+            SharedRedis::Server(server) => server.restart(),
+            SharedRedis::Cluster(cluster) => cluster.restart(),
         }
     }
 }
