@@ -2,8 +2,9 @@
 //! the store ten times a second: a run's control log and a session's callback calls, followed for as long
 //! as the run lasts, are written a few times per run if at all.
 //!
-//! In Redis, each append publishes a notice on the log's channel; a process subscribes (over one RESP3
-//! connection of its own, subscriptions renewed after a reconnect) to the channel of each log it follows,
+//! In Redis, each append publishes a notice on the log's channel; a process subscribes (over a RESP3
+//! connection of its own, one per node of a cluster, subscriptions renewed after a reconnect) to the
+//! channel of each log it follows,
 //! for as long as it follows it. A notice is a hint: a follower still reads the store every
 //! [`FALLBACK`], for a notice lost while the connection was down and to look at the run's lease. Where
 //! no notices exist (a store one process owns), the follower reads every [`POLL`].
@@ -65,8 +66,10 @@ pub struct Notices {
     channels: Arc<Mutex<HashMap<String, Channel>>>,
 }
 
-/// The connection the subscriptions are made on: to one server, or to a cluster (a notice published on
-/// any node reaches every node, and a subscription follows its channel's node when the cluster changes).
+/// The connection the subscriptions are made on: to one server, or to a cluster's nodes, each channel
+/// subscribed on its slot's node (where its log's appends publish). Either makes its subscriptions again
+/// after a reconnect; a cluster's subscription stays with its node's address, so after a failover its
+/// followers read every [`FALLBACK`] instead.
 #[derive(Clone)]
 enum Subscriber {
     Node(ConnectionManager),

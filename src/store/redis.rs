@@ -813,7 +813,7 @@ impl Store for RedisStore {
         let commands = documents
             .into_iter()
             .flat_map(|(key, bytes)| self.save_commands(&key, bytes));
-        let saved = self.each::<()>(commands.collect::<Vec<_>>().into_iter());
+        let saved = self.each::<()>(commands);
         Box::pin(async move { saved.await.map(drop) })
     }
 
