@@ -13,6 +13,7 @@ use std::sync::{Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
 use bytes::Bytes;
+use futures_util::future::Either;
 use http::HeaderMap;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper_util::client::legacy::connect::HttpConnector;
@@ -167,11 +168,12 @@ impl RunSpan {
         Self(parent.with_span(span).with_value(RunIds::default()))
     }
 
-    /// Runs `future` inside the span: the upstream's and the store's spans are its children.
-    pub async fn within<F: Future>(&self, future: F) -> F::Output {
+    /// Runs `future` inside the span: the upstream's and the store's spans are its children. Not an `async
+    /// fn`, which would hold `future` twice (as it was handed over, and as it runs).
+    pub fn within<F: Future>(&self, future: F) -> impl Future<Output = F::Output> {
         match traced(&self.0) {
-            true => future.with_context(self.0.clone()).await,
-            false => future.await,
+            true => Either::Left(future.with_context(self.0.clone())),
+            false => Either::Right(future),
         }
     }
 

@@ -140,7 +140,7 @@ impl Translator {
 
     /// The turn's event stream: `RunStarted` first, exactly one terminal event last. The turn runs as the
     /// stream is read.
-    pub fn start(self: &Arc<Self>, turn: Turn) -> EventStream {
+    pub fn start(self: &Arc<Self>, mut turn: Turn) -> EventStream {
         let events = EventQueue::default();
         let translator = Arc::clone(self);
         let in_flight = self.runs.gauges.start_run();
@@ -149,7 +149,8 @@ impl Translator {
         let parent = opentelemetry::Context::current();
         EventStream::new(events.clone(), async move {
             let _in_flight = (in_flight, open);
-            translator.run(turn, events, &parent).await;
+            // Lent, not moved, down the calls: each `async fn` would hold a moved argument twice.
+            translator.run(&mut turn, events, &parent).await;
         })
     }
 
@@ -182,12 +183,12 @@ impl Translator {
 
     /// Runs the turn in its span under `parent`, then counts it in the metrics and logs one line that says
     /// what it did.
-    async fn run(&self, turn: Turn, events: EventQueue, parent: &opentelemetry::Context) {
+    async fn run(&self, turn: &mut Turn, events: EventQueue, parent: &opentelemetry::Context) {
         let started = Instant::now();
         let span = RunSpan::start(parent, &self.route, &self.pair, &turn.conversation);
         // Escaped and cut (a client chose it): one line, of bounded length.
         let conversation = crate::logging::clipped(&turn.conversation).to_string();
-        let mut context = RunContext::new(&turn, events);
+        let mut context = RunContext::new(turn, events);
         let upstream = span.within(self.run_turn(turn, &mut context)).await;
         let (outcome, error) = context.outcome();
         let duration = started.elapsed();
@@ -232,7 +233,7 @@ impl Translator {
 
     /// Runs the turn through `context`; what identifies the conversation upstream, once the run reached
     /// it and its upstream keeps one.
-    async fn run_turn(&self, mut turn: Turn, context: &mut RunContext) -> Vec<UpstreamId> {
+    async fn run_turn(&self, turn: &mut Turn, context: &mut RunContext) -> Vec<UpstreamId> {
         let key = self.key(&turn.tenant, &turn.conversation);
         let _stream = match self.enter_stream(&turn.tenant).await {
             Ok(slot) => slot,
@@ -248,7 +249,7 @@ impl Translator {
                 return Vec::new();
             }
         };
-        if let Err(error) = check_answers(&turn, &context.record) {
+        if let Err(error) = check_answers(turn, &context.record) {
             // Refused before anything reached the upstream; the conversation stays as it was.
             context.finish(Err(error)).await;
             return Vec::new();
@@ -256,17 +257,17 @@ impl Translator {
         let waiting = context.record.pending_interrupts.clone();
         // Calls the client did not answer this turn lapse, as unanswered interrupts do.
         context.record.pending_calls.clear();
-        take_interrupt_answers(&mut turn, &mut context.record);
+        take_interrupt_answers(turn, &mut context.record);
         if let Some(unclear) = read_approvals(&mut turn.resume, &waiting, &self.answer_words) {
             // Nothing reaches the upstream, and the stored conversation is left as it was: it waits on the
-            // same interrupt, asked again.
-            context.ask_again(unclear).await;
+            // same interrupt, asked again. Boxed: rare, it would otherwise size every run's future.
+            Box::pin(context.ask_again(unclear)).await;
             return Vec::new();
         }
         context.answers = turn.resume.len();
-        context.reply = history::prepare(&mut turn, &mut context.record, self.agent.history());
-        context.unsent = self.losses.unsent_of(&turn);
-        let terminal = match self.run_outbound(&turn, context).await {
+        context.reply = history::prepare(turn, &mut context.record, self.agent.history());
+        context.unsent = self.losses.unsent_of(turn);
+        let terminal = match self.run_outbound(turn, context).await {
             Some(result) => {
                 if let Err(error) = &result {
                     tracing::warn!(

@@ -149,7 +149,9 @@ impl Upstream {
         let uri = redacted(request.uri());
         let span = RequestSpan::start(&mut request, &uri);
         let sent = Instant::now();
-        let response = self.connections.send(request).await.map_err(|e| {
+        // Boxed: connecting and exchanging take several KiB of state, which would otherwise stay in every
+        // caller's future for as long as its answer streams.
+        let response = Box::pin(self.connections.send(request)).await.map_err(|e| {
             Error::upstream_unreachable(format!("upstream {uri} unreachable: {}", error_chain(&e)))
         });
         span.end(response.as_ref().map(|answer| answer.status().as_u16()));
@@ -208,7 +210,8 @@ pub async fn check_status(response: Response<UpstreamBody>) -> Result<Response<U
     if response.status().is_success() {
         Ok(response)
     } else {
-        Err(status_error(response).await)
+        // Boxed, like the sending: reading an error body would otherwise size every caller's future.
+        Err(Box::pin(status_error(response)).await)
     }
 }
 

@@ -73,7 +73,8 @@ thread_local! {
 struct PooledConnection {
     key: PoolKey,
     sender: Sender,
-    connection: Http1Connection,
+    /// Boxed: about 1.7 KiB, which every future holding an answer's body would otherwise hold, often twice.
+    connection: Box<Http1Connection>,
     opened_by: ThreadId,
 }
 
@@ -243,7 +244,7 @@ impl Connections {
         Ok(PooledConnection {
             key,
             sender,
-            connection,
+            connection: Box::new(connection),
             opened_by: thread::current().id(),
         })
     }

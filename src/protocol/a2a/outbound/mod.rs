@@ -117,7 +117,7 @@ impl Outbound {
 
     /// How to talk to the agent: from its card, read once.
     async fn dialect(&self) -> Result<Dialect> {
-        let discover = async {
+        let discover = || async {
             tokio::time::timeout(CARD_TIMEOUT, self.discover())
                 .await
                 .unwrap_or_else(|_| {
@@ -126,7 +126,11 @@ impl Outbound {
                     )))
                 })
         };
-        self.dialect.get_or_try_init(|| discover).await.copied()
+        // Boxed: reading the card, once per agent, would otherwise size every run's future.
+        self.dialect
+            .get_or_try_init(|| Box::pin(discover()))
+            .await
+            .copied()
     }
 
     async fn discover(&self) -> Result<Dialect> {
