@@ -502,15 +502,16 @@ impl OutboundFace for Outbound {
             ("message/send", "application/json")
         };
         let continues = message.task_id.is_some();
-        let params = wire::MessageSendParams {
-            message,
-            configuration: None,
-            metadata: None,
-        };
-        let response = self
-            .upstream
-            .post_json_any_status(rpc_request(method, &params)?, accept)
-            .await?;
+        // A temporary: the message is not kept while the answer streams.
+        let body = rpc_request(
+            method,
+            &wire::MessageSendParams {
+                message,
+                configuration: None,
+                metadata: None,
+            },
+        )?;
+        let response = self.upstream.post_json_any_status(body, accept).await?;
         if continues {
             // The agent has the answer now; the task is remembered again only if it pauses again.
             forget_paused_task(&mut context.record);

@@ -77,8 +77,8 @@ impl OutboundFace for Outbound {
     }
 
     async fn run(&self, turn: &Turn, context: &mut RunContext) -> Result<()> {
-        let request = request(turn, &mut context.record)?;
-        let body = serde_json::to_vec(&request).map_err(|e| {
+        // A temporary: the request is not kept while the answer streams.
+        let body = serde_json::to_vec(&request(turn, &mut context.record)?).map_err(|e| {
             Error::internal(format!("encoding the send-message request failed: {e}"))
         })?;
         let response = self

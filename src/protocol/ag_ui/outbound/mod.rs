@@ -94,9 +94,10 @@ impl OutboundFace for Outbound {
             context.record.log.splice(at..at, answers.iter().cloned());
         }
         let seen = turn.messages.len() + if logged { answers.len() } else { 0 };
-        let request = self.request(turn, &approvals, &paused.calls, (at, answers));
-        let body = serde_json::to_vec(&request)
-            .map_err(|e| Error::internal(format!("encoding RunAgentInput failed: {e}")))?;
+        // A temporary: the request (the conversation, copied) is not kept while the answer streams.
+        let body =
+            serde_json::to_vec(&self.request(turn, &approvals, &paused.calls, (at, answers)))
+                .map_err(|e| Error::internal(format!("encoding RunAgentInput failed: {e}")))?;
         let response = self
             .upstream
             .post_json(body.into(), "text/event-stream")

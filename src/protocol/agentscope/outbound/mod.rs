@@ -169,8 +169,8 @@ impl OutboundFace for Outbound {
         let identity = identity(turn, &mut context.record);
         // Approvals of the last run are answered now or lapse: the client moved on.
         let approvals = take_approvals(&mut context.record);
-        let request = request(turn, &identity, self.model.as_deref(), &approvals);
-        let body = serde_json::to_vec(&request)
+        // A temporary: the request (the conversation, copied) is not kept while the answer streams.
+        let body = serde_json::to_vec(&request(turn, &identity, self.model.as_deref(), &approvals))
             .map_err(|e| Error::internal(format!("encoding the AgentRequest failed: {e}")))?;
         let response = self
             .upstream
