@@ -149,8 +149,8 @@ impl Upstream {
         let uri = redacted(request.uri());
         let span = RequestSpan::start(&mut request, &uri);
         let sent = Instant::now();
-        // Boxed: connecting and exchanging take several KiB of state, which would otherwise stay in every
-        // caller's future for as long as its answer streams.
+        // Boxed: connecting and exchanging take several KiB, for which every caller's future would otherwise
+        // keep room for as long as its answer streams.
         let response = Box::pin(self.connections.send(request)).await.map_err(|e| {
             Error::upstream_unreachable(format!("upstream {uri} unreachable: {}", error_chain(&e)))
         });
