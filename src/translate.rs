@@ -785,18 +785,19 @@ impl RunContext {
     }
 
     /// Emits one event toward the client. Fails with a cancelled error once the client went away, so an
-    /// outbound can stop with `?`.
-    pub async fn emit(&mut self, event: Event) -> Result<()> {
+    /// outbound can stop with `?`. Not an `async fn` (nor is [`Self::pass`]): the event is taken at once,
+    /// and the future, in every outbound's while it waits, holds no copy of it.
+    pub fn emit(&mut self, event: Event) -> impl Future<Output = Result<()>> + Send + '_ {
         self.events_in.count(&event);
         self.first_event.get_or_insert_with(Instant::now);
-        self.pass(event).await
+        self.pass(event)
     }
 
     /// Passes an event toward the client: the outbound's, or one of the hub's own (not counted as the
     /// agent's).
-    async fn pass(&mut self, event: Event) -> Result<()> {
+    fn pass(&mut self, event: Event) -> impl Future<Output = Result<()>> + Send + '_ {
         self.normalizer.push(event, &mut self.ready);
-        self.send_ready().await
+        self.send_ready()
     }
 
     /// A run of the hub's own that asks `interrupt` again and pauses.

@@ -304,7 +304,7 @@ impl Inbound {
         let updates = waits
             .then(|| self.tasks.subscribe(tenant, &task_id))
             .transpose()?;
-        let runner = Runner {
+        let mut runner = Runner {
             tasks: Arc::clone(&self.tasks),
             documents: documents.clone(),
             tenant: tenant.to_owned(),
@@ -317,7 +317,8 @@ impl Inbound {
             primary,
             cancel_on_disconnect: self.cancel_on_disconnect,
         };
-        tokio::spawn(runner.run(events));
+        // Lent to its run: an `async fn` would hold a moved runner twice.
+        tokio::spawn(async move { runner.run(events).await });
         Ok(Accepted {
             tenant: tenant.to_owned(),
             task: tasks::with_history_length(task, configuration.history_length),

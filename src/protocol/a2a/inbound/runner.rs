@@ -49,7 +49,7 @@ pub(super) struct Runner {
 impl Runner {
     /// Keeps the task as it starts, drives the run, and keeps it as it ended (a final status is also kept
     /// before the client hears it: see [`Runner::publish`]).
-    pub(super) async fn run<S: Stream<Item = Event> + Unpin>(mut self, events: S) {
+    pub(super) async fn run<S: Stream<Item = Event> + Unpin>(&mut self, events: S) {
         if self.documents.shared() {
             // Opened (its lease taken) before the task shows a run: a reader never finds one with no lease.
             self.log = self
