@@ -4,10 +4,9 @@
 //!
 //! In Redis, each append publishes a notice on the log's channel; a process subscribes (over a RESP3
 //! connection of its own, one per node of a cluster, subscriptions renewed after a reconnect) to the
-//! channel of each log it follows,
-//! for as long as it follows it. A notice is a hint: a follower still reads the store every
-//! [`FALLBACK`], for a notice lost while the connection was down and to look at the run's lease. Where
-//! no notices exist (a store one process owns), the follower reads every [`POLL`].
+//! channel of each log it follows, for as long as it follows it. A notice is a hint: a follower still
+//! reads the store every [`FALLBACK`], for a notice lost while the connection was down and to look at the
+//! run's lease. Where no notices exist (a store one process owns), the follower reads every [`POLL`].
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
